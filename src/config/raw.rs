@@ -1,0 +1,252 @@
+//! Stage one: serde structs mirroring the file, then `compile` into [`Config`] with every
+//! value checked. Values that need checking are `Spanned` so errors point at them.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::error::{ConfigError, ConfigErrors};
+use super::{Config, HttpConfig, ProcessesConfig};
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    host: Option<Spanned<String>>,
+    database: Option<PathBuf>,
+    nvml_library: Option<PathBuf>,
+    interval: Option<Spanned<String>>,
+    sample_deadline: Option<Spanned<String>>,
+    inventory_interval: Option<Spanned<String>>,
+    retention: Option<Spanned<String>>,
+    rollup_retention: Option<Spanned<String>>,
+    max_db_size: Option<Spanned<SizeValue>>,
+    #[serde(default)]
+    processes: RawProcesses,
+    #[serde(default)]
+    http: RawHttp,
+}
+
+/// A size written as a string ("2GiB") or a plain number of bytes.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum SizeValue {
+    Bytes(i64),
+    Text(String),
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawProcesses {
+    enabled: Option<bool>,
+    #[serde(default)]
+    redact_patterns: Vec<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    enabled: Option<bool>,
+    listen: Option<Spanned<String>>,
+    stall_after: Option<Spanned<String>>,
+}
+
+/// Collects errors while compiling.
+struct Checker<'a> {
+    origin: &'a Path,
+    text: &'a str,
+    errors: Vec<ConfigError>,
+}
+
+impl Checker<'_> {
+    fn error(&mut self, span: std::ops::Range<usize>, message: String, hint: &str) {
+        self.errors
+            .push(ConfigError::at(self.origin, self.text, Some(span), message).with_hint(hint));
+    }
+
+    /// Parses a duration like "1s", "800ms", "7d" within `[min, max]`.
+    fn duration(
+        &mut self,
+        key: &str,
+        value: &Option<Spanned<String>>,
+        default: Duration,
+        min: Duration,
+        max: Duration,
+    ) -> Duration {
+        let Some(v) = value else { return default };
+        match humantime::parse_duration(v.get_ref().trim()) {
+            Ok(d) if d >= min && d <= max => d,
+            Ok(_) => {
+                self.error(
+                    v.span(),
+                    format!("`{key}` = {:?} is out of range", v.get_ref()),
+                    &format!(
+                        "use a duration between {} and {}",
+                        humantime::format_duration(min),
+                        humantime::format_duration(max)
+                    ),
+                );
+                default
+            }
+            Err(e) => {
+                self.error(
+                    v.span(),
+                    format!("`{key}` = {:?} is not a duration: {e}", v.get_ref()),
+                    "write a number with a unit, e.g. \"500ms\", \"1s\", \"5m\", \"7d\"",
+                );
+                default
+            }
+        }
+    }
+}
+
+impl RawConfig {
+    pub fn compile(self, origin: &Path, text: &str) -> Result<Config, ConfigErrors> {
+        let d = Config::default();
+        let mut c = Checker {
+            origin,
+            text,
+            errors: Vec::new(),
+        };
+        let ms = Duration::from_millis;
+        let s = Duration::from_secs;
+        let day = 86_400;
+
+        let host = match &self.host {
+            Some(h) if h.get_ref().trim().is_empty() => {
+                c.error(
+                    h.span(),
+                    "`host` is empty".into(),
+                    "remove the key to use the machine's host name",
+                );
+                d.host.clone()
+            }
+            Some(h) => h.get_ref().trim().to_string(),
+            None => d.host.clone(),
+        };
+        let interval = c.duration("interval", &self.interval, d.interval, ms(100), s(3600));
+        let default_deadline = interval.mul_f64(0.8);
+        let sample_deadline = c.duration(
+            "sample_deadline",
+            &self.sample_deadline,
+            default_deadline,
+            ms(10),
+            s(3600),
+        );
+        if let Some(v) = &self.sample_deadline {
+            if sample_deadline > interval {
+                c.error(
+                    v.span(),
+                    "`sample_deadline` is longer than `interval`".into(),
+                    "a tick must end before the next begins: make it at most the interval",
+                );
+            }
+        }
+        let inventory_interval = c.duration(
+            "inventory_interval",
+            &self.inventory_interval,
+            d.inventory_interval,
+            s(1),
+            s(day),
+        );
+        let retention = c.duration("retention", &self.retention, d.retention, s(60), s(3650 * day));
+        let rollup_retention = c.duration(
+            "rollup_retention",
+            &self.rollup_retention,
+            d.rollup_retention,
+            s(60),
+            s(3650 * day),
+        );
+        let max_db_size = match &self.max_db_size {
+            None => d.max_db_size,
+            Some(v) => {
+                let parsed = match v.get_ref() {
+                    SizeValue::Bytes(n) => u64::try_from(*n).map_err(|_| "negative".to_string()),
+                    SizeValue::Text(t) => t.trim().parse::<bytesize::ByteSize>().map(|b| b.0),
+                };
+                match parsed {
+                    Ok(n) if n >= 1024 * 1024 => n,
+                    Ok(_) => {
+                        c.error(
+                            v.span(),
+                            "`max_db_size` is below 1 MiB".into(),
+                            "give room for at least a few minutes of samples, e.g. \"2GiB\"",
+                        );
+                        d.max_db_size
+                    }
+                    Err(e) => {
+                        c.error(
+                            v.span(),
+                            format!("`max_db_size` is not a size: {e}"),
+                            "write bytes or a number with a unit, e.g. \"500MiB\", \"2GiB\"",
+                        );
+                        d.max_db_size
+                    }
+                }
+            }
+        };
+
+        let mut redact_patterns = Vec::new();
+        for p in &self.processes.redact_patterns {
+            match regex::Regex::new(p.get_ref()) {
+                Ok(_) => redact_patterns.push(p.get_ref().clone()),
+                Err(e) => {
+                    let first = e.to_string().lines().last().unwrap_or("").trim().to_string();
+                    c.error(
+                        p.span(),
+                        format!("invalid regular expression in `processes.redact_patterns`: {first}"),
+                        "see https://docs.rs/regex for the syntax",
+                    );
+                }
+            }
+        }
+
+        let listen = match &self.http.listen {
+            None => d.http.listen,
+            Some(v) => match v.get_ref().parse::<SocketAddr>() {
+                Ok(a) => a,
+                Err(_) => {
+                    c.error(
+                        v.span(),
+                        format!("`http.listen` = {:?} is not an address", v.get_ref()),
+                        "write IP:PORT, e.g. \"127.0.0.1:9835\" (binding beyond loopback exposes the API)",
+                    );
+                    d.http.listen
+                }
+            },
+        };
+        let stall_after = c.duration(
+            "http.stall_after",
+            &self.http.stall_after,
+            d.http.stall_after.max(interval * 3),
+            ms(100),
+            s(day),
+        );
+
+        if !c.errors.is_empty() {
+            return Err(ConfigErrors(c.errors));
+        }
+        Ok(Config {
+            host,
+            database: self.database.unwrap_or(d.database),
+            nvml_library: self.nvml_library,
+            interval,
+            sample_deadline,
+            inventory_interval,
+            retention,
+            rollup_retention,
+            max_db_size,
+            processes: ProcessesConfig {
+                enabled: self.processes.enabled.unwrap_or(true),
+                redact_patterns,
+            },
+            http: HttpConfig {
+                enabled: self.http.enabled.unwrap_or(true),
+                listen,
+                stall_after,
+            },
+        })
+    }
+}

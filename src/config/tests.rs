@@ -1,0 +1,97 @@
+use super::*;
+
+fn parse(text: &str) -> Result<Config, ConfigErrors> {
+    Config::parse(text, Path::new("g.toml"))
+}
+
+fn err(text: &str) -> String {
+    match parse(text) {
+        Ok(c) => panic!("expected an error, got {c:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn empty_file_gives_defaults() {
+    let c = parse("").expect("empty config is valid");
+    let d = Config::default();
+    assert_eq!(c.interval, Duration::from_secs(1));
+    assert_eq!(c.max_db_size, 2 * 1024 * 1024 * 1024);
+    assert_eq!(c.http.listen, d.http.listen);
+    assert!(c.http.listen.ip().is_loopback());
+}
+
+#[test]
+fn shipped_example_parses() {
+    let text = include_str!("../../examples/gpuwatch.toml");
+    let c = Config::parse(text, Path::new("examples/gpuwatch.toml")).expect("example is valid");
+    assert_eq!(c.interval, Duration::from_secs(1));
+    assert_eq!(c.retention, Duration::from_secs(7 * 86_400));
+}
+
+#[test]
+fn values_are_parsed() {
+    let c = parse(
+        "host = \"node-17\"\ninterval = \"500ms\"\nmax_db_size = \"64MiB\"\nretention = \"2d\"\n\
+         [http]\nlisten = \"0.0.0.0:9000\"\n",
+    )
+    .expect("valid");
+    assert_eq!(c.host, "node-17");
+    assert_eq!(c.interval, Duration::from_millis(500));
+    assert_eq!(c.sample_deadline, Duration::from_millis(400));
+    assert_eq!(c.max_db_size, 64 * 1024 * 1024);
+    assert_eq!(c.http.listen.port(), 9000);
+}
+
+#[test]
+fn unknown_key_names_line_and_column() {
+    let e = err("interval = \"1s\"\nintervall = \"2s\"\n");
+    assert!(e.starts_with("g.toml:2:1: unknown field `intervall`"), "{e}");
+    assert!(e.contains("examples/gpuwatch.toml"), "{e}");
+}
+
+#[test]
+fn unknown_key_in_table() {
+    let e = err("[http]\nlisten = \"127.0.0.1:1\"\nport = 3\n");
+    assert!(e.starts_with("g.toml:3:1: unknown field `port`"), "{e}");
+}
+
+#[test]
+fn bad_duration_points_at_value() {
+    let e = err("interval = \"fast\"\n");
+    assert!(e.starts_with("g.toml:1:12: `interval` = \"fast\" is not a duration"), "{e}");
+}
+
+#[test]
+fn every_error_is_reported_at_once() {
+    let e = err("interval = \"0s\"\nmax_db_size = \"lots\"\n[http]\nlisten = \"nowhere\"\n");
+    let lines: Vec<&str> = e.lines().collect();
+    assert_eq!(lines.len(), 3, "{e}");
+    assert!(lines[0].starts_with("g.toml:1:12: `interval`"), "{e}");
+    assert!(lines[1].starts_with("g.toml:2:15: `max_db_size`"), "{e}");
+    assert!(lines[2].starts_with("g.toml:4:10: `http.listen`"), "{e}");
+}
+
+#[test]
+fn wrong_type_is_an_error() {
+    let e = err("[processes]\nenabled = \"yes\"\n");
+    assert!(e.starts_with("g.toml:2:11:"), "{e}");
+}
+
+#[test]
+fn deadline_longer_than_interval_is_rejected() {
+    let e = err("interval = \"1s\"\nsample_deadline = \"2s\"\n");
+    assert!(e.contains("g.toml:2:19: `sample_deadline` is longer than `interval`"), "{e}");
+}
+
+#[test]
+fn bad_regex_is_reported() {
+    let e = err("[processes]\nredact_patterns = [\"ok\", \"(unclosed\"]\n");
+    assert!(e.starts_with("g.toml:2:26: invalid regular expression"), "{e}");
+}
+
+#[test]
+fn line_col_counts_characters() {
+    assert_eq!(error::line_col("ab\ncdé f", 8), (2, 5));
+    assert_eq!(error::line_col("", 0), (1, 1));
+}

@@ -1,0 +1,189 @@
+//! The data model shared by the sampler, the store and the readers.
+//!
+//! Invariants:
+//! - Times are integer milliseconds since the Unix epoch, UTC ([`TsMs`]).
+//! - A GPU is identified by `(host, uuid)`; its index may change across reboots.
+//! - Every metric is an `Option`: `None` means "NVML could not read it" (unsupported, failed,
+//!   timed out) and is stored as SQL NULL. A real reading of 0 stays `Some(0)`.
+//! - Units are the NVML units unless the field name says otherwise: bytes, milliwatts,
+//!   millijoules, degrees Celsius, MHz, percent, KB/s.
+
+/// Milliseconds since the Unix epoch, UTC.
+pub type TsMs = i64;
+
+/// Static (or slowly changing) description of one GPU, read at start and when it changes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GpuInventory {
+    pub index: u32,
+    pub uuid: String,
+    pub name: Option<String>,
+    pub serial: Option<String>,
+    pub pci_bus_id: Option<String>,
+    pub driver_version: Option<String>,
+    /// CUDA driver version as NVML reports it, e.g. 12040 for 12.4.
+    pub cuda_driver_version: Option<i32>,
+    pub nvml_version: Option<String>,
+    pub memory_total_bytes: Option<u64>,
+    pub power_limit_mw: Option<u32>,
+    pub power_limit_min_mw: Option<u32>,
+    pub power_limit_max_mw: Option<u32>,
+    pub temp_slowdown_c: Option<u32>,
+    pub temp_shutdown_c: Option<u32>,
+    pub temp_gpu_max_c: Option<u32>,
+    pub pcie_max_gen: Option<u32>,
+    pub pcie_max_width: Option<u32>,
+    pub persistence_mode: Option<bool>,
+    /// Current MIG mode (true = enabled).
+    pub mig_mode: Option<bool>,
+}
+
+/// Why a sample row has no values (or fewer than usual).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(u8)]
+pub enum SampleStatus {
+    /// Sampled normally (individual metrics may still be NULL).
+    #[default]
+    Ok = 0,
+    /// The GPU's sampling did not finish before the tick's deadline: a gap.
+    DeadlineMissed = 1,
+    /// The GPU has fallen off the bus (GPU_IS_LOST and friends).
+    Lost = 2,
+}
+
+impl SampleStatus {
+    pub fn as_i64(self) -> i64 {
+        self as u8 as i64
+    }
+    pub fn from_i64(v: i64) -> Self {
+        match v {
+            1 => Self::DeadlineMissed,
+            2 => Self::Lost,
+            _ => Self::Ok,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::DeadlineMissed => "deadline_missed",
+            Self::Lost => "lost",
+        }
+    }
+}
+
+/// One tick's readings for one GPU.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GpuSample {
+    pub ts_ms: TsMs,
+    pub uuid: String,
+    pub status: SampleStatus,
+    pub util_gpu_pct: Option<u32>,
+    pub util_mem_pct: Option<u32>,
+    pub mem_used_bytes: Option<u64>,
+    pub mem_free_bytes: Option<u64>,
+    pub mem_total_bytes: Option<u64>,
+    pub temp_c: Option<u32>,
+    pub fan_pct: Option<u32>,
+    pub clock_sm_mhz: Option<u32>,
+    pub clock_mem_mhz: Option<u32>,
+    pub power_mw: Option<u32>,
+    pub power_limit_mw: Option<u32>,
+    pub energy_mj: Option<u64>,
+    /// Performance state, 0 (P0, fastest) ..= 15; None when unknown.
+    pub pstate: Option<u32>,
+    pub pcie_tx_kbs: Option<u32>,
+    pub pcie_rx_kbs: Option<u32>,
+    pub pcie_gen: Option<u32>,
+    pub pcie_width: Option<u32>,
+    /// Clock-event (throttle) reasons bitmask as NVML reports it.
+    pub throttle_reasons: Option<u64>,
+    pub ecc_corrected: Option<u64>,
+    pub ecc_uncorrected: Option<u64>,
+    /// Retired pages (single + double bit) on GPUs that retire pages (pre-Ampere).
+    pub retired_pages: Option<u32>,
+    pub remapped_rows_correctable: Option<u32>,
+    pub remapped_rows_uncorrectable: Option<u32>,
+    pub remap_pending: Option<bool>,
+    pub remap_failure: Option<bool>,
+}
+
+impl GpuSample {
+    /// A row with no values: a gap or a lost GPU.
+    pub fn empty(ts_ms: TsMs, uuid: &str, status: SampleStatus) -> Self {
+        Self {
+            ts_ms,
+            uuid: uuid.to_string(),
+            status,
+            ..Self::default()
+        }
+    }
+}
+
+/// Who a process is. `(pid, start_time_ms)` identifies it: a reused PID is a new process.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    /// Process start time (ms since epoch). 0 when it could not be resolved.
+    pub start_time_ms: TsMs,
+    pub name: Option<String>,
+    /// Command line with secrets redacted.
+    pub cmdline: Option<String>,
+    pub user: Option<String>,
+}
+
+/// One compute process seen on one GPU at one tick.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ProcessSample {
+    pub ts_ms: TsMs,
+    pub gpu_uuid: String,
+    pub process: ProcessInfo,
+    /// GPU memory used by the process; None when the driver does not say (e.g. inside some VMs).
+    pub used_mem_bytes: Option<u64>,
+}
+
+/// Something that happened at a point in time: an XID, a GPU lost, an inventory change.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Event {
+    pub ts_ms: TsMs,
+    /// None for host-wide events.
+    pub gpu_uuid: Option<String>,
+    /// `xid`, `gpu_lost`, `gpu_recovered`, `inventory_changed`, `sampler_error`, ...
+    pub kind: String,
+    /// Numeric code where the kind has one (the XID number).
+    pub code: Option<i64>,
+    pub message: String,
+}
+
+/// A failing NVML call, counted per GPU and metric (persisted so `status` can show it).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MetricError {
+    pub gpu_uuid: String,
+    pub metric: String,
+    pub error: String,
+    pub count: u64,
+    pub first_ms: TsMs,
+    pub last_ms: TsMs,
+}
+
+/// One point of a training metric (e.g. `training_step`, `training_loss`) with its labels.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TrainingPoint {
+    pub ts_ms: TsMs,
+    pub name: String,
+    /// Sorted `(label, value)` pairs; the series identity is `(host, name, labels)`.
+    pub labels: Vec<(String, String)>,
+    pub value: f64,
+}
+
+/// Everything one sampler tick produced, written by the store in one transaction.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TickBatch {
+    pub ts_ms: TsMs,
+    /// Inventories that are new or changed since the last batch (usually empty).
+    pub inventory: Vec<GpuInventory>,
+    pub samples: Vec<GpuSample>,
+    pub processes: Vec<ProcessSample>,
+    pub events: Vec<Event>,
+    /// Error counters that changed during this tick.
+    pub errors: Vec<MetricError>,
+    pub training: Vec<TrainingPoint>,
+}

@@ -1,0 +1,277 @@
+//! The sampler: reads every GPU through NVML once per tick and turns it into a [`TickBatch`].
+//!
+//! Threads: one worker per GPU ([`worker`]) makes all NVML calls for that GPU; one thread
+//! waits for NVML events ([`events`]); the caller of [`Sampler::tick`] (the daemon's
+//! sampling thread) coordinates. Nothing outside these threads ever calls NVML.
+//!
+//! Invariants:
+//! - `tick` returns within the sample deadline whatever the driver does: a GPU that has not
+//!   answered by then gets a `DeadlineMissed` row (a gap), and a worker still busy with an
+//!   old request gets no new one, so a call that never returns costs one GPU, not the daemon.
+//! - A lost GPU gets a `Lost` row every tick (it stays visible) and one `gpu_lost` event.
+//! - Process identity is `(pid, start time)`; command lines are redacted before storing.
+
+pub mod device;
+pub mod events;
+pub mod gpu_procs;
+pub mod nvml;
+pub mod procs;
+pub mod redact;
+pub mod support;
+pub mod worker;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+use crate::model::{Event, GpuInventory, GpuSample, ProcessSample, SampleStatus, TickBatch, TsMs};
+
+use self::device::SystemInfo;
+use self::gpu_procs::RawProcess;
+use self::nvml::{NvmlHandle, error_text};
+use self::procs::{ProcResolver, ProcessOverrides};
+use self::redact::Redactor;
+use self::worker::{Request, Response};
+
+/// What the sampler needs from the configuration.
+#[derive(Debug, Clone)]
+pub struct SamplerConfig {
+    pub deadline: Duration,
+    pub inventory_interval: Duration,
+    pub processes: bool,
+    pub redact_patterns: Vec<String>,
+    /// How long start-up waits for the first inventory of every GPU.
+    pub startup_timeout: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SamplerError {
+    #[error("cannot count GPUs: {0}")]
+    DeviceCount(String),
+    #[error("invalid redaction pattern: {0}")]
+    Redact(#[from] regex::Error),
+    #[error("cannot start a sampler thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+struct Slot {
+    index: u32,
+    tx: Sender<Request>,
+    uuid: Option<String>,
+    /// The tick id a request is outstanding for.
+    busy: Option<u64>,
+    lost: bool,
+}
+
+pub struct Sampler {
+    slots: Vec<Slot>,
+    responses: Receiver<Response>,
+    events: Receiver<Event>,
+    stop: Arc<AtomicBool>,
+    resolver: ProcResolver,
+    cfg: SamplerConfig,
+    tick_id: u64,
+    last_inventory: Option<TsMs>,
+    /// Inventories learnt outside a tick (start-up, late answers), to emit with the next batch.
+    pending_inventory: Vec<GpuInventory>,
+    pending_events: Vec<Event>,
+    pending_errors: Vec<crate::model::MetricError>,
+    inventories: HashMap<u32, GpuInventory>,
+}
+
+impl Sampler {
+    /// Starts the per-GPU workers and the event thread, and waits (bounded) for every GPU's
+    /// inventory.
+    pub fn start(h: &NvmlHandle, cfg: SamplerConfig, overrides: ProcessOverrides) -> Result<Self, SamplerError> {
+        let count = h.nvml.device_count().map_err(|e| SamplerError::DeviceCount(error_text(&e)))?;
+        let (resp_tx, responses) = mpsc::channel();
+        let sys = SystemInfo::from_handle(h);
+        let mut slots = Vec::new();
+        for index in 0..count {
+            let (tx, rx) = mpsc::channel();
+            let (nvml, sys, resp_tx) = (h.nvml.clone(), sys.clone(), resp_tx.clone());
+            std::thread::Builder::new()
+                .name(format!("gpuwatch-gpu{index}"))
+                .spawn(move || worker::run(nvml, index, sys, rx, resp_tx))?;
+            slots.push(Slot { index, tx, uuid: None, busy: None, lost: false });
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ev_tx, events) = mpsc::channel();
+        events::spawn(h.nvml.clone(), count, stop.clone(), ev_tx)?;
+        let resolver = ProcResolver::new(Redactor::new(&cfg.redact_patterns)?, overrides);
+        let mut s = Self {
+            slots,
+            responses,
+            events,
+            stop,
+            resolver,
+            cfg,
+            tick_id: 0,
+            last_inventory: None,
+            pending_inventory: Vec::new(),
+            pending_events: Vec::new(),
+            pending_errors: Vec::new(),
+            inventories: HashMap::new(),
+        };
+        s.discover();
+        Ok(s)
+    }
+
+    /// GPUs known so far, by index.
+    pub fn inventories(&self) -> impl Iterator<Item = &GpuInventory> {
+        self.inventories.values()
+    }
+
+    pub fn gpu_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Asks every GPU for its inventory and waits up to `startup_timeout`.
+    fn discover(&mut self) {
+        self.tick_id += 1;
+        let req = Request { tick_id: self.tick_id, ts_ms: 0, refresh_inventory: true, processes: false };
+        for slot in &mut self.slots {
+            if slot.tx.send(req).is_ok() {
+                slot.busy = Some(req.tick_id);
+            }
+        }
+        let end = Instant::now() + self.cfg.startup_timeout;
+        while self.slots.iter().any(|s| s.busy.is_some()) {
+            let Some(left) = end.checked_duration_since(Instant::now()) else { break };
+            match self.responses.recv_timeout(left) {
+                Ok(r) => {
+                    self.absorb(r, 0);
+                }
+                Err(_) => break,
+            }
+        }
+        for slot in self.slots.iter().filter(|s| s.uuid.is_none()) {
+            tracing::error!(index = slot.index, "GPU did not answer at start; it is sampled once it does");
+        }
+    }
+
+    /// Records what a response says about the GPU; returns its sample if it is for `tick_id`.
+    fn absorb(&mut self, r: Response, tick_id: u64) -> Option<(GpuSample, Vec<RawProcess>)> {
+        let slot = self.slots.get_mut(r.index as usize)?;
+        if slot.busy == Some(r.tick_id) {
+            slot.busy = None;
+        }
+        if let Some(inv) = r.inventory {
+            if slot.uuid.is_some() {
+                self.pending_events.push(Event {
+                    ts_ms: 0,
+                    gpu_uuid: Some(inv.uuid.clone()),
+                    kind: "inventory_changed".into(),
+                    code: None,
+                    message: format!("GPU {} inventory changed", inv.index),
+                });
+            }
+            slot.uuid = Some(inv.uuid.clone());
+            self.inventories.insert(inv.index, inv.clone());
+            self.pending_inventory.push(inv);
+        }
+        if let Some(reason) = r.lost {
+            slot.lost = true;
+            self.pending_events.push(Event {
+                ts_ms: 0,
+                gpu_uuid: slot.uuid.clone(),
+                kind: "gpu_lost".into(),
+                code: None,
+                message: format!("GPU {} lost: {reason}", slot.index),
+            });
+        }
+        self.pending_errors.extend(r.errors);
+        if r.tick_id != tick_id {
+            return None;
+        }
+        r.sample.map(|s| (s, r.processes))
+    }
+
+    /// Samples every GPU once. Returns within the deadline (plus the time to resolve PIDs).
+    pub fn tick(&mut self, ts_ms: TsMs) -> TickBatch {
+        self.tick_id += 1;
+        let tick_id = self.tick_id;
+        let started = Instant::now();
+        let refresh = self
+            .last_inventory
+            .is_none_or(|t| ts_ms - t >= self.cfg.inventory_interval.as_millis() as i64);
+        if refresh {
+            self.last_inventory = Some(ts_ms);
+        }
+        let req = Request { tick_id, ts_ms, refresh_inventory: refresh, processes: self.cfg.processes };
+        let mut waiting = 0;
+        for slot in &mut self.slots {
+            if slot.lost || slot.busy.is_some() {
+                continue;
+            }
+            if slot.tx.send(req).is_ok() {
+                slot.busy = Some(tick_id);
+                waiting += 1;
+            }
+        }
+        let mut got: HashMap<u32, (GpuSample, Vec<RawProcess>)> = HashMap::new();
+        let end = started + self.cfg.deadline;
+        while waiting > 0 {
+            let Some(left) = end.checked_duration_since(Instant::now()) else { break };
+            match self.responses.recv_timeout(left) {
+                Ok(r) => {
+                    let (index, current) = (r.index, r.tick_id == tick_id);
+                    if current {
+                        waiting -= 1;
+                    }
+                    if let Some(v) = self.absorb(r, tick_id) {
+                        got.insert(index, v);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        let mut batch = TickBatch { ts_ms, ..TickBatch::default() };
+        for slot in &self.slots {
+            let Some(uuid) = &slot.uuid else { continue };
+            match got.remove(&slot.index) {
+                Some((sample, raw)) => {
+                    for p in raw {
+                        batch.processes.push(ProcessSample {
+                            ts_ms,
+                            gpu_uuid: uuid.clone(),
+                            process: self.resolver.resolve(p.pid),
+                            used_mem_bytes: p.used_mem_bytes,
+                        });
+                    }
+                    batch.samples.push(sample);
+                }
+                None if slot.lost => batch.samples.push(GpuSample::empty(ts_ms, uuid, SampleStatus::Lost)),
+                None => {
+                    tracing::debug!(index = slot.index, "GPU missed the tick deadline");
+                    batch.samples.push(GpuSample::empty(ts_ms, uuid, SampleStatus::DeadlineMissed));
+                }
+            }
+        }
+        let live: Vec<u32> = batch.processes.iter().map(|p| p.process.pid).collect();
+        self.resolver.retain(&live);
+        while let Ok(ev) = self.events.try_recv() {
+            self.pending_events.push(ev);
+        }
+        batch.inventory = std::mem::take(&mut self.pending_inventory);
+        batch.errors = std::mem::take(&mut self.pending_errors);
+        batch.events = std::mem::take(&mut self.pending_events);
+        for ev in &mut batch.events {
+            if ev.ts_ms == 0 {
+                ev.ts_ms = ts_ms;
+            }
+        }
+        batch
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        // Workers end when their channel closes; a worker stuck in the driver keeps its own
+        // reference to NVML, so the library is never unloaded under it.
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}

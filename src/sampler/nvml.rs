@@ -1,0 +1,127 @@
+//! Loading and initialising NVML, with one-line causes and fixes for every init failure.
+//!
+//! Invariant: nothing here panics or prints; failures come back as [`InitError`], whose
+//! `Display` is a single line naming the cause and the fix.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use nvml_wrapper::Nvml;
+use nvml_wrapper::error::NvmlError;
+
+/// Why NVML could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    #[error(
+        "cannot load the NVML library {path}: {reason} (install the NVIDIA driver, or point `nvml_library` / --nvml-library at libnvidia-ml.so.1)"
+    )]
+    LibraryMissing { path: String, reason: String },
+    #[error(
+        "the NVIDIA kernel driver is not loaded (load it with `modprobe nvidia` or reinstall the driver; `nvidia-smi` shows the same error)"
+    )]
+    DriverNotLoaded,
+    #[error(
+        "no permission to open the NVIDIA devices (run as a user that can read /dev/nvidia*, e.g. in the `video` group)"
+    )]
+    NoPermission,
+    #[error(
+        "the NVML library and the kernel driver have different versions (reboot or reload the nvidia kernel module after a driver upgrade)"
+    )]
+    VersionMismatch,
+    #[error("NVML library {path} lacks the symbol {symbol} (it is not a usable libnvidia-ml.so.1; point `nvml_library` at the driver's)")]
+    MissingSymbol { path: String, symbol: String },
+    #[error("NVML initialisation failed: {0} (check the driver with `nvidia-smi`)")]
+    Other(String),
+}
+
+/// A started NVML with the system-level facts read once at start.
+pub struct NvmlHandle {
+    pub nvml: Arc<Nvml>,
+    pub library: Option<PathBuf>,
+    pub driver_version: Option<String>,
+    pub nvml_version: Option<String>,
+    pub cuda_driver_version: Option<i32>,
+}
+
+impl std::fmt::Debug for NvmlHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvmlHandle")
+            .field("library", &self.library)
+            .field("driver_version", &self.driver_version)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Loads `library` (or the system's `libnvidia-ml.so.1`) and initialises NVML.
+pub fn init(library: Option<&Path>) -> Result<NvmlHandle, InitError> {
+    let shown = library.map_or_else(
+        || "libnvidia-ml.so.1".to_string(),
+        |p| p.display().to_string(),
+    );
+    if let Some(p) = library {
+        if !p.exists() {
+            return Err(InitError::LibraryMissing {
+                path: shown,
+                reason: "no such file".into(),
+            });
+        }
+    }
+    let result = match library {
+        Some(p) => Nvml::builder().lib_path(p.as_os_str()).init(),
+        None => Nvml::init(),
+    };
+    let nvml = result.map_err(|e| map_init_error(e, &shown))?;
+    Ok(NvmlHandle {
+        driver_version: nvml.sys_driver_version().ok(),
+        nvml_version: nvml.sys_nvml_version().ok(),
+        cuda_driver_version: nvml.sys_cuda_driver_version().ok(),
+        nvml: Arc::new(nvml),
+        library: library.map(Path::to_path_buf),
+    })
+}
+
+fn map_init_error(e: NvmlError, shown: &str) -> InitError {
+    match e {
+        NvmlError::LibloadingError(le) => InitError::LibraryMissing {
+            path: shown.to_string(),
+            reason: first_line(&le.to_string()),
+        },
+        NvmlError::LibraryNotFound => InitError::LibraryMissing {
+            path: shown.to_string(),
+            reason: "not found".into(),
+        },
+        NvmlError::DriverNotLoaded => InitError::DriverNotLoaded,
+        NvmlError::NoPermission => InitError::NoPermission,
+        NvmlError::LibRmVersionMismatch => InitError::VersionMismatch,
+        NvmlError::FailedToLoadSymbol(s) => InitError::MissingSymbol {
+            path: shown.to_string(),
+            symbol: first_line(&s),
+        },
+        other => InitError::Other(first_line(&error_text(&other))),
+    }
+}
+
+/// A short text for an NVML error, naming the return codes that nvml-wrapper leaves unmapped.
+pub fn error_text(e: &NvmlError) -> String {
+    match e {
+        NvmlError::UnexpectedVariant(23) => "insufficient resources".into(),
+        NvmlError::UnexpectedVariant(25) => "argument version mismatch".into(),
+        NvmlError::UnexpectedVariant(26) => "deprecated".into(),
+        NvmlError::UnexpectedVariant(27) => "not ready".into(),
+        NvmlError::UnexpectedVariant(28) => "GPU not found".into(),
+        NvmlError::UnexpectedVariant(29) => "invalid state".into(),
+        other => first_line(&other.to_string()),
+    }
+}
+
+/// Errors meaning the GPU itself is gone (fallen off the bus, needs a reset, vanished).
+pub fn is_lost(e: &NvmlError) -> bool {
+    matches!(
+        e,
+        NvmlError::GpuLost | NvmlError::ResetRequired | NvmlError::UnexpectedVariant(28)
+    )
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or("").trim().to_string()
+}

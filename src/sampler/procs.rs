@@ -1,0 +1,204 @@
+//! Resolves GPU process PIDs to who they are, through /proc.
+//!
+//! Invariants:
+//! - `(pid, start_time_ms)` identifies a process; a PID reused by a new process is resolved
+//!   again (the cache is keyed by both).
+//! - Command lines are redacted before they leave this module.
+//! - A PID that cannot be resolved (another PID namespace, already exited, or a simulated
+//!   process) still yields a `ProcessInfo` with its PID. Static `overrides` (the simulated
+//!   processes of a scenario, in the demo) take precedence over /proc.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::PathBuf;
+
+use crate::model::ProcessInfo;
+
+use super::redact::Redactor;
+
+/// Static process metadata for PIDs that /proc does not know (simulated processes).
+#[derive(Debug, Clone, Default)]
+pub struct ProcessOverrides(pub HashMap<u32, ProcessInfo>);
+
+#[derive(Debug)]
+pub struct ProcResolver {
+    root: PathBuf,
+    redactor: Redactor,
+    boot_time_ms: i64,
+    ticks_per_sec: i64,
+    /// pid → resolved info (with start time) from the last time we saw it.
+    cache: HashMap<u32, ProcessInfo>,
+    overrides: ProcessOverrides,
+    users: HashMap<u32, Option<String>>,
+}
+
+impl ProcResolver {
+    pub fn new(redactor: Redactor, overrides: ProcessOverrides) -> Self {
+        let root = PathBuf::from("/proc");
+        let boot_time_ms = fs::read_to_string(root.join("stat"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("btime ").map(|v| v.trim().parse::<i64>()))
+            })
+            .and_then(Result::ok)
+            .map_or(0, |s| s * 1000);
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let tps = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        Self {
+            root,
+            redactor,
+            boot_time_ms,
+            ticks_per_sec: if tps > 0 { tps } else { 100 },
+            cache: HashMap::new(),
+            overrides,
+            users: HashMap::new(),
+        }
+    }
+
+    /// Who `pid` is right now. Reads /proc/PID/stat every call (to notice PID reuse) and the
+    /// rest only when the process is new.
+    pub fn resolve(&mut self, pid: u32) -> ProcessInfo {
+        if let Some(info) = self.overrides.0.get(&pid) {
+            return info.clone();
+        }
+        let Some(start) = self.start_time_ms(pid) else {
+            self.cache.remove(&pid);
+            return ProcessInfo {
+                pid,
+                ..ProcessInfo::default()
+            };
+        };
+        if let Some(info) = self.cache.get(&pid) {
+            if info.start_time_ms == start {
+                return info.clone();
+            }
+        }
+        let info = self.read_process(pid, start);
+        self.cache.insert(pid, info.clone());
+        info
+    }
+
+    /// Forgets PIDs not in `live`, so the cache stays as small as the process table.
+    pub fn retain(&mut self, live: &[u32]) {
+        self.cache.retain(|pid, _| live.contains(pid));
+    }
+
+    fn start_time_ms(&self, pid: u32) -> Option<i64> {
+        let stat = fs::read_to_string(self.root.join(pid.to_string()).join("stat")).ok()?;
+        // The command name is in parentheses and may contain spaces or ')': split after the last ')'.
+        let rest = &stat[stat.rfind(')')? + 1..];
+        // Fields after ")" start at field 3 (state); starttime is field 22.
+        let start_ticks: i64 = rest.split_whitespace().nth(19)?.parse().ok()?;
+        Some(self.boot_time_ms + start_ticks * 1000 / self.ticks_per_sec)
+    }
+
+    fn read_process(&mut self, pid: u32, start_time_ms: i64) -> ProcessInfo {
+        let dir = self.root.join(pid.to_string());
+        let name = fs::read_to_string(dir.join("comm"))
+            .ok()
+            .map(|s| s.trim_end().to_string());
+        let cmdline = fs::read(dir.join("cmdline")).ok().and_then(|raw| {
+            let argv: Vec<String> = raw
+                .split(|&b| b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            (!argv.is_empty()).then(|| self.redactor.redact_argv(&argv))
+        });
+        let uid = fs::read_to_string(dir.join("status")).ok().and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u32>().ok())
+        });
+        let user = uid.and_then(|u| self.user_name(u));
+        ProcessInfo {
+            pid,
+            start_time_ms,
+            name,
+            cmdline,
+            user,
+        }
+    }
+
+    fn user_name(&mut self, uid: u32) -> Option<String> {
+        self.users
+            .entry(uid)
+            .or_insert_with(|| lookup_user(uid).or_else(|| Some(uid.to_string())))
+            .clone()
+    }
+}
+
+/// Looks a uid up with getpwuid_r (NSS-aware, thread-safe).
+fn lookup_user(uid: u32) -> Option<String> {
+    let mut buf = vec![0 as libc::c_char; 4096];
+    // SAFETY: passwd is plain data; zeroed is a valid bit pattern for it.
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut result: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: all pointers are valid for the call; buf outlives the use of pwd's fields.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut result) };
+    if rc != 0 || result.is_null() || pwd.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: pw_name points into buf and is NUL-terminated per getpwuid_r's contract.
+    let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) };
+    Some(name.to_string_lossy().into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolver() -> ProcResolver {
+        ProcResolver::new(Redactor::new(&[]).expect("valid"), ProcessOverrides::default())
+    }
+
+    #[test]
+    fn resolves_a_real_child_with_redaction() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 30", "gpuwatch-test", "--api-key=SECRETVALUE"])
+            .spawn()
+            .expect("spawn sh");
+        let mut r = resolver();
+        let info = r.resolve(child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(info.pid, child.id());
+        assert_eq!(info.name.as_deref(), Some("sh"));
+        let cmd = info.cmdline.expect("cmdline");
+        assert!(cmd.contains("--api-key=***"), "{cmd}");
+        assert!(!cmd.contains("SECRETVALUE"), "{cmd}");
+        assert!(info.user.is_some());
+        let now = chrono::Utc::now().timestamp_millis();
+        assert!(info.start_time_ms > now - 60_000 && info.start_time_ms <= now + 1000);
+    }
+
+    #[test]
+    fn overrides_answer_for_simulated_pids() {
+        let mut o = ProcessOverrides::default();
+        let pid = 4_000_000_000;
+        o.0.insert(
+            pid,
+            ProcessInfo {
+                pid,
+                start_time_ms: 5,
+                name: Some("python".into()),
+                cmdline: None,
+                user: Some("alice".into()),
+            },
+        );
+        let mut r = ProcResolver::new(Redactor::new(&[]).expect("valid"), o);
+        assert_eq!(r.resolve(pid).name.as_deref(), Some("python"));
+        assert_eq!(r.resolve(pid - 1).name, None);
+    }
+
+    #[test]
+    fn self_process_is_cached_and_stable() {
+        let mut r = resolver();
+        let me = std::process::id();
+        let a = r.resolve(me);
+        let b = r.resolve(me);
+        assert_eq!(a, b);
+        assert!(a.start_time_ms > 0);
+    }
+}
