@@ -1,0 +1,175 @@
+//! The public value types the engine hands out: static GPU inventory, dynamic state at a tick,
+//! processes, call outcomes, XID events and training series.
+//!
+//! Invariants: all units are NVML's (percent, bytes, °C, mW, mJ, MHz, KB/s, bitmasks), so the
+//! fake library copies fields straight into NVML structs; everything is plain data (`Clone`,
+//! `Send`, `Sync`).
+
+use std::time::Duration;
+
+/// Static inventory of one simulated GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuSpec {
+    pub index: usize,
+    /// The preset key (`"H100-SXM-80GB"`).
+    pub model: String,
+    /// Marketing name as NVML reports it (`"NVIDIA H100 80GB HBM3"`).
+    pub name: String,
+    pub uuid: String,
+    pub serial: String,
+    /// `"00000000:18:00.0"` (domain:bus:device.function, the 32-byte `busId` form).
+    pub pci_bus_id: String,
+    pub pci_domain: u32,
+    pub pci_bus: u32,
+    pub pci_device: u32,
+    pub pci_device_id: u32,
+    pub pci_subsystem_id: u32,
+    pub brand: u32,
+    pub architecture: u32,
+    pub compute_capability: (i32, i32),
+    pub vbios: String,
+    pub memory_total_bytes: u64,
+    pub memory_reserved_bytes: u64,
+    pub power_limit_mw: u32,
+    pub power_min_mw: u32,
+    pub power_max_mw: u32,
+    pub power_default_mw: u32,
+    pub temp_shutdown_c: u32,
+    pub temp_slowdown_c: u32,
+    pub temp_gpu_max_c: u32,
+    /// `None` where the board reports no memory temperature limit.
+    pub temp_mem_max_c: Option<u32>,
+    pub pcie_max_gen: u32,
+    pub pcie_max_width: u32,
+    pub sm_clock_max_mhz: u32,
+    pub mem_clock_max_mhz: u32,
+    pub num_fans: u32,
+    pub persistence_mode: bool,
+    pub mig_mode: bool,
+    /// Tick from which every per-device call answers GPU_IS_LOST.
+    pub lost_at_tick: Option<u64>,
+    /// Base names of the symbols this GPU answers NOT_SUPPORTED.
+    pub not_supported: Vec<String>,
+}
+
+/// Every dynamic value of one GPU at one tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GpuState {
+    pub tick: u64,
+    /// The GPU has fallen off the bus (`lost_at` reached).
+    pub lost: bool,
+    pub util_gpu: u32,
+    pub util_mem: u32,
+    pub mem_total_bytes: u64,
+    pub mem_reserved_bytes: u64,
+    pub mem_used_bytes: u64,
+    /// `total - reserved - used`.
+    pub mem_free_bytes: u64,
+    pub temp_c: u32,
+    pub power_mw: u32,
+    /// Energy since the (simulated) driver load, consistent with the integral of power.
+    pub energy_mj: u64,
+    pub fan_percent: u32,
+    pub sm_clock_mhz: u32,
+    pub mem_clock_mhz: u32,
+    pub pcie_tx_kbs: u32,
+    pub pcie_rx_kbs: u32,
+    pub pcie_gen: u32,
+    pub pcie_width: u32,
+    pub pstate: u32,
+    pub throttle_reasons: u64,
+    pub ecc_corrected: u64,
+    pub ecc_uncorrected: u64,
+    pub remapped_rows_corr: u32,
+    pub remapped_rows_unc: u32,
+    pub remap_pending: bool,
+    pub retired_pages_sbe: u32,
+    pub retired_pages_dbe: u32,
+    pub retired_pending: bool,
+}
+
+/// Static metadata of one simulated process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessSpec {
+    pub pid: u32,
+    pub name: String,
+    pub cmdline: String,
+    pub user: String,
+    pub gpus: Vec<usize>,
+    pub start_tick: u64,
+    /// First tick at which the process is gone; `None` runs forever.
+    pub end_tick: Option<u64>,
+}
+
+impl ProcessSpec {
+    pub fn alive_at(&self, tick: u64) -> bool {
+        self.start_tick <= tick && self.end_tick.is_none_or(|e| tick < e)
+    }
+}
+
+/// A live process's memory on one GPU at one tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessState {
+    pub pid: u32,
+    pub used_bytes: u64,
+}
+
+/// What an NVML call should do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallOutcome {
+    /// Answer normally.
+    Ok,
+    /// Return this NVML code.
+    Error(u32),
+    /// Sleep this long in wall time, then answer (see [`crate::Scenario::call_error`]).
+    Block(Duration),
+    /// Never return.
+    BlockForever,
+}
+
+/// An XID error event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XidEvent {
+    pub gpu: usize,
+    pub tick: u64,
+    pub xid: u64,
+}
+
+/// One Prometheus-style sample of a training series.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainingValue {
+    /// `"training_step"` or `"training_loss"`.
+    pub name: String,
+    /// Sorted by key: `job`, plus `gpu` (the index) when the job reports per GPU.
+    pub labels: Vec<(String, String)>,
+    pub value: f64,
+}
+
+/// Why a training job's steps stop for a while.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StallKind {
+    /// Stuck (e.g. a collective waiting forever): the thing gpuwatch should alert on.
+    Hang,
+    /// Deliberate (checkpoint save, evaluation): steps resume on their own.
+    Checkpoint,
+}
+
+/// A window in which a training job makes no progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stall {
+    pub from_tick: u64,
+    pub to_tick: u64,
+    pub kind: StallKind,
+}
+
+/// Static description of a training job (for tests that know where the hangs are).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainingSpec {
+    pub job: String,
+    pub gpus: Vec<usize>,
+    pub start_tick: u64,
+    pub end_tick: Option<u64>,
+    pub steps_per_sec: f64,
+    pub per_gpu: bool,
+    pub stalls: Vec<Stall>,
+}
