@@ -1,1 +1,173 @@
-//! placeholder
+//! gpuwatch-fake-nvml: a fake `libnvidia-ml.so.1` serving simulated GPUs from a gpuwatch-sim
+//! scenario, for CI without GPUs, the demo, and tests (nvml-wrapper and pynvml both load it).
+//!
+//! Invariants:
+//! - Every export runs inside [`guard`]: a panic becomes NVML_ERROR_UNKNOWN, never an unwind
+//!   across the C boundary.
+//! - Every per-device export goes through [`device_call`]: initialised? valid handle? then the
+//!   scenario decides (injected error, block, lost GPU, NOT_SUPPORTED) before any value is read,
+//!   and values come from `Scenario::gpu_state` at the current tick (constant time).
+//! - No background threads; no state outside `state::STATE` (and the static handle slots).
+//! - Output pointers are checked for null (INVALID_ARGUMENT) and written only on success.
+//!
+//! Module map: `init` (init/shutdown/system/handles/error strings), `device` (inventory and
+//! sensors), `health` (ECC, retirement, throttling, modes), `process` (running processes),
+//! `events` (XID event sets), `control` (gpuwatchFake* test controls), `state`, `ffi_types`.
+// The exports keep NVML's C names, and each follows the contract nvml.h documents for it.
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+/// Define a per-device export that writes one value: `getter!(nvmlDeviceGetX, u32, |d| ...)`.
+/// The symbol name given to the scenario is the export's own name.
+macro_rules! getter {
+    ($name:ident, $ty:ty, |$d:ident| $value:expr) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            device: $crate::ffi_types::NvmlDevice,
+            value: *mut $ty,
+        ) -> $crate::ffi_types::NvmlReturn {
+            $crate::device_call(device, stringify!($name), |$d| {
+                let v: $ty = $value;
+                // SAFETY: `value` is null (rejected) or the caller's writable output.
+                unsafe { $crate::out(value, v) }
+            })
+        }
+    };
+}
+
+mod control;
+mod device;
+mod events;
+mod ffi_types;
+mod health;
+mod init;
+mod process;
+mod state;
+
+use std::ffi::c_char;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpuwatch_sim::nvml::code;
+use gpuwatch_sim::{CallOutcome, GpuSpec, GpuState, Scenario};
+
+use crate::ffi_types::{NvmlDevice, NvmlReturn};
+
+/// Run an export body, turning a panic into NVML_ERROR_UNKNOWN.
+pub(crate) fn guard(f: impl FnOnce() -> NvmlReturn) -> NvmlReturn {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(code::UNKNOWN)
+}
+
+/// Write `value` through `ptr`; INVALID_ARGUMENT for null.
+///
+/// # Safety
+/// `ptr` must be null or valid for a write of `T`.
+pub(crate) unsafe fn out<T>(ptr: *mut T, value: T) -> NvmlReturn {
+    if ptr.is_null() {
+        return code::INVALID_ARGUMENT;
+    }
+    // SAFETY: non-null, and the caller guarantees it points to a writable T.
+    unsafe { ptr.write_unaligned(value) };
+    code::SUCCESS
+}
+
+/// Copy `text` into a C buffer of `len` bytes with its NUL, or INSUFFICIENT_SIZE.
+///
+/// # Safety
+/// `buf` must be null or valid for `len` bytes.
+pub(crate) unsafe fn out_str(buf: *mut c_char, len: u32, text: &str) -> NvmlReturn {
+    if buf.is_null() {
+        return code::INVALID_ARGUMENT;
+    }
+    let bytes = text.as_bytes();
+    if bytes.len() + 1 > len as usize {
+        return code::INSUFFICIENT_SIZE;
+    }
+    // SAFETY: the caller's buffer holds `len >= bytes.len() + 1` bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr().cast::<c_char>(), buf, bytes.len());
+        buf.add(bytes.len()).write(0);
+    }
+    code::SUCCESS
+}
+
+/// Device handles: addresses of these slots (non-null, stable while we are loaded).
+static HANDLE_SLOTS: [u8; gpuwatch_sim::MAX_GPUS] = [0; gpuwatch_sim::MAX_GPUS];
+
+pub(crate) fn handle_for(index: usize) -> NvmlDevice {
+    HANDLE_SLOTS
+        .as_ptr()
+        .wrapping_add(index.min(gpuwatch_sim::MAX_GPUS - 1)) as NvmlDevice
+}
+
+/// The GPU index behind a handle, if it is one of ours.
+pub(crate) fn index_of(handle: NvmlDevice) -> Option<usize> {
+    let offset = (handle as usize).wrapping_sub(HANDLE_SLOTS.as_ptr() as usize);
+    (offset < gpuwatch_sim::MAX_GPUS).then_some(offset)
+}
+
+/// What a per-device body gets: the scenario, the GPU and the tick the call is answered at.
+pub(crate) struct Device {
+    pub scenario: Arc<Scenario>,
+    pub index: usize,
+    pub tick: u64,
+}
+
+impl Device {
+    pub fn spec(&self) -> &GpuSpec {
+        self.scenario.gpu(self.index)
+    }
+
+    pub fn state(&self) -> GpuState {
+        self.scenario.gpu_state(self.index, self.tick)
+    }
+}
+
+/// Apply the scenario's verdict for `symbol` on GPU `index`; `Ok(tick)` means answer at `tick`.
+pub(crate) fn decide(
+    scenario: &Scenario,
+    index: usize,
+    symbol: &str,
+    tick: u64,
+) -> Result<u64, NvmlReturn> {
+    match scenario.call_outcome(index, symbol, tick) {
+        CallOutcome::Ok => Ok(tick),
+        CallOutcome::Error(c) => Err(c),
+        CallOutcome::Block(d) => {
+            std::thread::sleep(d);
+            // The world moved on while we slept: answer at the tick of now.
+            let now = state::current_tick().ok_or(code::UNINITIALIZED)?;
+            match scenario.call_error(index, symbol, now) {
+                Some(c) => Err(c),
+                None => Ok(now),
+            }
+        }
+        CallOutcome::BlockForever => loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        },
+    }
+}
+
+/// The common path of every per-device export.
+pub(crate) fn device_call(
+    handle: NvmlDevice,
+    symbol: &str,
+    body: impl FnOnce(&Device) -> NvmlReturn,
+) -> NvmlReturn {
+    guard(|| {
+        let Some((scenario, tick)) = state::snapshot() else {
+            return code::UNINITIALIZED;
+        };
+        let Some(index) = index_of(handle).filter(|i| *i < scenario.gpu_count()) else {
+            return code::INVALID_ARGUMENT;
+        };
+        match decide(&scenario, index, symbol, tick) {
+            Ok(tick) => body(&Device {
+                scenario,
+                index,
+                tick,
+            }),
+            Err(c) => c,
+        }
+    })
+}

@@ -1,0 +1,169 @@
+//! Library-wide state: the init refcount, the loaded scenario, the clock and the event sets.
+//!
+//! Invariants:
+//! - One `Mutex<State>`; it is held only for bookkeeping, never while sleeping, so a blocked or
+//!   waiting call never stalls other threads. Poisoning is ignored (every export catches panics,
+//!   and the state stays consistent because each update is a single assignment).
+//! - A session exists exactly while the refcount is > 0; the first init after a full shutdown
+//!   builds a fresh one (new scenario load, clock from zero, no event sets).
+//! - The current tick is `manual` once `gpuwatchFakeSetTick` was called in this session, else
+//!   `floor(wall ms since init * speed / tick_ms)`; it never depends on how many calls were made.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, c_void};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use gpuwatch_sim::Scenario;
+
+use crate::events::EventSet;
+
+/// File looked for next to the loaded library when `GPUWATCH_FAKE_SCENARIO` is not set.
+pub const SCENARIO_FILE: &str = "gpuwatch-scenario.toml";
+pub const ENV_SCENARIO: &str = "GPUWATCH_FAKE_SCENARIO";
+pub const ENV_SPEED: &str = "GPUWATCH_FAKE_SPEED";
+
+pub struct Session {
+    pub scenario: Arc<Scenario>,
+    /// The file loaded; `None` for the built-in default.
+    pub path: Option<PathBuf>,
+    start: Instant,
+    speed: f64,
+    manual_tick: Option<u64>,
+    pub event_sets: HashMap<usize, EventSet>,
+    pub next_set_id: usize,
+}
+
+impl Session {
+    pub fn tick(&self) -> u64 {
+        if let Some(t) = self.manual_tick {
+            return t;
+        }
+        let ms = self.start.elapsed().as_secs_f64() * 1000.0 * self.speed;
+        (ms / self.scenario.tick_ms() as f64).floor() as u64
+    }
+
+    pub fn set_manual_tick(&mut self, tick: u64) {
+        self.manual_tick = Some(tick);
+    }
+}
+
+#[derive(Default)]
+pub struct State {
+    refcount: u32,
+    pub session: Option<Session>,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    refcount: 0,
+    session: None,
+});
+
+/// Set once the first load error has been printed, so a broken file is reported once.
+static ERROR_PRINTED: AtomicBool = AtomicBool::new(false);
+
+pub fn lock() -> MutexGuard<'static, State> {
+    STATE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The scenario and current tick, when initialised.
+pub fn snapshot() -> Option<(Arc<Scenario>, u64)> {
+    let st = lock();
+    st.session
+        .as_ref()
+        .map(|s| (Arc::clone(&s.scenario), s.tick()))
+}
+
+/// The current tick (for a caller already holding the scenario).
+pub fn current_tick() -> Option<u64> {
+    lock().session.as_ref().map(Session::tick)
+}
+
+/// Directory of this shared object, found with `dladdr` on one of our own functions.
+fn own_dir() -> Option<PathBuf> {
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let addr = own_dir as *const c_void;
+    // SAFETY: dladdr only reads the address and fills `info`; a 0 return means "not found".
+    let found = unsafe { libc::dladdr(addr, &mut info) };
+    if found == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated string owned by the loader, valid while we are loaded.
+    let name = unsafe { CStr::from_ptr(info.dli_fname) };
+    let path = PathBuf::from(name.to_string_lossy().into_owned());
+    let path = if path.is_relative() {
+        std::env::current_dir().ok()?.join(path)
+    } else {
+        path
+    };
+    path.parent().map(PathBuf::from)
+}
+
+/// Where the scenario comes from: the env variable, else a file next to the library, else
+/// `None` (built-in default).
+pub fn scenario_location() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(ENV_SCENARIO).filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    let candidate = own_dir()?.join(SCENARIO_FILE);
+    candidate.is_file().then_some(candidate)
+}
+
+fn speed_for(scenario: &Scenario) -> f64 {
+    std::env::var(ENV_SPEED)
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or_else(|| scenario.speed())
+}
+
+/// `nvmlInit*`: count up; the first init loads the scenario. `Err` carries the NVML code.
+pub fn init() -> Result<(), u32> {
+    let mut st = lock();
+    if st.refcount > 0 {
+        st.refcount += 1;
+        return Ok(());
+    }
+    let path = scenario_location();
+    let loaded = match &path {
+        Some(p) => Scenario::from_path(p),
+        None => Ok(Scenario::builtin_default()),
+    };
+    let scenario = match loaded {
+        Ok(s) => s,
+        Err(e) => {
+            if !ERROR_PRINTED.swap(true, Ordering::Relaxed) {
+                eprintln!("gpuwatch-fake-nvml: cannot load the scenario, nvmlInit fails:\n{e}");
+            }
+            return Err(gpuwatch_sim::nvml::code::UNKNOWN);
+        }
+    };
+    st.session = Some(Session {
+        speed: speed_for(&scenario),
+        scenario: Arc::new(scenario),
+        path,
+        start: Instant::now(),
+        manual_tick: None,
+        event_sets: HashMap::new(),
+        next_set_id: 1,
+    });
+    st.refcount = 1;
+    Ok(())
+}
+
+/// `nvmlShutdown`: count down; the last one drops the session.
+pub fn shutdown() -> Result<(), u32> {
+    let mut st = lock();
+    if st.refcount == 0 {
+        return Err(gpuwatch_sim::nvml::code::UNINITIALIZED);
+    }
+    st.refcount -= 1;
+    if st.refcount == 0 {
+        st.session = None;
+    }
+    Ok(())
+}
