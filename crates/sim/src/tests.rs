@@ -609,3 +609,14 @@ fn demo_scenario_tells_its_story() {
     assert_eq!(s.processes_at(3, m(5.0)).len(), 2);
     assert_eq!(s.processes_at(3, m(10.0)).len(), 1);
 }
+
+#[test]
+fn documented_example_parses() {
+    let doc = include_str!("../SCENARIOS.md");
+    let start = doc.find("```toml\n").expect("an example in SCENARIOS.md") + "```toml\n".len();
+    let end = start + doc[start..].find("```").expect("closed example");
+    let s = parse(&doc[start..end]);
+    assert_eq!(s.name(), "overheat");
+    assert_eq!(s.gpu_state(0, 19 * 60 + 59).throttle_reasons, 0x60);
+    assert_eq!(s.training_jobs()[0].stalls[0].kind, StallKind::Hang);
+}
