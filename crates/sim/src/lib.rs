@@ -11,14 +11,15 @@
 //! - The same file always yields the same numbers (noise is a seeded hash, not an RNG).
 //! - A `Scenario` only exists if the file was valid; errors carry `file:line:col`.
 //!
-//! Module map: `spec` (TOML structs), `values` (durations, behaviours, ...), `compile`/`gpu`
-//! (validation and building), `behaviour` (shapes, noise, closed-form sums), `timeline` (segment
+//! Module map: `spec` (TOML structs), `values` (durations, behaviours, ...), `compile`/`gpu`/
+//! `entries` (validation and building), `behaviour` (shapes, noise, closed-form sums), `timeline` (segment
 //! flattening, energy), `engine` (queries), `training`, `presets`, `nvml` (codes and symbols),
 //! `types` (public values), `error`.
 
 mod behaviour;
 mod compile;
 mod engine;
+mod entries;
 mod error;
 mod gpu;
 pub mod nvml;
