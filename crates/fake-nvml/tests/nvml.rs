@@ -420,3 +420,76 @@ fn wall_clock_mode_advances_with_speed() {
     );
     assert!(nvml.device_by_index(0).expect("l40s").name().is_ok());
 }
+
+#[test]
+fn v1_memory_layout_for_pynvml() {
+    let fake = Fake::with(MIXED);
+    let nvml = fake.nvml();
+    fake.set_tick(100);
+    let scenario = Scenario::from_toml_str(MIXED, "mixed").expect("valid");
+    let st = scenario.gpu_state(0, 100);
+    let device = nvml.device_by_index(0).expect("h100");
+    type MemFn = unsafe extern "C" fn(*mut std::ffi::c_void, *mut [u64; 3]) -> c_uint;
+    // SAFETY: nvmlDeviceGetMemoryInfo(nvmlDevice_t, nvmlMemory_t*), nvmlMemory_t = 3 x u64.
+    let f = unsafe { fake.lib.get::<MemFn>(b"nvmlDeviceGetMemoryInfo") }.expect("exported");
+    let mut mem = [0u64; 3];
+    // SAFETY: the handle comes from the library; `mem` is a whole nvmlMemory_t.
+    assert_eq!(unsafe { f(device.handle().cast(), &mut mem) }, 0);
+    assert_eq!(
+        mem,
+        [
+            st.mem_total_bytes,
+            st.mem_free_bytes,
+            st.mem_total_bytes - st.mem_free_bytes
+        ]
+    );
+    // The v2 call refuses a struct without its version word.
+    type Mem2Fn = unsafe extern "C" fn(*mut std::ffi::c_void, *mut [u64; 5]) -> c_uint;
+    // SAFETY: nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t, nvmlMemory_v2_t*), 40 bytes.
+    let f2 = unsafe { fake.lib.get::<Mem2Fn>(b"nvmlDeviceGetMemoryInfo_v2") }.expect("exported");
+    let mut mem2 = [0u64; 5];
+    assert_eq!(
+        unsafe { f2(device.handle().cast(), &mut mem2) },
+        25,
+        "ARGUMENT_VERSION_MISMATCH"
+    );
+}
+
+#[test]
+fn block_forever_never_returns() {
+    let fake = Fake::with(&format!(
+        "{MIXED}\n[[fault]]\ngpu = 2\nsymbol = \"nvmlDeviceGetUtilizationRates\"\nblock = \"forever\"\n"
+    ));
+    let nvml = fake.nvml();
+    // SAFETY: the handle is a plain pointer value handed out by the library.
+    let handle = unsafe { nvml.device_by_index(2).expect("rtx").handle() } as usize;
+    type UtilFn = unsafe extern "C" fn(*mut std::ffi::c_void, *mut [u32; 2]) -> c_uint;
+    // SAFETY: nvmlDeviceGetUtilizationRates(nvmlDevice_t, nvmlUtilization_t*).
+    let f = *unsafe { fake.lib.get::<UtilFn>(b"nvmlDeviceGetUtilizationRates") }.expect("exported");
+    let stuck = std::thread::spawn(move || {
+        let mut u = [0u32; 2];
+        // SAFETY: as above; `u` is a whole nvmlUtilization_t.
+        unsafe { f(handle as *mut std::ffi::c_void, &mut u) }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!stuck.is_finished(), "a forever-blocked call returned");
+    // Other calls on the same GPU and other GPUs still answer.
+    assert!(
+        nvml.device_by_index(2)
+            .expect("rtx")
+            .temperature(TemperatureSensor::Gpu)
+            .is_ok()
+    );
+    assert!(
+        nvml.device_by_index(0)
+            .expect("h100")
+            .utilization_rates()
+            .is_ok()
+    );
+    // Keep the library mapped for the sleeping thread until the process exits (the file itself
+    // can go: a mapped file outlives its directory entry).
+    std::mem::forget(nvml);
+    let Fake { dir, lib, .. } = fake;
+    std::mem::forget(lib);
+    drop(dir);
+}
