@@ -7,3 +7,4 @@
 pub mod config;
 pub mod model;
 pub mod sampler;
+pub mod store;

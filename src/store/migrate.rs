@@ -1,0 +1,178 @@
+//! Schema migrations: the `migrations/NNNN_name.sql` files, embedded in order.
+//!
+//! Invariants:
+//! - `PRAGMA user_version` is the schema version; `schema_migrations` records, for humans,
+//!   which migration was applied when. Both change in the same transaction as the DDL.
+//! - Pending migrations are applied in order in ONE `BEGIN IMMEDIATE` transaction: a crash
+//!   or an error leaves the database at its old version, never half-upgraded; two processes
+//!   opening the same file at once upgrade it once.
+//! - A database with a version newer than [`LATEST_VERSION`] is refused, never touched.
+//! - Migrations are append-only: a released file is never edited, a change is a new file.
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use super::{APPLICATION_ID, StoreError};
+
+struct Migration {
+    version: u32,
+    name: &'static str,
+    sql: &'static str,
+}
+
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "init",
+        sql: include_str!("../../migrations/0001_init.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "rollups_and_training",
+        sql: include_str!("../../migrations/0002_rollups_and_training.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "views",
+        sql: include_str!("../../migrations/0003_views.sql"),
+    },
+];
+
+/// The schema version this binary writes and reads.
+pub const LATEST_VERSION: u32 = 3;
+
+/// The schema version of the database (`PRAGMA user_version`; 0 for an empty file).
+pub fn schema_version(conn: &Connection) -> Result<u32, StoreError> {
+    Ok(conn.pragma_query_value(None, "user_version", |r| r.get(0))?)
+}
+
+/// Refuses files that belong to another application.
+pub(super) fn check_application_id(conn: &Connection) -> Result<(), StoreError> {
+    let id: i64 = conn.pragma_query_value(None, "application_id", |r| r.get(0))?;
+    if id != 0 && id != i64::from(APPLICATION_ID) {
+        return Err(StoreError::NotGpuwatch {
+            path: conn_path(conn),
+            application_id: id,
+        });
+    }
+    Ok(())
+}
+
+fn conn_path(conn: &Connection) -> String {
+    match conn.path() {
+        Some(p) if !p.is_empty() => p.to_string(),
+        _ => ":memory:".to_string(),
+    }
+}
+
+/// Upgrades the database to [`LATEST_VERSION`].
+pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    migrate_to(conn, LATEST_VERSION)
+}
+
+/// Upgrades the database to exactly `version` (tests use it to build an old database).
+/// Does nothing when it is already there; fails with [`StoreError::TooNew`] when the database
+/// is newer than `version` or than this binary.
+pub fn migrate_to(conn: &mut Connection, version: u32) -> Result<(), StoreError> {
+    if version > LATEST_VERSION {
+        return Err(StoreError::Config(format!(
+            "cannot migrate to version {version}: this gpuwatch knows versions up to \
+             {LATEST_VERSION}"
+        )));
+    }
+    check_application_id(conn)?;
+    // Cheap check outside a transaction first, so a read-only or too-new file is refused
+    // without taking the write lock.
+    let found = schema_version(conn)?;
+    if found > LATEST_VERSION || found > version {
+        return Err(too_new(conn, found, version));
+    }
+    if found == version {
+        return Ok(());
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    // Re-read under the write lock: another process may have upgraded meanwhile.
+    let found = schema_version(&tx)?;
+    if found > version {
+        return Err(too_new(&tx, found, version));
+    }
+    if found == 0 {
+        let objects: i64 = tx.query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%'",
+            [],
+            |r| r.get(0),
+        )?;
+        if objects > 0 {
+            return Err(StoreError::NotGpuwatch {
+                path: conn_path(&tx),
+                application_id: 0,
+            });
+        }
+    }
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    for m in MIGRATIONS
+        .iter()
+        .filter(|m| m.version > found && m.version <= version)
+    {
+        let fail = |source| StoreError::Migration {
+            version: m.version,
+            name: m.name,
+            source,
+        };
+        tx.execute_batch(m.sql).map_err(fail)?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, name, applied_ms) VALUES (?1, ?2, ?3)",
+            (m.version, m.name, now_ms),
+        )
+        .map_err(fail)?;
+        tx.pragma_update(None, "user_version", m.version)
+            .map_err(fail)?;
+        tracing::info!(
+            version = m.version,
+            name = m.name,
+            "applied schema migration"
+        );
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+fn too_new(conn: &Connection, found: u32, wanted: u32) -> StoreError {
+    StoreError::TooNew {
+        path: conn_path(conn),
+        found,
+        known: wanted.min(LATEST_VERSION),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_numbered_in_order() {
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(m.version as usize, i + 1, "{}", m.name);
+        }
+        assert_eq!(MIGRATIONS.len() as u32, LATEST_VERSION);
+    }
+
+    #[test]
+    fn fresh_in_memory_database_migrates_and_is_idempotent() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate_to(&mut conn, LATEST_VERSION).unwrap();
+        migrate_to(&mut conn, LATEST_VERSION).unwrap();
+        assert_eq!(schema_version(&conn).unwrap(), LATEST_VERSION);
+        let n: i64 = conn
+            .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, LATEST_VERSION as i64);
+    }
+
+    #[test]
+    fn foreign_database_is_refused() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (x)").unwrap();
+        let err = migrate_to(&mut conn, 1).unwrap_err();
+        assert!(matches!(err, StoreError::NotGpuwatch { .. }), "{err}");
+    }
+}

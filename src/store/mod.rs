@@ -1,0 +1,331 @@
+//! The store: GPU history in one SQLite file (WAL), bounded in time and in size.
+//!
+//! This module owns opening the database (pragmas, hard size cap, migrations), the [`Store`]
+//! that writes ticks, the configuration and the error type. The other files own:
+//! - `migrate.rs`: the embedded `migrations/*.sql`, schema versions, upgrades in place;
+//! - `write.rs`: [`Store::write_tick`] and [`Store::write_ticks`], id caches, SQLITE_FULL retry;
+//! - `rows.rs`: the SQL of one tick's rows (upserts, NULLs, id resolution);
+//! - `rollup.rs`: 1-minute rollups ([`Store::rollup_range`]) and the per-host rollup progress;
+//! - `bounds.rs`: maintenance steps and retention per host ([`Store::maintain_step`]);
+//! - `size.rs`: the `max_db_size` bound (oldest raw data first, then rollups) and SQLITE_FULL;
+//! - `writer.rs`: the dedicated writer thread ([`WriterHandle`]);
+//! - `read.rs`: queries for `gpuwatch status`, `/healthz` and tests;
+//! - `synth.rs`: deterministic synthetic tick batches for tests and benchmarks.
+//!
+//! Invariants:
+//! - Every write through a [`Store`] belongs to `StoreConfig::host`; the file may hold other
+//!   hosts (imports), whose retention counts back from their own newest timestamp.
+//! - One writer connection per process does the sampling writes; every write transaction is
+//!   short (one tick, or one bounded maintenance step), so other writers wait at most a tick.
+//! - The main database file never exceeds `max_db_size`: `PRAGMA max_page_count` is a hard
+//!   cap, and maintenance keeps the used pages below [`HIGH_WATER`] of it.
+//! - Readers use [`open_read_only`]; WAL means they never block the writer.
+
+mod bounds;
+mod migrate;
+pub mod read;
+mod rollup;
+mod rows;
+mod size;
+pub mod synth;
+mod write;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+pub use bounds::MaintenanceStats;
+pub use migrate::{LATEST_VERSION, migrate_to, schema_version};
+pub use rows::labels_json;
+pub use write::WriteStats;
+pub use writer::{SendTickError, WRITER_QUEUE_CAPACITY, WriterHandle, WriterStats};
+
+/// `PRAGMA application_id` of a gpuwatch database ("GPUW").
+pub const APPLICATION_ID: i32 = 0x4750_5557;
+/// Maintenance deletes old data while the used pages exceed this fraction of `max_db_size`.
+pub const HIGH_WATER: f64 = 0.90;
+/// The smallest accepted `max_db_size`.
+pub const MIN_DB_SIZE: u64 = 1 << 20;
+/// How long the writer waits for another writer's lock before a write fails.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the store keeps and for whom.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// Raw samples (and process samples, training points) are kept this long, counted back
+    /// from the newest timestamp of each host.
+    pub retention: Duration,
+    /// 1-minute rollups and events are kept this long, counted the same way.
+    pub rollup_retention: Duration,
+    /// Hard bound on the main database file, in bytes (the WAL is bounded separately).
+    pub max_db_size: u64,
+    /// The host every write of this store belongs to.
+    pub host: String,
+}
+
+impl StoreConfig {
+    /// The documented defaults: 7 days raw, 90 days of rollups, 2 GiB.
+    pub fn new(host: impl Into<String>) -> Self {
+        Self {
+            retention: Duration::from_secs(7 * 24 * 3600),
+            rollup_retention: Duration::from_secs(90 * 24 * 3600),
+            max_db_size: 2 << 30,
+            host: host.into(),
+        }
+    }
+
+    fn validate(&self) -> Result<(), StoreError> {
+        if self.host.is_empty() {
+            return Err(StoreError::Config("host must not be empty".into()));
+        }
+        if self.max_db_size < MIN_DB_SIZE {
+            return Err(StoreError::Config(format!(
+                "max_db_size {} is below the minimum of {MIN_DB_SIZE} bytes",
+                self.max_db_size
+            )));
+        }
+        if self.retention.is_zero() || self.rollup_retention.is_zero() {
+            return Err(StoreError::Config(
+                "retention periods must be positive".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Everything that can go wrong in the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the directory of the database {0} does not exist")]
+    MissingParent(PathBuf),
+    #[error("database {0} does not exist")]
+    NotFound(PathBuf),
+    #[error("{path} is not a gpuwatch database (application_id {application_id:#x})")]
+    NotGpuwatch { path: String, application_id: i64 },
+    #[error(
+        "database {path} has schema version {found}, newer than version {known} known to this \
+         gpuwatch; use a newer gpuwatch (or a copy of the database made by this one)"
+    )]
+    TooNew {
+        path: String,
+        found: u32,
+        known: u32,
+    },
+    #[error(
+        "database {path} has schema version {found}, older than version {expected}; start the \
+         gpuwatch daemon (or any read-write command) once to upgrade it in place"
+    )]
+    Outdated {
+        path: String,
+        found: u32,
+        expected: u32,
+    },
+    #[error("migration {version} ({name}) failed: {source}")]
+    Migration {
+        version: u32,
+        name: &'static str,
+        source: rusqlite::Error,
+    },
+    #[error(
+        "no space for the write: max_db_size is {max_db_size} bytes (or the disk is full) and \
+         deleting old data did not free enough"
+    )]
+    Full { max_db_size: u64 },
+    #[error("invalid store configuration: {0}")]
+    Config(String),
+    #[error("SQLite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+}
+
+impl StoreError {
+    /// True for SQLITE_FULL (the `max_page_count` cap or a full disk).
+    pub fn is_full(&self) -> bool {
+        match self {
+            Self::Full { .. } => true,
+            Self::Sqlite(e) => is_full(e),
+            _ => false,
+        }
+    }
+}
+
+fn is_full(e: &rusqlite::Error) -> bool {
+    e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull)
+}
+
+/// How the file is used right now, from the page counts (cheap to read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DbUsage {
+    pub page_size: u64,
+    /// Pages in the database (its logical size; the main file grows to it at checkpoint).
+    pub page_count: u64,
+    /// Pages that are free for reuse.
+    pub freelist_count: u64,
+    /// `(page_count - freelist_count) * page_size`.
+    pub used_bytes: u64,
+    pub max_db_size: u64,
+}
+
+/// The writer side of the database. Not `Sync`; move it into [`WriterHandle::spawn`] for the
+/// daemon, or use it directly from one thread (imports, tests).
+pub struct Store {
+    conn: Connection,
+    cfg: StoreConfig,
+    path: PathBuf,
+    host_id: i64,
+    page_size: u64,
+    caches: write::Caches,
+    maint: bounds::MaintState,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.path)
+            .field("host", &self.cfg.host)
+            .field("host_id", &self.host_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opens (creating if needed) the database at `path` for writing, upgrades its schema to
+/// [`LATEST_VERSION`] in one transaction, and registers `cfg.host`.
+///
+/// The parent directory must exist. Sets WAL, `synchronous=NORMAL`, a busy timeout, a bounded
+/// WAL (`journal_size_limit`, `wal_autocheckpoint`) and `max_page_count` from `max_db_size`.
+pub fn open(path: &Path, cfg: &StoreConfig) -> Result<Store, StoreError> {
+    cfg.validate()?;
+    if let Some(parent) = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty() && !p.is_dir())
+    {
+        return Err(StoreError::MissingParent(parent.to_path_buf()));
+    }
+    let mut conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        tracing::warn!(path = %path.display(), mode, "could not switch the database to WAL");
+    }
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
+    let page_size = pragma_u64(&conn, "page_size")?.max(512);
+    let max_pages = cfg.max_db_size / page_size;
+    let cap: i64 =
+        conn.pragma_update_and_check(None, "max_page_count", to_i64(max_pages), |r| r.get(0))?;
+    let cap = u64::try_from(cap).unwrap_or_default();
+    if cap > max_pages {
+        tracing::warn!(
+            path = %path.display(),
+            file_pages = cap,
+            max_pages,
+            "the database is already larger than max_db_size; old data will be deleted down to \
+             the bound but the file only shrinks after a VACUUM"
+        );
+    }
+    // The WAL is reset after each checkpoint and truncated to this size.
+    let wal_pages = (max_pages / 32).clamp(64, 1000);
+    conn.pragma_update(None, "wal_autocheckpoint", to_i64(wal_pages))?;
+    conn.pragma_update(None, "journal_size_limit", to_i64(wal_pages * page_size))?;
+    conn.set_prepared_statement_cache_capacity(64);
+
+    migrate::migrate(&mut conn)?;
+    let host_id = write::ensure_host(&conn, &cfg.host)?;
+    let mut store = Store {
+        conn,
+        cfg: cfg.clone(),
+        path: path.to_path_buf(),
+        host_id,
+        page_size,
+        caches: write::Caches::default(),
+        maint: bounds::MaintState::new(),
+    };
+    store.caches.load(&store.conn, host_id)?;
+    Ok(store)
+}
+
+/// Opens an existing database read-only (CLI, HTTP). Fails with [`StoreError::NotFound`] when
+/// the file does not exist, and with [`StoreError::TooNew`] / [`StoreError::Outdated`] when its
+/// schema is not the one this binary knows.
+pub fn open_read_only(path: &Path) -> Result<Connection, StoreError> {
+    if !path.is_file() {
+        return Err(StoreError::NotFound(path.to_path_buf()));
+    }
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.set_prepared_statement_cache_capacity(32);
+    migrate::check_application_id(&conn)?;
+    let found = schema_version(&conn)?;
+    let path = path.display().to_string();
+    if found > LATEST_VERSION {
+        return Err(StoreError::TooNew {
+            path,
+            found,
+            known: LATEST_VERSION,
+        });
+    }
+    if found < LATEST_VERSION {
+        return Err(StoreError::Outdated {
+            path,
+            found,
+            expected: LATEST_VERSION,
+        });
+    }
+    Ok(conn)
+}
+
+impl Store {
+    /// The store's configuration.
+    pub fn config(&self) -> &StoreConfig {
+        &self.cfg
+    }
+
+    /// The database path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The writer connection, for reads in the same thread (tests, imports). Do not write
+    /// through it outside the store's own methods.
+    pub fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// Page counts of the database (two cheap pragmas).
+    pub fn usage(&self) -> Result<DbUsage, StoreError> {
+        let page_count = pragma_u64(&self.conn, "page_count")?;
+        let freelist_count = pragma_u64(&self.conn, "freelist_count")?;
+        Ok(DbUsage {
+            page_size: self.page_size,
+            page_count,
+            freelist_count,
+            used_bytes: page_count.saturating_sub(freelist_count) * self.page_size,
+            max_db_size: self.cfg.max_db_size,
+        })
+    }
+
+    /// Copies the WAL into the main file and truncates it (for tests, backups and shutdown).
+    pub fn checkpoint(&self) -> Result<(), StoreError> {
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        Ok(())
+    }
+}
+
+fn pragma_u64(conn: &Connection, name: &str) -> Result<u64, StoreError> {
+    let v: i64 = conn.pragma_query_value(None, name, |r| r.get(0))?;
+    Ok(u64::try_from(v).unwrap_or_default())
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}

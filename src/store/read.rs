@@ -1,0 +1,298 @@
+//! Read queries for `gpuwatch status`, `/healthz`, replays and tests.
+//!
+//! Invariants:
+//! - Every function takes a plain `&Connection` (normally from [`super::open_read_only`]) and
+//!   only reads; each is a handful of index lookups or one primary-key range scan.
+//! - Time is a parameter (`now_ms`), never the wall clock, so replays and tests agree.
+//! - Values come back in the model's types: NULL is `None`, 0 is `Some(0)`.
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use super::StoreError;
+use super::rows::sample_metric_columns;
+use crate::model::{GpuInventory, GpuSample, MetricError, SampleStatus, TsMs};
+
+/// One GPU as `gpuwatch status` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuStatusRow {
+    pub host: String,
+    /// The GPU's inventory; `uuid` is always set, the rest only if `inventory_known`.
+    pub inventory: GpuInventory,
+    /// False for a GPU seen in samples before any inventory report.
+    pub inventory_known: bool,
+    pub first_seen_ms: TsMs,
+    pub last_seen_ms: TsMs,
+    /// When the GPU was first reported lost (fallen off the bus); None when it is not.
+    pub lost_at_ms: Option<TsMs>,
+    /// The newest sample, if one is still stored.
+    pub latest: Option<GpuSample>,
+    /// `now_ms - latest.ts_ms`.
+    pub age_ms: Option<i64>,
+    /// Processes on the GPU at the newest sample's timestamp.
+    pub processes: Vec<GpuProcessRow>,
+}
+
+/// A process using a GPU at some tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuProcessRow {
+    pub pid: u32,
+    pub start_time_ms: TsMs,
+    pub name: Option<String>,
+    pub user: Option<String>,
+    pub used_mem_bytes: Option<u64>,
+}
+
+/// A metric that NVML fails to read on some GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricErrorRow {
+    pub host: String,
+    pub gpu_index: Option<u32>,
+    pub error: MetricError,
+}
+
+/// One GPU-minute of `rollups_1m` (a subset of the columns: see `docs/SCHEMA.md`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RollupRow {
+    pub ts_ms: TsMs,
+    pub gpu_uuid: String,
+    pub n: i64,
+    pub n_missed: i64,
+    pub n_lost: i64,
+    /// (min, avg, max) of the utilisation in percent.
+    pub util_gpu: (Option<i64>, Option<f64>, Option<i64>),
+    /// (min, avg, max) of the used memory in bytes.
+    pub mem_used: (Option<i64>, Option<f64>, Option<i64>),
+    /// (min, avg, max) of the temperature in °C.
+    pub temp: (Option<i64>, Option<f64>, Option<i64>),
+    /// (min, avg, max) of the power in mW.
+    pub power: (Option<i64>, Option<f64>, Option<i64>),
+    pub ecc_uncorrected_max: Option<i64>,
+    pub throttle_reasons_or: Option<u64>,
+}
+
+const HOST_FILTER: &str = "(?1 IS NULL OR h.name = ?1)";
+
+/// Inventory, newest sample, lost flag, age and live processes of every GPU (of `host`, or
+/// of all hosts), ordered by host and index.
+pub fn latest_per_gpu(
+    conn: &Connection,
+    host: Option<&str>,
+    now_ms: TsMs,
+) -> Result<Vec<GpuStatusRow>, StoreError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT h.name, g.id, g.uuid, g.gpu_index, g.name, g.serial, g.pci_bus_id,
+           g.driver_version, g.cuda_driver_version, g.nvml_version, g.memory_total_bytes,
+           g.power_limit_mw, g.power_limit_min_mw, g.power_limit_max_mw, g.temp_slowdown_c,
+           g.temp_shutdown_c, g.temp_gpu_max_c, g.pcie_max_gen, g.pcie_max_width,
+           g.persistence_mode, g.mig_mode, g.first_seen_ms, g.last_seen_ms, g.last_sample_ms,
+           g.lost_at_ms
+         FROM gpus g JOIN hosts h ON h.id = g.host_id
+         WHERE {HOST_FILTER}
+         ORDER BY h.name, g.gpu_index IS NULL, g.gpu_index, g.uuid"
+    ))?;
+    let gpus = stmt
+        .query_map(params![host], |r| {
+            let index: Option<u32> = r.get(3)?;
+            let row = GpuStatusRow {
+                host: r.get(0)?,
+                inventory: GpuInventory {
+                    index: index.unwrap_or_default(),
+                    uuid: r.get(2)?,
+                    name: r.get(4)?,
+                    serial: r.get(5)?,
+                    pci_bus_id: r.get(6)?,
+                    driver_version: r.get(7)?,
+                    cuda_driver_version: r.get(8)?,
+                    nvml_version: r.get(9)?,
+                    memory_total_bytes: u64_col(r, 10)?,
+                    power_limit_mw: r.get(11)?,
+                    power_limit_min_mw: r.get(12)?,
+                    power_limit_max_mw: r.get(13)?,
+                    temp_slowdown_c: r.get(14)?,
+                    temp_shutdown_c: r.get(15)?,
+                    temp_gpu_max_c: r.get(16)?,
+                    pcie_max_gen: r.get(17)?,
+                    pcie_max_width: r.get(18)?,
+                    persistence_mode: r.get(19)?,
+                    mig_mode: r.get(20)?,
+                },
+                inventory_known: index.is_some(),
+                first_seen_ms: r.get(21)?,
+                last_seen_ms: r.get(22)?,
+                lost_at_ms: r.get(24)?,
+                latest: None,
+                age_ms: None,
+                processes: Vec::new(),
+            };
+            Ok((row, r.get::<_, i64>(1)?, r.get::<_, Option<TsMs>>(23)?))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut sample = conn.prepare_cached(concat!(
+        "SELECT ts_ms, ",
+        sample_metric_columns!(),
+        " FROM samples WHERE ts_ms = ?1 AND gpu_id = ?2"
+    ))?;
+    let mut procs = conn.prepare_cached(
+        "SELECT p.pid, p.start_time_ms, p.name, p.user, ps.used_mem_bytes
+         FROM process_samples ps JOIN processes p ON p.id = ps.process_id
+         WHERE ps.ts_ms = ?1 AND ps.gpu_id = ?2 ORDER BY p.pid",
+    )?;
+    let mut out = Vec::with_capacity(gpus.len());
+    for (mut row, gpu_id, last_sample_ms) in gpus {
+        if let Some(ts) = last_sample_ms {
+            let uuid = row.inventory.uuid.clone();
+            row.latest = sample
+                .query_row(params![ts, gpu_id], |r| sample_from_row(r, uuid))
+                .optional()?;
+            if row.latest.is_some() {
+                row.age_ms = Some(now_ms - ts);
+                row.processes = procs
+                    .query_map(params![ts, gpu_id], |r| {
+                        Ok(GpuProcessRow {
+                            pid: r.get(0)?,
+                            start_time_ms: r.get(1)?,
+                            name: r.get(2)?,
+                            user: r.get(3)?,
+                            used_mem_bytes: u64_col(r, 4)?,
+                        })
+                    })?
+                    .collect::<Result<_, _>>()?;
+            }
+        }
+        out.push(row);
+    }
+    Ok(out)
+}
+
+/// The newest timestamp written for `host` (or any host): `None` for an empty database.
+pub fn last_sample_ts(conn: &Connection, host: Option<&str>) -> Result<Option<TsMs>, StoreError> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT max(g.last_sample_ms) FROM gpus g JOIN hosts h ON h.id = g.host_id
+             WHERE {HOST_FILTER}"
+        ))?
+        .query_row(params![host], |r| r.get(0))?)
+}
+
+/// Failing metrics per GPU, most recent failure first.
+pub fn metric_error_summary(
+    conn: &Connection,
+    host: Option<&str>,
+) -> Result<Vec<MetricErrorRow>, StoreError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT h.name, g.gpu_index, g.uuid, m.metric, m.error, m.count, m.first_ms, m.last_ms
+         FROM metric_errors m JOIN gpus g ON g.id = m.gpu_id JOIN hosts h ON h.id = g.host_id
+         WHERE {HOST_FILTER}
+         ORDER BY m.last_ms DESC, h.name, g.gpu_index, m.metric"
+    ))?;
+    let rows = stmt.query_map(params![host], |r| {
+        Ok(MetricErrorRow {
+            host: r.get(0)?,
+            gpu_index: r.get(1)?,
+            error: MetricError {
+                gpu_uuid: r.get(2)?,
+                metric: r.get(3)?,
+                error: r.get(4)?,
+                count: u64_col(r, 5)?.unwrap_or_default(),
+                first_ms: r.get(6)?,
+                last_ms: r.get(7)?,
+            },
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Raw samples with `from_ms <= ts_ms < to_ms` (of `host`, or all), in time order.
+pub fn samples(
+    conn: &Connection,
+    host: Option<&str>,
+    from_ms: TsMs,
+    to_ms: TsMs,
+) -> Result<Vec<GpuSample>, StoreError> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ts_ms, ",
+        sample_metric_columns!(),
+        ", (SELECT uuid FROM gpus WHERE id = gpu_id) FROM samples
+         WHERE ts_ms >= ?2 AND ts_ms < ?3 AND (?1 IS NULL OR gpu_id IN
+           (SELECT g.id FROM gpus g JOIN hosts h ON h.id = g.host_id WHERE h.name = ?1))
+         ORDER BY ts_ms, gpu_id"
+    ))?;
+    let rows = stmt.query_map(params![host, from_ms, to_ms], |r| {
+        let uuid: String = r.get(27)?;
+        sample_from_row(r, uuid)
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Rollups with `from_ms <= ts_ms < to_ms` (of `host`, or all), in time order.
+pub fn rollups(
+    conn: &Connection,
+    host: Option<&str>,
+    from_ms: TsMs,
+    to_ms: TsMs,
+) -> Result<Vec<RollupRow>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT r.ts_ms, g.uuid, r.n, r.n_missed, r.n_lost,
+           r.util_gpu_min, r.util_gpu_avg, r.util_gpu_max, r.mem_used_min, r.mem_used_avg,
+           r.mem_used_max, r.temp_min, r.temp_avg, r.temp_max, r.power_min, r.power_avg,
+           r.power_max, r.ecc_uncorrected_max, r.throttle_reasons_or
+         FROM rollups_1m r JOIN gpus g ON g.id = r.gpu_id JOIN hosts h ON h.id = g.host_id
+         WHERE r.ts_ms >= ?2 AND r.ts_ms < ?3 AND (?1 IS NULL OR h.name = ?1)
+         ORDER BY r.ts_ms, g.gpu_index",
+    )?;
+    let rows = stmt.query_map(params![host, from_ms, to_ms], |r| {
+        Ok(RollupRow {
+            ts_ms: r.get(0)?,
+            gpu_uuid: r.get(1)?,
+            n: r.get(2)?,
+            n_missed: r.get(3)?,
+            n_lost: r.get(4)?,
+            util_gpu: (r.get(5)?, r.get(6)?, r.get(7)?),
+            mem_used: (r.get(8)?, r.get(9)?, r.get(10)?),
+            temp: (r.get(11)?, r.get(12)?, r.get(13)?),
+            power: (r.get(14)?, r.get(15)?, r.get(16)?),
+            ecc_uncorrected_max: r.get(17)?,
+            throttle_reasons_or: r.get::<_, Option<i64>>(18)?.map(|v| v as u64),
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Reads an INTEGER column holding a u64 (stored saturated at `i64::MAX`).
+fn u64_col(r: &Row<'_>, idx: usize) -> rusqlite::Result<Option<u64>> {
+    Ok(r.get::<_, Option<i64>>(idx)?.map(|v| v.max(0) as u64))
+}
+
+/// Maps `ts_ms, <sample_metric_columns>` (columns 0..=26) to a [`GpuSample`].
+fn sample_from_row(r: &Row<'_>, uuid: String) -> rusqlite::Result<GpuSample> {
+    Ok(GpuSample {
+        ts_ms: r.get(0)?,
+        uuid,
+        status: SampleStatus::from_i64(r.get(1)?),
+        util_gpu_pct: r.get(2)?,
+        util_mem_pct: r.get(3)?,
+        mem_used_bytes: u64_col(r, 4)?,
+        mem_free_bytes: u64_col(r, 5)?,
+        mem_total_bytes: u64_col(r, 6)?,
+        temp_c: r.get(7)?,
+        fan_pct: r.get(8)?,
+        clock_sm_mhz: r.get(9)?,
+        clock_mem_mhz: r.get(10)?,
+        power_mw: r.get(11)?,
+        power_limit_mw: r.get(12)?,
+        energy_mj: u64_col(r, 13)?,
+        pstate: r.get(14)?,
+        pcie_tx_kbs: r.get(15)?,
+        pcie_rx_kbs: r.get(16)?,
+        pcie_gen: r.get(17)?,
+        pcie_width: r.get(18)?,
+        throttle_reasons: r.get::<_, Option<i64>>(19)?.map(|v| v as u64),
+        ecc_corrected: u64_col(r, 20)?,
+        ecc_uncorrected: u64_col(r, 21)?,
+        retired_pages: r.get(22)?,
+        remapped_rows_correctable: r.get(23)?,
+        remapped_rows_uncorrectable: r.get(24)?,
+        remap_pending: r.get(25)?,
+        remap_failure: r.get(26)?,
+    })
+}

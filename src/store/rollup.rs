@@ -1,0 +1,376 @@
+//! 1-minute rollups of `samples` into `rollups_1m`, and the per-host rollup progress.
+//!
+//! Invariants:
+//! - One mechanism: [`rollup_host`] recomputes whole minutes from the raw rows that exist and
+//!   upserts them. Live writes, catch-up after an upgrade, imports ([`Store::rollup_range`])
+//!   and "roll up before deleting raw data" all go through it; it is idempotent.
+//! - It never deletes a rollup: a minute whose raw rows are gone keeps its rollup.
+//! - `rollup_state.done_ms` per host: every minute starting before it has been rolled up.
+//!   The live path advances it to the start of the host's newest (incomplete) minute, at most
+//!   [`ROLLUP_BATCH_ROWS`] raw rows per step, so a backlog never stalls a tick.
+//! - Aggregates: min/max over non-NULL values, avg over non-NULL values, NULL when the
+//!   minute has no value; `throttle_reasons_or` is the bitwise OR of the masks (computed
+//!   here in Rust, since SQL has no bit-or aggregate), ECC and energy take the max.
+
+use std::sync::LazyLock;
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+
+use super::{Store, StoreError};
+use crate::model::TsMs;
+
+pub(super) const MINUTE_MS: i64 = 60_000;
+/// Raw rows a catch-up step scans at most, per host.
+pub(super) const ROLLUP_BATCH_ROWS: i64 = 4_000;
+
+pub(super) fn floor_minute(ts_ms: TsMs) -> TsMs {
+    ts_ms.div_euclid(MINUTE_MS) * MINUTE_MS
+}
+
+pub(super) fn ceil_minute(ts_ms: TsMs) -> TsMs {
+    floor_minute(ts_ms + MINUTE_MS - 1)
+}
+
+/// Metrics with min/max/avg, in `rollups_1m` column order: (rollup prefix, samples column).
+const METRICS: [(&str, &str); 10] = [
+    ("util_gpu", "util_gpu_pct"),
+    ("util_mem", "util_mem_pct"),
+    ("mem_used", "mem_used_bytes"),
+    ("temp", "temp_c"),
+    ("power", "power_mw"),
+    ("clock_sm", "clock_sm_mhz"),
+    ("clock_mem", "clock_mem_mhz"),
+    ("fan", "fan_pct"),
+    ("pcie_tx", "pcie_tx_kbs"),
+    ("pcie_rx", "pcie_rx_kbs"),
+];
+/// Extra columns: (rollup column, samples column), aggregated as noted in the module doc.
+const EXTRAS: [(&str, &str); 4] = [
+    ("ecc_corrected_max", "ecc_corrected"),
+    ("ecc_uncorrected_max", "ecc_uncorrected"),
+    ("throttle_reasons_or", "throttle_reasons"),
+    ("energy_mj_max", "energy_mj"),
+];
+
+static SELECT_SQL: LazyLock<String> = LazyLock::new(|| {
+    let cols: Vec<&str> = METRICS.iter().chain(EXTRAS.iter()).map(|m| m.1).collect();
+    format!(
+        "SELECT ts_ms, gpu_id, status, {} FROM samples
+         WHERE ts_ms >= ?1 AND ts_ms < ?2 AND gpu_id IN (SELECT id FROM gpus WHERE host_id = ?3)
+         ORDER BY ts_ms",
+        cols.join(", ")
+    )
+});
+
+static INSERT_SQL: LazyLock<String> = LazyLock::new(|| {
+    let mut cols = vec!["ts_ms", "gpu_id", "n", "n_missed", "n_lost"]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+    for (prefix, _) in METRICS {
+        for suffix in ["min", "max", "avg"] {
+            cols.push(format!("{prefix}_{suffix}"));
+        }
+    }
+    cols.extend(EXTRAS.iter().map(|e| e.0.to_string()));
+    let marks: Vec<String> = (1..=cols.len()).map(|i| format!("?{i}")).collect();
+    format!(
+        "INSERT OR REPLACE INTO rollups_1m ({}) VALUES ({})",
+        cols.join(", "),
+        marks.join(", ")
+    )
+});
+
+#[derive(Debug, Clone, Copy, Default)]
+struct MetricAcc {
+    min: Option<i64>,
+    max: Option<i64>,
+    sum: i128,
+    count: i64,
+}
+
+impl MetricAcc {
+    fn add(&mut self, v: Option<i64>) {
+        if let Some(v) = v {
+            self.min = Some(self.min.map_or(v, |m| m.min(v)));
+            self.max = Some(self.max.map_or(v, |m| m.max(v)));
+            self.sum += i128::from(v);
+            self.count += 1;
+        }
+    }
+
+    fn avg(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum as f64 / self.count as f64)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Acc {
+    gpu_id: i64,
+    n: i64,
+    n_missed: i64,
+    n_lost: i64,
+    metrics: [MetricAcc; METRICS.len()],
+    ecc_corrected: Option<i64>,
+    ecc_uncorrected: Option<i64>,
+    throttle: Option<i64>,
+    energy: Option<i64>,
+}
+
+fn opt_max(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Recomputes the rollups of `host_id` for every minute in `[from_ms, to_ms)` (both rounded
+/// out to whole minutes) from the raw rows present. Returns the number of rollup rows written.
+pub(super) fn rollup_host(
+    conn: &Connection,
+    host_id: i64,
+    from_ms: TsMs,
+    to_ms: TsMs,
+) -> Result<usize, StoreError> {
+    let (from, to) = (floor_minute(from_ms), ceil_minute(to_ms));
+    if from >= to {
+        return Ok(0);
+    }
+    let mut select = conn.prepare_cached(&SELECT_SQL)?;
+    let mut insert = conn.prepare_cached(&INSERT_SQL)?;
+    let mut written = 0;
+    let mut minute = i64::MIN;
+    let mut accs: Vec<Acc> = Vec::new();
+    let mut flush = |minute: i64, accs: &mut Vec<Acc>| -> Result<(), StoreError> {
+        for a in accs.drain(..) {
+            let mut values: Vec<rusqlite::types::Value> = Vec::with_capacity(39);
+            for v in [minute, a.gpu_id, a.n, a.n_missed, a.n_lost] {
+                values.push(v.into());
+            }
+            for m in &a.metrics {
+                values.push(m.min.into());
+                values.push(m.max.into());
+                values.push(m.avg().into());
+            }
+            for v in [a.ecc_corrected, a.ecc_uncorrected, a.throttle, a.energy] {
+                values.push(v.into());
+            }
+            insert.execute(rusqlite::params_from_iter(values))?;
+            written += 1;
+        }
+        Ok(())
+    };
+    let mut rows = select.query(params![from, to, host_id])?;
+    while let Some(r) = rows.next()? {
+        let ts: i64 = r.get(0)?;
+        let gpu_id: i64 = r.get(1)?;
+        let m = floor_minute(ts);
+        if m != minute {
+            flush(minute, &mut accs)?;
+            minute = m;
+        }
+        let idx = match accs.iter().position(|a| a.gpu_id == gpu_id) {
+            Some(i) => i,
+            None => {
+                accs.push(Acc {
+                    gpu_id,
+                    n: 0,
+                    n_missed: 0,
+                    n_lost: 0,
+                    metrics: [MetricAcc::default(); METRICS.len()],
+                    ecc_corrected: None,
+                    ecc_uncorrected: None,
+                    throttle: None,
+                    energy: None,
+                });
+                accs.len() - 1
+            }
+        };
+        let a = &mut accs[idx];
+        a.n += 1;
+        match r.get::<_, i64>(2)? {
+            1 => a.n_missed += 1,
+            2 => a.n_lost += 1,
+            _ => {}
+        }
+        for (i, m) in a.metrics.iter_mut().enumerate() {
+            m.add(r.get(3 + i)?);
+        }
+        let base = 3 + METRICS.len();
+        a.ecc_corrected = opt_max(a.ecc_corrected, r.get(base)?);
+        a.ecc_uncorrected = opt_max(a.ecc_uncorrected, r.get(base + 1)?);
+        if let Some(t) = r.get::<_, Option<i64>>(base + 2)? {
+            a.throttle = Some(a.throttle.unwrap_or(0) | t);
+        }
+        a.energy = opt_max(a.energy, r.get(base + 3)?);
+    }
+    flush(minute, &mut accs)?;
+    Ok(written)
+}
+
+/// Raises `rollup_state.done_ms` of a host (never lowers it).
+pub(super) fn set_done(conn: &Connection, host_id: i64, done_ms: TsMs) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO rollup_state (host_id, done_ms) VALUES (?1, ?2)
+         ON CONFLICT (host_id) DO UPDATE SET done_ms = max(done_ms, excluded.done_ms)",
+    )?
+    .execute(params![host_id, done_ms])?;
+    Ok(())
+}
+
+/// A host as maintenance sees it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct HostRow {
+    pub id: i64,
+    /// The host's newest timestamp; hosts without data are not loaded.
+    pub last_seen_ms: TsMs,
+    pub done_ms: Option<TsMs>,
+    /// Oldest timestamp ever written for the host.
+    pub first_seen_ms: Option<TsMs>,
+    /// No raw row of the host is older than this.
+    pub raw_floor_ms: Option<TsMs>,
+    /// The earliest `first_seen_ms` of the host's GPUs: where rollups start for a host
+    /// that has none yet (a new host, or a database from before rollups existed).
+    pub first_gpu_ms: Option<TsMs>,
+}
+
+impl HostRow {
+    fn rollup_start(&self) -> Option<TsMs> {
+        self.done_ms.or(self.first_gpu_ms.map(floor_minute))
+    }
+}
+
+pub(super) fn load_hosts(conn: &Connection) -> Result<Vec<HostRow>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT h.id, h.last_seen_ms, r.done_ms, h.first_seen_ms, h.raw_floor_ms,
+           (SELECT min(first_seen_ms) FROM gpus g WHERE g.host_id = h.id)
+         FROM hosts h LEFT JOIN rollup_state r ON r.host_id = h.id
+         WHERE h.last_seen_ms IS NOT NULL ORDER BY h.id",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok(HostRow {
+            id: r.get(0)?,
+            last_seen_ms: r.get(1)?,
+            done_ms: r.get(2)?,
+            first_seen_ms: r.get(3)?,
+            raw_floor_ms: r.get(4)?,
+            first_gpu_ms: r.get(5)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The timestamp of the row `offset` rows after the first row at or after `from_ms` in a
+/// table with a leading `ts_ms` key (an index seek plus `offset` steps).
+pub(super) fn ts_at_offset(
+    conn: &Connection,
+    table: &str,
+    from_ms: TsMs,
+    offset: i64,
+) -> Result<Option<TsMs>, StoreError> {
+    let sql =
+        format!("SELECT ts_ms FROM {table} WHERE ts_ms >= ?1 ORDER BY ts_ms LIMIT 1 OFFSET ?2");
+    Ok(conn
+        .prepare_cached(&sql)?
+        .query_row(params![from_ms, offset], |r| r.get(0))
+        .optional()?)
+}
+
+/// Advances the rollups of every host towards the start of its newest minute, at most
+/// [`ROLLUP_BATCH_ROWS`] raw rows per host; once caught up, `full` also computes the newest
+/// minute. Returns the rollup rows written and whether work is left.
+pub(super) fn advance(
+    conn: &Connection,
+    hosts: &[HostRow],
+    full: bool,
+) -> Result<(usize, bool), StoreError> {
+    let mut written = 0;
+    let mut backlog = false;
+    for h in hosts {
+        let target = floor_minute(h.last_seen_ms);
+        let Some(start) = h.rollup_start() else {
+            continue;
+        };
+        if start >= target {
+            if full {
+                // Caught up: also compute the newest, maybe incomplete, minute. It stays
+                // pending and is recomputed once complete.
+                written += rollup_host(conn, h.id, target, target + MINUTE_MS)?;
+            }
+            continue;
+        }
+        let mut end = target;
+        if let Some(ts) = ts_at_offset(conn, "samples", start, ROLLUP_BATCH_ROWS)? {
+            end = end.min(ceil_minute(ts + 1));
+        }
+        written += rollup_host(conn, h.id, start, end)?;
+        set_done(conn, h.id, end)?;
+        backlog |= end < target;
+    }
+    Ok((written, backlog))
+}
+
+/// Makes sure the minutes of `host` before `before_ms` are rolled up before raw rows before
+/// `before_ms` are deleted; cheap when they are (the usual case).
+pub(super) fn ensure_rolled_up(
+    conn: &Connection,
+    host: &HostRow,
+    before_ms: TsMs,
+) -> Result<usize, StoreError> {
+    let Some(done) = host.rollup_start() else {
+        return Ok(0);
+    };
+    if done >= before_ms {
+        return Ok(0);
+    }
+    let end = ceil_minute(before_ms);
+    let n = rollup_host(conn, host.id, done, end)?;
+    set_done(conn, host.id, end)?;
+    Ok(n)
+}
+
+impl Store {
+    /// Recomputes the 1-minute rollups of this store's host for every minute overlapping
+    /// `[from_ms, to_ms)`, from the raw samples present (imports call it for the range they
+    /// wrote). Existing rollups of minutes without raw rows are kept. Returns rows written.
+    pub fn rollup_range(&mut self, from_ms: TsMs, to_ms: TsMs) -> Result<usize, StoreError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let n = rollup_host(&tx, self.host_id, from_ms, to_ms)?;
+        tx.commit()?;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minute_rounding() {
+        assert_eq!(floor_minute(0), 0);
+        assert_eq!(floor_minute(59_999), 0);
+        assert_eq!(floor_minute(60_000), 60_000);
+        assert_eq!(floor_minute(-1), -60_000);
+        assert_eq!(ceil_minute(0), 0);
+        assert_eq!(ceil_minute(1), 60_000);
+        assert_eq!(ceil_minute(60_000), 60_000);
+    }
+
+    #[test]
+    fn metric_acc_ignores_nulls() {
+        let mut m = MetricAcc::default();
+        assert_eq!(m.avg(), None);
+        m.add(None);
+        m.add(Some(0));
+        m.add(Some(10));
+        assert_eq!((m.min, m.max, m.avg()), (Some(0), Some(10), Some(5.0)));
+    }
+
+    #[test]
+    fn insert_sql_has_one_mark_per_column() {
+        assert!(INSERT_SQL.contains("?39)"));
+        assert!(!INSERT_SQL.contains("?40"));
+    }
+}

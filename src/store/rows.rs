@@ -1,0 +1,386 @@
+//! The rows of one tick: the SQL that turns a [`TickBatch`] into rows, inside the caller's
+//! transaction, resolving GPU, process and training-series ids through the [`Caches`].
+//!
+//! Invariants:
+//! - Rows are upserted by their natural key, so writing the same tick twice is harmless
+//!   (except for events, which have no natural key).
+//! - `None` is bound as SQL NULL and `Some(0)` as 0; u64 values above `i64::MAX` saturate,
+//!   except `throttle_reasons`, a bitmask stored as the i64 with the same bits.
+//! - A GPU, process or series seen for the first time gets its row here (a GPU seen before
+//!   its inventory gets a bare row that the inventory fills in later).
+
+use rusqlite::{Connection, params};
+
+use super::StoreError;
+use super::write::{Caches, PROCESS_SEEN_RESOLUTION_MS, ProcEntry};
+use crate::model::{GpuInventory, GpuSample, ProcessSample, TickBatch, TrainingPoint, TsMs};
+
+/// Saturating conversion for counters and byte counts.
+fn sat(v: Option<u64>) -> Option<i64> {
+    v.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+/// The sample columns in table order after `(ts_ms, gpu_id)`; shared with `read.rs`.
+macro_rules! sample_metric_columns {
+    () => {
+        "status, util_gpu_pct, util_mem_pct, mem_used_bytes, mem_free_bytes, mem_total_bytes, \
+         temp_c, fan_pct, clock_sm_mhz, clock_mem_mhz, power_mw, power_limit_mw, energy_mj, \
+         pstate, pcie_tx_kbs, pcie_rx_kbs, pcie_gen, pcie_width, throttle_reasons, \
+         ecc_corrected, ecc_uncorrected, retired_pages, remapped_rows_correctable, \
+         remapped_rows_uncorrectable, remap_pending, remap_failure"
+    };
+}
+pub(super) use sample_metric_columns;
+
+/// Writes rows of one transaction, resolving ids through the caches.
+pub(super) struct TickWriter<'a> {
+    pub(super) conn: &'a Connection,
+    pub(super) host_id: i64,
+    pub(super) caches: &'a mut Caches,
+    pub(super) rows: usize,
+    pub(super) newest: Option<TsMs>,
+}
+
+impl TickWriter<'_> {
+    pub(super) fn batch(&mut self, b: &TickBatch) -> Result<(), StoreError> {
+        let times = || {
+            b.samples
+                .iter()
+                .map(|s| s.ts_ms)
+                .chain(b.processes.iter().map(|p| p.ts_ms))
+                .chain(b.training.iter().map(|t| t.ts_ms))
+                .chain([b.ts_ms])
+        };
+        let (oldest, newest) = (
+            times().fold(b.ts_ms, i64::min),
+            times().fold(b.ts_ms, i64::max),
+        );
+        self.newest = self.newest.max(Some(newest));
+        self.conn
+            .prepare_cached(
+                "UPDATE hosts SET first_seen_ms = min(coalesce(first_seen_ms, ?1), ?1),
+                   raw_floor_ms = min(coalesce(raw_floor_ms, ?1), ?1),
+                   last_seen_ms = max(coalesce(last_seen_ms, ?2), ?2) WHERE id = ?3",
+            )?
+            .execute(params![oldest, newest, self.host_id])?;
+        for inv in &b.inventory {
+            self.inventory(inv, b.ts_ms)?;
+        }
+        for s in &b.samples {
+            self.sample(s)?;
+        }
+        for p in &b.processes {
+            self.process_sample(p)?;
+        }
+        for e in &b.events {
+            let gpu_id = match &e.gpu_uuid {
+                Some(uuid) => Some(self.gpu_id(uuid, e.ts_ms)?),
+                None => None,
+            };
+            self.conn
+                .prepare_cached(
+                    "INSERT INTO events (ts_ms, host_id, gpu_id, kind, code, message)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )?
+                .execute(params![
+                    e.ts_ms,
+                    self.host_id,
+                    gpu_id,
+                    e.kind,
+                    e.code,
+                    e.message
+                ])?;
+            self.rows += 1;
+        }
+        for m in &b.errors {
+            let gpu_id = self.gpu_id(&m.gpu_uuid, m.last_ms)?;
+            self.conn
+                .prepare_cached(
+                    "INSERT INTO metric_errors (gpu_id, metric, error, count, first_ms, last_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                     ON CONFLICT (gpu_id, metric) DO UPDATE SET error = excluded.error,
+                       count = excluded.count, first_ms = excluded.first_ms,
+                       last_ms = excluded.last_ms
+                     WHERE excluded.last_ms >= last_ms",
+                )?
+                .execute(params![
+                    gpu_id,
+                    m.metric,
+                    m.error,
+                    sat(Some(m.count)),
+                    m.first_ms,
+                    m.last_ms
+                ])?;
+            self.rows += 1;
+        }
+        for t in &b.training {
+            self.training(t)?;
+        }
+        Ok(())
+    }
+
+    fn inventory(&mut self, g: &GpuInventory, ts_ms: TsMs) -> Result<(), StoreError> {
+        let id: i64 = self
+            .conn
+            .prepare_cached(
+                "INSERT INTO gpus (host_id, uuid, gpu_index, name, serial, pci_bus_id,
+                   driver_version, cuda_driver_version, nvml_version, memory_total_bytes,
+                   power_limit_mw, power_limit_min_mw, power_limit_max_mw, temp_slowdown_c,
+                   temp_shutdown_c, temp_gpu_max_c, pcie_max_gen, pcie_max_width,
+                   persistence_mode, mig_mode, first_seen_ms, last_seen_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                   ?17, ?18, ?19, ?20, ?21, ?21)
+                 ON CONFLICT (host_id, uuid) DO UPDATE SET gpu_index = excluded.gpu_index,
+                   name = excluded.name, serial = excluded.serial,
+                   pci_bus_id = excluded.pci_bus_id, driver_version = excluded.driver_version,
+                   cuda_driver_version = excluded.cuda_driver_version,
+                   nvml_version = excluded.nvml_version,
+                   memory_total_bytes = excluded.memory_total_bytes,
+                   power_limit_mw = excluded.power_limit_mw,
+                   power_limit_min_mw = excluded.power_limit_min_mw,
+                   power_limit_max_mw = excluded.power_limit_max_mw,
+                   temp_slowdown_c = excluded.temp_slowdown_c,
+                   temp_shutdown_c = excluded.temp_shutdown_c,
+                   temp_gpu_max_c = excluded.temp_gpu_max_c,
+                   pcie_max_gen = excluded.pcie_max_gen,
+                   pcie_max_width = excluded.pcie_max_width,
+                   persistence_mode = excluded.persistence_mode,
+                   mig_mode = excluded.mig_mode,
+                   first_seen_ms = min(first_seen_ms, excluded.first_seen_ms),
+                   last_seen_ms = max(last_seen_ms, excluded.last_seen_ms)
+                 RETURNING id",
+            )?
+            .query_row(
+                params![
+                    self.host_id,
+                    g.uuid,
+                    g.index,
+                    g.name,
+                    g.serial,
+                    g.pci_bus_id,
+                    g.driver_version,
+                    g.cuda_driver_version,
+                    g.nvml_version,
+                    sat(g.memory_total_bytes),
+                    g.power_limit_mw,
+                    g.power_limit_min_mw,
+                    g.power_limit_max_mw,
+                    g.temp_slowdown_c,
+                    g.temp_shutdown_c,
+                    g.temp_gpu_max_c,
+                    g.pcie_max_gen,
+                    g.pcie_max_width,
+                    g.persistence_mode,
+                    g.mig_mode,
+                    ts_ms
+                ],
+                |r| r.get(0),
+            )?;
+        self.caches.gpus.insert(g.uuid.clone(), id);
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// The id of a GPU of this host; a GPU seen before its inventory gets a bare row.
+    fn gpu_id(&mut self, uuid: &str, ts_ms: TsMs) -> Result<i64, StoreError> {
+        if let Some(&id) = self.caches.gpus.get(uuid) {
+            return Ok(id);
+        }
+        let id: i64 = self
+            .conn
+            .prepare_cached(
+                "INSERT INTO gpus (host_id, uuid, first_seen_ms, last_seen_ms)
+                 VALUES (?1, ?2, ?3, ?3)
+                 ON CONFLICT (host_id, uuid) DO UPDATE SET
+                   first_seen_ms = min(first_seen_ms, excluded.first_seen_ms)
+                 RETURNING id",
+            )?
+            .query_row(params![self.host_id, uuid, ts_ms], |r| r.get(0))?;
+        self.caches.gpus.insert(uuid.to_string(), id);
+        Ok(id)
+    }
+
+    fn sample(&mut self, s: &GpuSample) -> Result<(), StoreError> {
+        let gpu_id = self.gpu_id(&s.uuid, s.ts_ms)?;
+        self.conn
+            .prepare_cached(concat!(
+                "INSERT OR REPLACE INTO samples (ts_ms, gpu_id, ",
+                sample_metric_columns!(),
+                ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                   ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)"
+            ))?
+            .execute(params![
+                s.ts_ms,
+                gpu_id,
+                s.status.as_i64(),
+                s.util_gpu_pct,
+                s.util_mem_pct,
+                sat(s.mem_used_bytes),
+                sat(s.mem_free_bytes),
+                sat(s.mem_total_bytes),
+                s.temp_c,
+                s.fan_pct,
+                s.clock_sm_mhz,
+                s.clock_mem_mhz,
+                s.power_mw,
+                s.power_limit_mw,
+                sat(s.energy_mj),
+                s.pstate,
+                s.pcie_tx_kbs,
+                s.pcie_rx_kbs,
+                s.pcie_gen,
+                s.pcie_width,
+                s.throttle_reasons.map(|v| v as i64),
+                sat(s.ecc_corrected),
+                sat(s.ecc_uncorrected),
+                s.retired_pages,
+                s.remapped_rows_correctable,
+                s.remapped_rows_uncorrectable,
+                s.remap_pending,
+                s.remap_failure
+            ])?;
+        // lost_at_ms: set by the first 'lost' sample, cleared by a later 'ok' one; samples
+        // older than the newest one (imports) do not change it.
+        self.conn
+            .prepare_cached(
+                "UPDATE gpus SET
+                   lost_at_ms = CASE WHEN ?1 < coalesce(last_sample_ms, ?1) THEN lost_at_ms
+                                     WHEN ?2 = 2 THEN coalesce(lost_at_ms, ?1)
+                                     WHEN ?2 = 0 THEN NULL
+                                     ELSE lost_at_ms END,
+                   last_sample_ms = max(coalesce(last_sample_ms, ?1), ?1),
+                   last_seen_ms = max(last_seen_ms, ?1)
+                 WHERE id = ?3",
+            )?
+            .execute(params![s.ts_ms, s.status.as_i64(), gpu_id])?;
+        self.rows += 1;
+        Ok(())
+    }
+
+    fn process_sample(&mut self, p: &ProcessSample) -> Result<(), StoreError> {
+        let gpu_id = self.gpu_id(&p.gpu_uuid, p.ts_ms)?;
+        let info = &p.process;
+        let key = (info.pid, info.start_time_ms);
+        let process_id = match self.caches.procs.get_mut(&key) {
+            Some(e) => {
+                if p.ts_ms - e.last_seen_written >= PROCESS_SEEN_RESOLUTION_MS {
+                    self.conn
+                        .prepare_cached(
+                            "UPDATE processes SET last_seen_ms = max(last_seen_ms, ?1)
+                             WHERE id = ?2",
+                        )?
+                        .execute(params![p.ts_ms, e.id])?;
+                    e.last_seen_written = p.ts_ms;
+                }
+                e.id
+            }
+            None => {
+                let id: i64 = self
+                    .conn
+                    .prepare_cached(
+                        "INSERT INTO processes (host_id, pid, start_time_ms, name, cmdline, user,
+                           first_seen_ms, last_seen_ms)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)
+                         ON CONFLICT (host_id, pid, start_time_ms) DO UPDATE SET
+                           name = coalesce(excluded.name, name),
+                           cmdline = coalesce(excluded.cmdline, cmdline),
+                           user = coalesce(excluded.user, user),
+                           first_seen_ms = min(first_seen_ms, excluded.first_seen_ms),
+                           last_seen_ms = max(last_seen_ms, excluded.last_seen_ms)
+                         RETURNING id",
+                    )?
+                    .query_row(
+                        params![
+                            self.host_id,
+                            info.pid,
+                            info.start_time_ms,
+                            info.name,
+                            info.cmdline,
+                            info.user,
+                            p.ts_ms
+                        ],
+                        |r| r.get(0),
+                    )?;
+                self.caches.procs.insert(
+                    key,
+                    ProcEntry {
+                        id,
+                        last_seen_written: p.ts_ms,
+                    },
+                );
+                id
+            }
+        };
+        self.conn
+            .prepare_cached(
+                "INSERT OR REPLACE INTO process_samples (ts_ms, gpu_id, process_id, used_mem_bytes)
+                 VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![p.ts_ms, gpu_id, process_id, sat(p.used_mem_bytes)])?;
+        self.rows += 1;
+        Ok(())
+    }
+
+    fn training(&mut self, t: &TrainingPoint) -> Result<(), StoreError> {
+        let labels = labels_json(&t.labels);
+        let key = (t.name.clone(), labels);
+        let series_id = match self.caches.series.get(&key) {
+            Some(&id) => id,
+            None => {
+                let id: i64 = self
+                    .conn
+                    .prepare_cached(
+                        "INSERT INTO training_series (host_id, name, labels_json, first_seen_ms)
+                         VALUES (?1, ?2, ?3, ?4)
+                         ON CONFLICT (host_id, name, labels_json) DO UPDATE SET
+                           first_seen_ms = min(first_seen_ms, excluded.first_seen_ms)
+                         RETURNING id",
+                    )?
+                    .query_row(params![self.host_id, key.0, key.1, t.ts_ms], |r| r.get(0))?;
+                self.caches.series.insert(key, id);
+                id
+            }
+        };
+        self.conn
+            .prepare_cached(
+                "INSERT OR REPLACE INTO training_samples (ts_ms, series_id, value)
+                 VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![t.ts_ms, series_id, t.value])?;
+        self.rows += 1;
+        Ok(())
+    }
+}
+
+/// The labels as a JSON object with sorted keys: the series identity.
+pub fn labels_json(labels: &[(String, String)]) -> String {
+    let mut sorted: Vec<&(String, String)> = labels.iter().collect();
+    sorted.sort();
+    let map: serde_json::Map<String, serde_json::Value> = sorted
+        .into_iter()
+        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+        .collect();
+    serde_json::Value::Object(map).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_json_is_sorted_and_escaped() {
+        let l = vec![
+            ("rank".to_string(), "1".to_string()),
+            ("job".to_string(), "a\"b".to_string()),
+        ];
+        assert_eq!(labels_json(&l), r#"{"job":"a\"b","rank":"1"}"#);
+        assert_eq!(labels_json(&[]), "{}");
+    }
+
+    #[test]
+    fn saturating_conversion() {
+        assert_eq!(sat(None), None);
+        assert_eq!(sat(Some(0)), Some(0));
+        assert_eq!(sat(Some(u64::MAX)), Some(i64::MAX));
+    }
+}

@@ -1,0 +1,222 @@
+//! The writer thread: a dedicated `std::thread` owns the [`Store`] and writes what a bounded
+//! channel brings.
+//!
+//! Invariants:
+//! - [`WriterHandle::send_tick`] never blocks (safe from async code): when the queue is full
+//!   (the disk stalled for about [`WRITER_QUEUE_CAPACITY`] ticks) the batch is refused,
+//!   counted in [`WriterStats::dropped_batches`] and logged; the caller learns it from the
+//!   result. At one tick per second the queue holds about a minute, far longer than any
+//!   normal write.
+//! - Commands are handled in order: a flush or shutdown replies after every tick queued
+//!   before it has been written (or has failed).
+//! - Errors are logged with `tracing` and counted; the thread does not panic on them and
+//!   keeps writing the next ticks.
+//! - [`WriterHandle::flush`] and [`WriterHandle::shutdown`] block: call them from a blocking
+//!   context (`tokio::task::spawn_blocking`). Dropping the handle shuts the thread down too.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::Store;
+use crate::model::{TickBatch, TsMs};
+
+/// Ticks the queue holds by default.
+pub const WRITER_QUEUE_CAPACITY: usize = 64;
+
+/// Counters of the writer thread (a snapshot).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WriterStats {
+    pub ticks_written: u64,
+    pub rows_written: u64,
+    /// Ticks whose transaction failed (lost, and logged).
+    pub write_errors: u64,
+    /// Maintenance steps that failed (the ticks were written).
+    pub maintenance_errors: u64,
+    /// Ticks refused by [`WriterHandle::send_tick`] because the queue was full or closed.
+    pub dropped_batches: u64,
+    /// Writes that hit SQLITE_FULL, freed space and succeeded on the retry.
+    pub full_retries: u64,
+    pub last_error: Option<String>,
+    /// `ts_ms` of the newest tick written.
+    pub last_tick_ms: Option<TsMs>,
+    /// Duration of the last write call (transaction plus maintenance).
+    pub last_write: Duration,
+    /// Longest write call so far.
+    pub max_write: Duration,
+    /// Used bytes of the database after the last maintenance step.
+    pub used_bytes: u64,
+}
+
+/// Why [`WriterHandle::send_tick`] refused a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SendTickError {
+    #[error("the store writer's queue is full; the tick was dropped")]
+    Full,
+    #[error("the store writer has stopped; the tick was dropped")]
+    Closed,
+}
+
+enum Command {
+    Tick(Box<TickBatch>),
+    Flush(SyncSender<WriterStats>),
+    Shutdown(SyncSender<WriterStats>),
+}
+
+struct Shared {
+    stats: Mutex<WriterStats>,
+    dropped: AtomicU64,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, WriterStats> {
+        self.stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn snapshot(&self) -> WriterStats {
+        let mut s = self.lock().clone();
+        s.dropped_batches = self.dropped.load(Ordering::Relaxed);
+        s
+    }
+}
+
+/// The sampler's side of the writer thread.
+pub struct WriterHandle {
+    tx: Option<SyncSender<Command>>,
+    thread: Option<JoinHandle<()>>,
+    shared: Arc<Shared>,
+}
+
+impl WriterHandle {
+    /// Starts the writer thread with a queue of [`WRITER_QUEUE_CAPACITY`] ticks.
+    pub fn spawn(store: Store) -> std::io::Result<WriterHandle> {
+        Self::spawn_with_capacity(store, WRITER_QUEUE_CAPACITY)
+    }
+
+    /// Starts the writer thread with a queue of `capacity` ticks (at least 1).
+    pub fn spawn_with_capacity(store: Store, capacity: usize) -> std::io::Result<WriterHandle> {
+        let (tx, rx) = sync_channel(capacity.max(1));
+        let shared = Arc::new(Shared {
+            stats: Mutex::new(WriterStats::default()),
+            dropped: AtomicU64::new(0),
+        });
+        let thread_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("gpuwatch-store".into())
+            .spawn(move || run(store, rx, &thread_shared))?;
+        Ok(WriterHandle {
+            tx: Some(tx),
+            thread: Some(thread),
+            shared,
+        })
+    }
+
+    /// Queues a tick without blocking.
+    pub fn send_tick(&self, batch: TickBatch) -> Result<(), SendTickError> {
+        let err = match &self.tx {
+            None => SendTickError::Closed,
+            Some(tx) => match tx.try_send(Command::Tick(Box::new(batch))) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Full(_)) => SendTickError::Full,
+                Err(TrySendError::Disconnected(_)) => SendTickError::Closed,
+            },
+        };
+        let n = self.shared.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+        tracing::error!(dropped_total = n, error = %err, "dropped a sample batch");
+        Err(err)
+    }
+
+    /// The counters now, without waiting for the thread.
+    pub fn stats(&self) -> WriterStats {
+        self.shared.snapshot()
+    }
+
+    /// Waits until every tick queued so far is written; returns the counters then.
+    pub fn flush(&self) -> Result<WriterStats, SendTickError> {
+        let tx = self.tx.as_ref().ok_or(SendTickError::Closed)?;
+        let (reply_tx, reply_rx) = sync_channel(1);
+        tx.send(Command::Flush(reply_tx))
+            .map_err(|_| SendTickError::Closed)?;
+        let mut s = reply_rx.recv().map_err(|_| SendTickError::Closed)?;
+        s.dropped_batches = self.shared.dropped.load(Ordering::Relaxed);
+        Ok(s)
+    }
+
+    /// Writes what is queued, closes the database and returns the final counters.
+    pub fn shutdown(mut self) -> WriterStats {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> WriterStats {
+        if let Some(tx) = self.tx.take() {
+            let (reply_tx, reply_rx) = sync_channel(1);
+            if tx.send(Command::Shutdown(reply_tx)).is_ok() {
+                // Ignore a lost reply: the thread is gone either way.
+                let _ = reply_rx.recv();
+            }
+        }
+        if self.thread.take().is_some_and(|t| t.join().is_err()) {
+            tracing::error!("the store writer thread panicked");
+        }
+        self.shared.snapshot()
+    }
+}
+
+impl Drop for WriterHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl std::fmt::Debug for WriterHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriterHandle")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+fn run(mut store: Store, rx: Receiver<Command>, shared: &Shared) {
+    while let Ok(cmd) = rx.recv() {
+        match cmd {
+            Command::Tick(batch) => write_one(&mut store, &batch, shared),
+            Command::Flush(reply) => {
+                let _ = reply.send(shared.snapshot());
+            }
+            Command::Shutdown(reply) => {
+                if let Err(e) = store.checkpoint() {
+                    tracing::warn!(error = %e, "checkpoint at shutdown failed");
+                }
+                let _ = reply.send(shared.snapshot());
+                return;
+            }
+        }
+    }
+}
+
+fn write_one(store: &mut Store, batch: &TickBatch, shared: &Shared) {
+    let result = store.write_tick(batch);
+    let mut s = shared.lock();
+    match result {
+        Ok(w) => {
+            s.ticks_written += 1;
+            s.rows_written += w.rows as u64;
+            s.full_retries += u64::from(w.retried_after_full);
+            s.last_tick_ms = s.last_tick_ms.max(Some(batch.ts_ms));
+            s.last_write = w.total_time;
+            s.max_write = s.max_write.max(w.total_time);
+            s.used_bytes = w.maintenance.used_bytes;
+            if let Some(e) = w.maintenance_error {
+                s.maintenance_errors += 1;
+                s.last_error = Some(e);
+            }
+        }
+        Err(e) => {
+            s.write_errors += 1;
+            s.last_error = Some(e.to_string());
+            tracing::error!(error = %e, ts_ms = batch.ts_ms, "writing a sample batch failed");
+        }
+    }
+}
