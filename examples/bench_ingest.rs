@@ -96,7 +96,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_default();
     for (name, bytes) in &table_bytes {
         println!(
-            "  {name:<28} {:>8.1} MiB  {:>6.1} bytes/row-equivalent per GPU-second",
+            "  {name:<28} {:>8.1} MiB  {:>6.1} bytes per GPU-second",
             *bytes as f64 / 1048576.0,
             *bytes as f64 / (gpu_days * 86_400.0)
         );
