@@ -2,9 +2,15 @@
 //!
 //! The pipeline, one module per stage: [`sampler`] (NVML → [`model::TickBatch`]) →
 //! [`store`] (SQLite ring buffer) → rules → alerts → notify; plus [`config`], [`http`],
-//! [`daemon`] (wiring, threads, shutdown) and [`cli`]. See ARCHITECTURE.md.
+//! [`daemon`] (wiring, threads, shutdown), [`clock`] (time as a parameter), [`sim`] (simulated
+//! GPUs for the demo and tests) and [`cli`]. See ARCHITECTURE.md.
 
+pub mod cli;
+pub mod clock;
 pub mod config;
+pub mod daemon;
+pub mod http;
 pub mod model;
 pub mod sampler;
+pub mod sim;
 pub mod store;

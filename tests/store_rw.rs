@@ -2,6 +2,7 @@
 //! lost GPUs, the read-only connection and the writer thread.
 
 use std::path::Path;
+use std::time::Duration;
 
 use gpuwatch::model::{
     Event, GpuSample, MetricError, ProcessInfo, ProcessSample, SampleStatus, TickBatch,
@@ -296,7 +297,9 @@ fn writer_thread_writes_flushes_and_shuts_down() {
     let handle = WriterHandle::spawn_with_capacity(open(&path), 256).unwrap();
     let mut tg = TickGen::new(8, 4);
     for k in 0..100 {
-        handle.send_tick(tg.tick(T0 + k * 1000)).unwrap();
+        handle
+            .send_tick(tg.tick(T0 + k * 1000), Duration::ZERO)
+            .unwrap();
     }
     let s = handle.flush().unwrap();
     assert_eq!(s.ticks_written, 100);
@@ -310,7 +313,9 @@ fn writer_thread_writes_flushes_and_shuts_down() {
     reader.execute_batch("BEGIN").unwrap();
     assert_eq!(count(&reader, "SELECT count(*) FROM samples"), 800);
     for k in 100..110 {
-        handle.send_tick(tg.tick(T0 + k * 1000)).unwrap();
+        handle
+            .send_tick(tg.tick(T0 + k * 1000), Duration::ZERO)
+            .unwrap();
     }
     let s = handle.flush().unwrap();
     assert_eq!(s.ticks_written, 110);
@@ -334,7 +339,10 @@ fn writer_thread_counts_a_full_queue_instead_of_blocking() {
     let mut tg = TickGen::new(1, 0);
     let mut refused = 0;
     for k in 0..10 {
-        if handle.send_tick(tg.tick(T0 + k * 1000)).is_err() {
+        if handle
+            .send_tick(tg.tick(T0 + k * 1000), Duration::ZERO)
+            .is_err()
+        {
             refused += 1;
         }
     }

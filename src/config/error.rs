@@ -41,9 +41,16 @@ impl ConfigError {
     pub fn from_toml(origin: &Path, text: &str, err: &toml::de::Error) -> Self {
         // toml's message can span several lines with a source excerpt; keep the first line of
         // the plain message, which is the cause.
-        let message = err.message().lines().next().unwrap_or("invalid TOML").trim();
+        let message = err
+            .message()
+            .lines()
+            .next()
+            .unwrap_or("invalid TOML")
+            .trim();
         let hint = if message.contains("unknown field") {
-            Some("remove the key or fix its spelling; every key is documented in examples/gpuwatch.toml")
+            Some(
+                "remove the key or fix its spelling; every key is documented in examples/gpuwatch.toml",
+            )
         } else {
             None
         };

@@ -135,14 +135,14 @@ impl RawConfig {
             ms(10),
             s(3600),
         );
-        if let Some(v) = &self.sample_deadline {
-            if sample_deadline > interval {
-                c.error(
-                    v.span(),
-                    "`sample_deadline` is longer than `interval`".into(),
-                    "a tick must end before the next begins: make it at most the interval",
-                );
-            }
+        if let Some(v) = &self.sample_deadline
+            && sample_deadline > interval
+        {
+            c.error(
+                v.span(),
+                "`sample_deadline` is longer than `interval`".into(),
+                "a tick must end before the next begins: make it at most the interval",
+            );
         }
         let inventory_interval = c.duration(
             "inventory_interval",
@@ -151,7 +151,13 @@ impl RawConfig {
             s(1),
             s(day),
         );
-        let retention = c.duration("retention", &self.retention, d.retention, s(60), s(3650 * day));
+        let retention = c.duration(
+            "retention",
+            &self.retention,
+            d.retention,
+            s(60),
+            s(3650 * day),
+        );
         let rollup_retention = c.duration(
             "rollup_retention",
             &self.rollup_retention,
@@ -193,10 +199,18 @@ impl RawConfig {
             match regex::Regex::new(p.get_ref()) {
                 Ok(_) => redact_patterns.push(p.get_ref().clone()),
                 Err(e) => {
-                    let first = e.to_string().lines().last().unwrap_or("").trim().to_string();
+                    let first = e
+                        .to_string()
+                        .lines()
+                        .last()
+                        .unwrap_or("")
+                        .trim()
+                        .to_string();
                     c.error(
                         p.span(),
-                        format!("invalid regular expression in `processes.redact_patterns`: {first}"),
+                        format!(
+                            "invalid regular expression in `processes.redact_patterns`: {first}"
+                        ),
                         "see https://docs.rs/regex for the syntax",
                     );
                 }

@@ -46,7 +46,10 @@ fn values_are_parsed() {
 #[test]
 fn unknown_key_names_line_and_column() {
     let e = err("interval = \"1s\"\nintervall = \"2s\"\n");
-    assert!(e.starts_with("g.toml:2:1: unknown field `intervall`"), "{e}");
+    assert!(
+        e.starts_with("g.toml:2:1: unknown field `intervall`"),
+        "{e}"
+    );
     assert!(e.contains("examples/gpuwatch.toml"), "{e}");
 }
 
@@ -59,7 +62,10 @@ fn unknown_key_in_table() {
 #[test]
 fn bad_duration_points_at_value() {
     let e = err("interval = \"fast\"\n");
-    assert!(e.starts_with("g.toml:1:12: `interval` = \"fast\" is not a duration"), "{e}");
+    assert!(
+        e.starts_with("g.toml:1:12: `interval` = \"fast\" is not a duration"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -81,13 +87,19 @@ fn wrong_type_is_an_error() {
 #[test]
 fn deadline_longer_than_interval_is_rejected() {
     let e = err("interval = \"1s\"\nsample_deadline = \"2s\"\n");
-    assert!(e.contains("g.toml:2:19: `sample_deadline` is longer than `interval`"), "{e}");
+    assert!(
+        e.contains("g.toml:2:19: `sample_deadline` is longer than `interval`"),
+        "{e}"
+    );
 }
 
 #[test]
 fn bad_regex_is_reported() {
     let e = err("[processes]\nredact_patterns = [\"ok\", \"(unclosed\"]\n");
-    assert!(e.starts_with("g.toml:2:26: invalid regular expression"), "{e}");
+    assert!(
+        e.starts_with("g.toml:2:26: invalid regular expression"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -17,8 +17,15 @@ use super::nvml::NvmlHandle;
 use super::support::Support;
 
 /// Reads the inventory of one GPU.
-pub fn read_inventory(dev: &Device<'_>, index: u32, sys: &SystemInfo, s: &mut Support) -> GpuInventory {
-    let constraints = s.read("power_limit_constraints", || dev.power_management_limit_constraints());
+pub fn read_inventory(
+    dev: &Device<'_>,
+    index: u32,
+    sys: &SystemInfo,
+    s: &mut Support,
+) -> GpuInventory {
+    let constraints = s.read("power_limit_constraints", || {
+        dev.power_management_limit_constraints()
+    });
     let threshold = |s: &mut Support, name: &'static str, t: TemperatureThreshold| {
         s.read(name, || dev.temperature_threshold(t))
     };
@@ -41,7 +48,9 @@ pub fn read_inventory(dev: &Device<'_>, index: u32, sys: &SystemInfo, s: &mut Su
         pcie_max_gen: s.read("pcie_max_gen", || dev.max_pcie_link_gen()),
         pcie_max_width: s.read("pcie_max_width", || dev.max_pcie_link_width()),
         persistence_mode: s.read("persistence_mode", || dev.is_in_persistent_mode()),
-        mig_mode: s.read("mig_mode", || dev.mig_mode()).map(|m| m.current == 1),
+        mig_mode: s
+            .read("mig_mode", || dev.mig_mode())
+            .map(|m| m.current == 1),
     }
 }
 
@@ -64,7 +73,13 @@ impl SystemInfo {
 }
 
 /// Reads one tick's metrics.
-pub fn read_sample(nvml: &Nvml, dev: &Device<'_>, uuid: &str, ts_ms: TsMs, s: &mut Support) -> GpuSample {
+pub fn read_sample(
+    nvml: &Nvml,
+    dev: &Device<'_>,
+    uuid: &str,
+    ts_ms: TsMs,
+    s: &mut Support,
+) -> GpuSample {
     let util = s.read("utilization", || dev.utilization_rates());
     let mem = s.read("memory_info", || dev.memory_info());
     let remap = s.read("remapped_rows", || remapped_rows(nvml, dev));
@@ -84,7 +99,9 @@ pub fn read_sample(nvml: &Nvml, dev: &Device<'_>, uuid: &str, ts_ms: TsMs, s: &m
         power_mw: s.read("power_usage", || dev.power_usage()),
         power_limit_mw: s.read("enforced_power_limit", || dev.enforced_power_limit()),
         energy_mj: s.read("total_energy", || dev.total_energy_consumption()),
-        pstate: s.read("performance_state", || dev.performance_state()).and_then(pstate_number),
+        pstate: s
+            .read("performance_state", || dev.performance_state())
+            .and_then(pstate_number),
         pcie_tx_kbs: s.read("pcie_tx", || dev.pcie_throughput(PcieUtilCounter::Send)),
         pcie_rx_kbs: s.read("pcie_rx", || dev.pcie_throughput(PcieUtilCounter::Receive)),
         pcie_gen: s.read("pcie_gen", || dev.current_pcie_link_gen()),
@@ -118,7 +135,8 @@ pub fn read_sample(nvml: &Nvml, dev: &Device<'_>, uuid: &str, ts_ms: TsMs, s: &m
 
 /// Reads the compute processes (PID and memory).
 pub fn read_processes(nvml: &Nvml, dev: &Device<'_>, s: &mut Support) -> Vec<RawProcess> {
-    s.read("compute_processes", || compute_processes(dev, nvml)).unwrap_or_default()
+    s.read("compute_processes", || compute_processes(dev, nvml))
+        .unwrap_or_default()
 }
 
 fn pstate_number(p: PerformanceState) -> Option<u32> {
@@ -166,6 +184,14 @@ fn remapped_rows(nvml: &Nvml, dev: &Device<'_>) -> Result<(u32, u32, bool, bool)
         .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
     let (mut corr, mut unc, mut pending, mut failure) = (0u32, 0u32, 0u32, 0u32);
     // SAFETY: valid handle and four valid out-pointers to u32.
-    nvml_try(unsafe { sym(dev.handle(), &mut corr, &mut unc, &mut pending, &mut failure) })?;
+    nvml_try(unsafe {
+        sym(
+            dev.handle(),
+            &mut corr,
+            &mut unc,
+            &mut pending,
+            &mut failure,
+        )
+    })?;
     Ok((corr, unc, pending != 0, failure != 0))
 }

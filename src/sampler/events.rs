@@ -34,7 +34,9 @@ fn run(nvml: &Nvml, count: u32, stop: &AtomicBool, out: &Sender<Event>) {
     let wanted = EventTypes::CRITICAL_XID_ERROR;
     let mut good: Vec<u32> = Vec::new();
     for index in 0..count {
-        let Ok(dev) = nvml.device_by_index(index) else { continue };
+        let Ok(dev) = nvml.device_by_index(index) else {
+            continue;
+        };
         let supported = dev.supported_event_types().unwrap_or(EventTypes::empty());
         if supported.contains(wanted) {
             good.push(index);

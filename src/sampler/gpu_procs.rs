@@ -26,7 +26,10 @@ pub struct RawProcess {
 }
 
 /// Reads the compute processes of `device`.
-pub fn compute_processes(device: &Device<'_>, nvml: &nvml_wrapper::Nvml) -> Result<Vec<RawProcess>, NvmlError> {
+pub fn compute_processes(
+    device: &Device<'_>,
+    nvml: &nvml_wrapper::Nvml,
+) -> Result<Vec<RawProcess>, NvmlError> {
     let sym = nvml
         .lib()
         .nvmlDeviceGetComputeRunningProcesses_v3
@@ -75,15 +78,25 @@ pub fn parse_entries(bytes: &[u8], n: usize) -> Vec<RawProcess> {
 
 fn entry(bytes: &[u8], off: usize) -> Option<(u32, u64, u32, u32)> {
     let b = bytes.get(off..off + 24)?;
-    let u32_at = |o: usize| b.get(o..o + 4).and_then(|s| s.try_into().ok()).map(u32::from_ne_bytes);
-    let u64_at = |o: usize| b.get(o..o + 8).and_then(|s| s.try_into().ok()).map(u64::from_ne_bytes);
+    let u32_at = |o: usize| {
+        b.get(o..o + 4)
+            .and_then(|s| s.try_into().ok())
+            .map(u32::from_ne_bytes)
+    };
+    let u64_at = |o: usize| {
+        b.get(o..o + 8)
+            .and_then(|s| s.try_into().ok())
+            .map(u64::from_ne_bytes)
+    };
     Some((u32_at(0)?, u64_at(8)?, u32_at(16)?, u32_at(20)?))
 }
 
 /// An entry is plausible when its PID is non-zero and its instance ids are "none" or small.
 fn entries_valid(bytes: &[u8], n: usize, stride: usize) -> bool {
     (0..n).all(|i| match entry(bytes, i * stride) {
-        Some((pid, _, gi, ci)) => pid != 0 && (gi == NO_INSTANCE || gi < 64) && (ci == NO_INSTANCE || ci < 64),
+        Some((pid, _, gi, ci)) => {
+            pid != 0 && (gi == NO_INSTANCE || gi < 64) && (ci == NO_INSTANCE || ci < 64)
+        }
         None => false,
     })
 }
@@ -107,7 +120,7 @@ mod tests {
 
     #[test]
     fn standard_24_byte_entries() {
-        let procs: Vec<(u32, u64)> = (1..=20).map(|i| (1000 + i, i as u64 * 1 << 20)).collect();
+        let procs: Vec<(u32, u64)> = (1..=20).map(|i| (1000 + i, (i as u64) << 20)).collect();
         let got = parse_entries(&encode(24, &procs), procs.len());
         assert_eq!(got.len(), 20);
         assert_eq!(got[19].pid, 1020);
@@ -125,7 +138,13 @@ mod tests {
     #[test]
     fn single_entry_is_the_same_in_both_layouts() {
         let got = parse_entries(&encode(32, &[(42, 5)]), 1);
-        assert_eq!(got, vec![RawProcess { pid: 42, used_mem_bytes: Some(5) }]);
+        assert_eq!(
+            got,
+            vec![RawProcess {
+                pid: 42,
+                used_mem_bytes: Some(5)
+            }]
+        );
     }
 
     #[test]

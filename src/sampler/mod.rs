@@ -84,8 +84,15 @@ pub struct Sampler {
 impl Sampler {
     /// Starts the per-GPU workers and the event thread, and waits (bounded) for every GPU's
     /// inventory.
-    pub fn start(h: &NvmlHandle, cfg: SamplerConfig, overrides: ProcessOverrides) -> Result<Self, SamplerError> {
-        let count = h.nvml.device_count().map_err(|e| SamplerError::DeviceCount(error_text(&e)))?;
+    pub fn start(
+        h: &NvmlHandle,
+        cfg: SamplerConfig,
+        overrides: ProcessOverrides,
+    ) -> Result<Self, SamplerError> {
+        let count = h
+            .nvml
+            .device_count()
+            .map_err(|e| SamplerError::DeviceCount(error_text(&e)))?;
         let (resp_tx, responses) = mpsc::channel();
         let sys = SystemInfo::from_handle(h);
         let mut slots = Vec::new();
@@ -95,7 +102,13 @@ impl Sampler {
             std::thread::Builder::new()
                 .name(format!("gpuwatch-gpu{index}"))
                 .spawn(move || worker::run(nvml, index, sys, rx, resp_tx))?;
-            slots.push(Slot { index, tx, uuid: None, busy: None, lost: false });
+            slots.push(Slot {
+                index,
+                tx,
+                uuid: None,
+                busy: None,
+                lost: false,
+            });
         }
         let stop = Arc::new(AtomicBool::new(false));
         let (ev_tx, events) = mpsc::channel();
@@ -131,7 +144,12 @@ impl Sampler {
     /// Asks every GPU for its inventory and waits up to `startup_timeout`.
     fn discover(&mut self) {
         self.tick_id += 1;
-        let req = Request { tick_id: self.tick_id, ts_ms: 0, refresh_inventory: true, processes: false };
+        let req = Request {
+            tick_id: self.tick_id,
+            ts_ms: 0,
+            refresh_inventory: true,
+            processes: false,
+        };
         for slot in &mut self.slots {
             if slot.tx.send(req).is_ok() {
                 slot.busy = Some(req.tick_id);
@@ -139,7 +157,9 @@ impl Sampler {
         }
         let end = Instant::now() + self.cfg.startup_timeout;
         while self.slots.iter().any(|s| s.busy.is_some()) {
-            let Some(left) = end.checked_duration_since(Instant::now()) else { break };
+            let Some(left) = end.checked_duration_since(Instant::now()) else {
+                break;
+            };
             match self.responses.recv_timeout(left) {
                 Ok(r) => {
                     self.absorb(r, 0);
@@ -148,7 +168,10 @@ impl Sampler {
             }
         }
         for slot in self.slots.iter().filter(|s| s.uuid.is_none()) {
-            tracing::error!(index = slot.index, "GPU did not answer at start; it is sampled once it does");
+            tracing::error!(
+                index = slot.index,
+                "GPU did not answer at start; it is sampled once it does"
+            );
         }
     }
 
@@ -200,7 +223,12 @@ impl Sampler {
         if refresh {
             self.last_inventory = Some(ts_ms);
         }
-        let req = Request { tick_id, ts_ms, refresh_inventory: refresh, processes: self.cfg.processes };
+        let req = Request {
+            tick_id,
+            ts_ms,
+            refresh_inventory: refresh,
+            processes: self.cfg.processes,
+        };
         let mut waiting = 0;
         for slot in &mut self.slots {
             if slot.lost || slot.busy.is_some() {
@@ -214,7 +242,9 @@ impl Sampler {
         let mut got: HashMap<u32, (GpuSample, Vec<RawProcess>)> = HashMap::new();
         let end = started + self.cfg.deadline;
         while waiting > 0 {
-            let Some(left) = end.checked_duration_since(Instant::now()) else { break };
+            let Some(left) = end.checked_duration_since(Instant::now()) else {
+                break;
+            };
             match self.responses.recv_timeout(left) {
                 Ok(r) => {
                     let (index, current) = (r.index, r.tick_id == tick_id);
@@ -229,7 +259,10 @@ impl Sampler {
                 Err(RecvTimeoutError::Disconnected) => break,
             }
         }
-        let mut batch = TickBatch { ts_ms, ..TickBatch::default() };
+        let mut batch = TickBatch {
+            ts_ms,
+            ..TickBatch::default()
+        };
         for slot in &self.slots {
             let Some(uuid) = &slot.uuid else { continue };
             match got.remove(&slot.index) {
@@ -244,10 +277,16 @@ impl Sampler {
                     }
                     batch.samples.push(sample);
                 }
-                None if slot.lost => batch.samples.push(GpuSample::empty(ts_ms, uuid, SampleStatus::Lost)),
+                None if slot.lost => {
+                    batch
+                        .samples
+                        .push(GpuSample::empty(ts_ms, uuid, SampleStatus::Lost))
+                }
                 None => {
                     tracing::debug!(index = slot.index, "GPU missed the tick deadline");
-                    batch.samples.push(GpuSample::empty(ts_ms, uuid, SampleStatus::DeadlineMissed));
+                    batch
+                        .samples
+                        .push(GpuSample::empty(ts_ms, uuid, SampleStatus::DeadlineMissed));
                 }
             }
         }

@@ -28,7 +28,9 @@ pub enum InitError {
         "the NVML library and the kernel driver have different versions (reboot or reload the nvidia kernel module after a driver upgrade)"
     )]
     VersionMismatch,
-    #[error("NVML library {path} lacks the symbol {symbol} (it is not a usable libnvidia-ml.so.1; point `nvml_library` at the driver's)")]
+    #[error(
+        "NVML library {path} lacks the symbol {symbol} (it is not a usable libnvidia-ml.so.1; point `nvml_library` at the driver's)"
+    )]
     MissingSymbol { path: String, symbol: String },
     #[error("NVML initialisation failed: {0} (check the driver with `nvidia-smi`)")]
     Other(String),
@@ -58,13 +60,13 @@ pub fn init(library: Option<&Path>) -> Result<NvmlHandle, InitError> {
         || "libnvidia-ml.so.1".to_string(),
         |p| p.display().to_string(),
     );
-    if let Some(p) = library {
-        if !p.exists() {
-            return Err(InitError::LibraryMissing {
-                path: shown,
-                reason: "no such file".into(),
-            });
-        }
+    if let Some(p) = library
+        && !p.exists()
+    {
+        return Err(InitError::LibraryMissing {
+            path: shown,
+            reason: "no such file".into(),
+        });
     }
     let result = match library {
         Some(p) => Nvml::builder().lib_path(p.as_os_str()).init(),

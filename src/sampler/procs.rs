@@ -69,10 +69,10 @@ impl ProcResolver {
                 ..ProcessInfo::default()
             };
         };
-        if let Some(info) = self.cache.get(&pid) {
-            if info.start_time_ms == start {
-                return info.clone();
-            }
+        if let Some(info) = self.cache.get(&pid)
+            && info.start_time_ms == start
+        {
+            return info.clone();
         }
         let info = self.read_process(pid, start);
         self.cache.insert(pid, info.clone());
@@ -150,7 +150,10 @@ mod tests {
     use super::*;
 
     fn resolver() -> ProcResolver {
-        ProcResolver::new(Redactor::new(&[]).expect("valid"), ProcessOverrides::default())
+        ProcResolver::new(
+            Redactor::new(&[]).expect("valid"),
+            ProcessOverrides::default(),
+        )
     }
 
     #[test]

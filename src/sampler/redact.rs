@@ -9,8 +9,10 @@ use regex::Regex;
 
 const MASK: &str = "***";
 
-/// Names that mark the next value as secret.
-const SECRET_KEY: &str = r"(?i:[a-z0-9_.-]*(?:token|secret|passw(?:or)?d|passwd|pwd|api[_-]?key|access[_-]?key|private[_-]?key|credentials?|auth|bearer|session[_-]?key|signature)[a-z0-9_.-]*)";
+/// Names that mark the next value as secret: one of the words, alone or as a `_.-`-separated
+/// part of the key (`hf-token`, `DB_PASSWORD`), but not inside another word (`--author`,
+/// `--tokenizer`).
+const SECRET_KEY: &str = r"(?i:(?:[a-z0-9]+[_.-])*(?:token|secret|passw(?:or)?d|passwd|pwd|api[_-]?key|access[_-]?key|private[_-]?key|credentials?|auth|authorization|bearer|session[_-]?key|signature)(?:[_.-][a-z0-9]+)*)";
 
 /// Compiled redaction rules.
 #[derive(Debug, Clone)]
@@ -103,14 +105,20 @@ mod tests {
             r(&["python", "train.py", "--api-key=abc123", "--lr=3e-4"]),
             "python train.py --api-key=*** --lr=3e-4"
         );
-        assert_eq!(r(&["env", "WANDB_API_KEY=deadbeef", "x"]), "env WANDB_API_KEY=*** x");
+        assert_eq!(
+            r(&["env", "WANDB_API_KEY=deadbeef", "x"]),
+            "env WANDB_API_KEY=*** x"
+        );
         assert_eq!(r(&["app", "PASSWORD=hunter2"]), "app PASSWORD=***");
         assert_eq!(r(&["app", "--hf-token=hf_x"]), "app --hf-token=***");
     }
 
     #[test]
     fn flag_then_value() {
-        assert_eq!(r(&["app", "--password", "hunter2", "--epochs", "3"]), "app --password *** --epochs 3");
+        assert_eq!(
+            r(&["app", "--password", "hunter2", "--epochs", "3"]),
+            "app --password *** --epochs 3"
+        );
         assert_eq!(r(&["app", "--token", "t"]), "app --token ***");
     }
 
@@ -125,13 +133,20 @@ mod tests {
     #[test]
     fn token_shapes_anywhere() {
         let t = "ghp_0123456789abcdefghijABCDEFGHIJ";
-        assert_eq!(r(&["git", "clone", &format!("{t}")]), "git clone ***");
+        assert_eq!(r(&["git", "clone", t]), "git clone ***");
         assert_eq!(r(&["x", "AKIAABCDEFGHIJKLMNOP"]), "x ***");
     }
 
     #[test]
     fn ordinary_arguments_survive() {
-        let args = ["torchrun", "--nproc_per_node=8", "train.py", "--batch-size", "32", "--author=keystone"];
+        let args = [
+            "torchrun",
+            "--nproc_per_node=8",
+            "train.py",
+            "--batch-size",
+            "32",
+            "--author=keystone",
+        ];
         assert_eq!(r(&args), args.join(" "));
     }
 

@@ -44,7 +44,11 @@ impl Support {
     }
 
     /// Calls `f` unless `metric` is known to be unsupported or the GPU is lost.
-    pub fn read<T>(&mut self, metric: &'static str, f: impl FnOnce() -> Result<T, NvmlError>) -> Option<T> {
+    pub fn read<T>(
+        &mut self,
+        metric: &'static str,
+        f: impl FnOnce() -> Result<T, NvmlError>,
+    ) -> Option<T> {
         if self.lost.is_some() || self.unsupported.contains_key(metric) {
             return None;
         }
@@ -60,7 +64,9 @@ impl Support {
     /// Records a failed read of `metric`.
     pub fn fail(&mut self, metric: &'static str, e: &NvmlError) {
         match e {
-            NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_) | NvmlError::FunctionNotFound => {
+            NvmlError::NotSupported
+            | NvmlError::FailedToLoadSymbol(_)
+            | NvmlError::FunctionNotFound => {
                 tracing::debug!(gpu = %self.uuid, metric, "not supported; not read again until the next inventory refresh");
                 self.unsupported.insert(metric, ());
             }
@@ -129,7 +135,11 @@ mod tests {
         }
         assert_eq!(calls, 1);
         s.reprobe();
-        assert_eq!(s.read("fan", || Ok(0u32)), Some(0), "a real zero stays zero");
+        assert_eq!(
+            s.read("fan", || Ok(0u32)),
+            Some(0),
+            "a real zero stays zero"
+        );
     }
 
     #[test]

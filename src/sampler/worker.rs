@@ -72,7 +72,10 @@ pub fn run(
                     support.reprobe();
                 }
                 let inv = read_inventory(dev, index, &sys, &mut support);
-                if support.lost.is_none() && !inv.uuid.is_empty() && inventory.as_ref() != Some(&inv) {
+                if support.lost.is_none()
+                    && !inv.uuid.is_empty()
+                    && inventory.as_ref() != Some(&inv)
+                {
                     support = rename(support, &inv.uuid);
                     inventory = Some(inv.clone());
                     resp.inventory = Some(inv);

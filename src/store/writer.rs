@@ -2,11 +2,12 @@
 //! channel brings.
 //!
 //! Invariants:
-//! - [`WriterHandle::send_tick`] never blocks (safe from async code): when the queue is full
-//!   (the disk stalled for about [`WRITER_QUEUE_CAPACITY`] ticks) the batch is refused,
-//!   counted in [`WriterStats::dropped_batches`] and logged; the caller learns it from the
-//!   result. At one tick per second the queue holds about a minute, far longer than any
-//!   normal write.
+//! - [`WriterHandle::send_tick`] waits at most its `wait` argument for room (the sampling
+//!   thread passes one tick interval, so a simulated clock is paced by the writer instead of
+//!   outrunning it); when the queue is still full (the disk stalled for about
+//!   [`WRITER_QUEUE_CAPACITY`] ticks) the batch is refused, counted in
+//!   [`WriterStats::dropped_batches`] and logged; the caller learns it from the result. At one
+//!   tick per second the queue holds about a minute, far longer than any normal write.
 //! - Commands are handled in order: a flush or shutdown replies after every tick queued
 //!   before it has been written (or has failed).
 //! - Errors are logged with `tracing` and counted; the thread does not panic on them and
@@ -113,15 +114,28 @@ impl WriterHandle {
         })
     }
 
-    /// Queues a tick without blocking.
-    pub fn send_tick(&self, batch: TickBatch) -> Result<(), SendTickError> {
-        let err = match &self.tx {
-            None => SendTickError::Closed,
-            Some(tx) => match tx.try_send(Command::Tick(Box::new(batch))) {
+    /// Queues a tick, waiting up to `wait` for room in the queue (`Duration::ZERO`: never
+    /// blocks, safe from async code).
+    pub fn send_tick(&self, batch: TickBatch, wait: Duration) -> Result<(), SendTickError> {
+        let deadline = std::time::Instant::now() + wait;
+        let mut cmd = Command::Tick(Box::new(batch));
+        let mut pause = Duration::from_micros(100);
+        let err = loop {
+            let Some(tx) = &self.tx else {
+                break SendTickError::Closed;
+            };
+            match tx.try_send(cmd) {
                 Ok(()) => return Ok(()),
-                Err(TrySendError::Full(_)) => SendTickError::Full,
-                Err(TrySendError::Disconnected(_)) => SendTickError::Closed,
-            },
+                Err(TrySendError::Disconnected(_)) => break SendTickError::Closed,
+                Err(TrySendError::Full(back)) => {
+                    if std::time::Instant::now() >= deadline {
+                        break SendTickError::Full;
+                    }
+                    cmd = back;
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(10));
+                }
+            }
         };
         let n = self.shared.dropped.fetch_add(1, Ordering::Relaxed) + 1;
         tracing::error!(dropped_total = n, error = %err, "dropped a sample batch");

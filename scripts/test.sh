@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs what the tests need and is missing,
+# builds the simulated NVML library, then runs lint and every test.
+#
+#   scripts/test.sh            # everything
+#   scripts/test.sh --no-lint  # skip fmt/clippy (faster while iterating)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+lint=1
+for a in "$@"; do
+  case "$a" in
+    --no-lint) lint=0 ;;
+    *) echo "usage: scripts/test.sh [--no-lint]" >&2; exit 2 ;;
+  esac
+done
+
+say() { printf '\n== %s\n' "$*"; }
+
+# --- what the tests need -------------------------------------------------------------
+# Python's nvidia-ml-py (pynvml) checks that the fake NVML library is a drop-in for other
+# NVML clients (tests/pynvml_compat.rs).
+if ! python3 -c 'import pynvml' 2>/dev/null; then
+  say "installing nvidia-ml-py (pip)"
+  python3 -m pip install --quiet --disable-pip-version-check nvidia-ml-py \
+    || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages nvidia-ml-py
+fi
+if [ "$lint" = 1 ]; then
+  rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt
+fi
+
+# --- build -----------------------------------------------------------------------------
+# `cargo test` does not build the cdylib of another workspace member: build it first.
+say "building the workspace (including the simulated NVML library)"
+cargo build --workspace --all-targets
+
+if [ "$lint" = 1 ]; then
+  say "cargo fmt --check"
+  cargo fmt --all -- --check
+  say "cargo clippy"
+  cargo clippy --workspace --all-targets -- -D warnings
+fi
+
+say "cargo test"
+cargo test --workspace

@@ -1,0 +1,225 @@
+//! Rendering GPU status for people (a compact nvidia-smi) and for programs (JSON).
+//! One renderer serves `gpuwatch status` and the demo's live view.
+//!
+//! Invariant: a value that could not be read prints as `-` (JSON `null`), never as 0.
+
+use serde_json::{Value, json};
+
+use crate::model::SampleStatus;
+use crate::store::read::GpuStatusRow;
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+fn opt<T: std::fmt::Display>(v: Option<T>, unit: &str) -> String {
+    v.map_or_else(|| "-".to_string(), |v| format!("{v}{unit}"))
+}
+
+fn gib(b: Option<u64>) -> String {
+    b.map_or_else(|| "-".to_string(), |b| format!("{:.1}", b as f64 / GIB))
+}
+
+fn watts(mw: Option<u32>) -> String {
+    mw.map_or_else(
+        || "-".to_string(),
+        |mw| format!("{:.0}", mw as f64 / 1000.0),
+    )
+}
+
+/// Human age: "3s", "4m", "2h", "5d".
+pub fn age(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..=119 => format!("{s}s"),
+        120..=7199 => format!("{}m", s / 60),
+        7200..=172_799 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// The state marks of a GPU row.
+fn marks(r: &GpuStatusRow, stale_after_ms: i64) -> Vec<&'static str> {
+    let mut m = Vec::new();
+    if r.lost_at_ms.is_some()
+        || r.latest
+            .as_ref()
+            .is_some_and(|s| s.status == SampleStatus::Lost)
+    {
+        m.push("LOST");
+    }
+    if r.latest
+        .as_ref()
+        .is_some_and(|s| s.status == SampleStatus::DeadlineMissed)
+    {
+        m.push("GAP");
+    }
+    if r.age_ms.is_none_or(|a| a > stale_after_ms) {
+        m.push("STALE");
+    }
+    m
+}
+
+/// A fixed-width table, one line per GPU (plus one per extra process).
+pub fn table(rows: &[GpuStatusRow], stale_after_ms: i64) -> String {
+    let hosts: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.host.as_str()).collect();
+    let multi_host = hosts.len() > 1;
+    let mut out = format!(
+        "{:<4} {:<24} {:>5} {:>15} {:>5} {:>11} {:>5}  {:<10} {}\n",
+        "GPU", "NAME", "UTIL", "MEMORY GiB", "TEMP", "POWER W", "AGE", "STATE", "PROCESSES"
+    );
+    let mut last_host = None;
+    for r in rows {
+        if multi_host && last_host != Some(r.host.as_str()) {
+            out.push_str(&format!("[{}]\n", r.host));
+            last_host = Some(r.host.as_str());
+        }
+        let s = r.latest.as_ref();
+        let mut name: String = r
+            .inventory
+            .name
+            .clone()
+            .unwrap_or_else(|| r.inventory.uuid.clone());
+        name = name.trim_start_matches("NVIDIA ").to_string();
+        if name.chars().count() > 24 {
+            name = name.chars().take(23).collect::<String>() + "…";
+        }
+        let total = s
+            .and_then(|s| s.mem_total_bytes)
+            .or(r.inventory.memory_total_bytes);
+        let mem = format!("{} / {}", gib(s.and_then(|s| s.mem_used_bytes)), gib(total));
+        let power = format!(
+            "{} / {}",
+            watts(s.and_then(|s| s.power_mw)),
+            watts(
+                s.and_then(|s| s.power_limit_mw)
+                    .or(r.inventory.power_limit_mw)
+            )
+        );
+        let m = marks(r, stale_after_ms);
+        let state = if m.is_empty() {
+            "ok".to_string()
+        } else {
+            m.join(",")
+        };
+        let procs: Vec<String> = r
+            .processes
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}[{}] {} GiB",
+                    p.name.as_deref().unwrap_or("?"),
+                    p.pid,
+                    gib(p.used_mem_bytes)
+                )
+            })
+            .collect();
+        let line = format!(
+            "{:<4} {:<24} {:>5} {:>15} {:>5} {:>11} {:>5}  {:<10} {}",
+            r.inventory.index,
+            name,
+            opt(s.and_then(|s| s.util_gpu_pct), "%"),
+            mem,
+            opt(s.and_then(|s| s.temp_c), "C"),
+            power,
+            r.age_ms.map_or_else(|| "-".into(), age),
+            state,
+            procs.first().map_or("-", String::as_str),
+        );
+        out.push_str(line.trim_end());
+        out.push('\n');
+        for p in procs.iter().skip(1) {
+            out.push_str(&format!("{:>86}{p}\n", ""));
+        }
+    }
+    out
+}
+
+/// Machine-readable status: an array of GPU objects.
+pub fn json(rows: &[GpuStatusRow], stale_after_ms: i64) -> Value {
+    Value::Array(
+        rows.iter()
+            .map(|r| {
+                let s = r.latest.as_ref();
+                json!({
+                    "host": r.host,
+                    "index": r.inventory.index,
+                    "uuid": r.inventory.uuid,
+                    "name": r.inventory.name,
+                    "pci_bus_id": r.inventory.pci_bus_id,
+                    "driver_version": r.inventory.driver_version,
+                    "state": marks(r, stale_after_ms),
+                    "lost_at_ms": r.lost_at_ms,
+                    "sample_ts_ms": s.map(|s| s.ts_ms),
+                    "age_ms": r.age_ms,
+                    "util_gpu_pct": s.and_then(|s| s.util_gpu_pct),
+                    "util_mem_pct": s.and_then(|s| s.util_mem_pct),
+                    "mem_used_bytes": s.and_then(|s| s.mem_used_bytes),
+                    "mem_total_bytes": s.and_then(|s| s.mem_total_bytes).or(r.inventory.memory_total_bytes),
+                    "temp_c": s.and_then(|s| s.temp_c),
+                    "temp_slowdown_c": r.inventory.temp_slowdown_c,
+                    "power_mw": s.and_then(|s| s.power_mw),
+                    "power_limit_mw": s.and_then(|s| s.power_limit_mw).or(r.inventory.power_limit_mw),
+                    "clock_sm_mhz": s.and_then(|s| s.clock_sm_mhz),
+                    "throttle_reasons": s.and_then(|s| s.throttle_reasons),
+                    "ecc_uncorrected": s.and_then(|s| s.ecc_uncorrected),
+                    "processes": r.processes.iter().map(|p| json!({
+                        "pid": p.pid,
+                        "start_time_ms": p.start_time_ms,
+                        "name": p.name,
+                        "user": p.user,
+                        "used_mem_bytes": p.used_mem_bytes,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{GpuInventory, GpuSample};
+
+    fn row(util: Option<u32>) -> GpuStatusRow {
+        GpuStatusRow {
+            host: "h".into(),
+            inventory: GpuInventory {
+                index: 3,
+                uuid: "GPU-1".into(),
+                name: Some("NVIDIA H100 80GB HBM3".into()),
+                ..Default::default()
+            },
+            inventory_known: true,
+            first_seen_ms: 0,
+            last_seen_ms: 0,
+            lost_at_ms: None,
+            latest: Some(GpuSample {
+                util_gpu_pct: util,
+                mem_used_bytes: Some(0),
+                ..Default::default()
+            }),
+            age_ms: Some(1000),
+            processes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn missing_values_are_dashes_and_zero_is_zero() {
+        let t = table(&[row(None)], 10_000);
+        let line = t.lines().nth(1).expect("a GPU line");
+        assert!(line.starts_with("3    H100 80GB HBM3"), "{line}");
+        assert!(line.contains("    - "), "{line}");
+        assert!(line.contains("0.0 / -"), "{line}");
+        let t = table(&[row(Some(0))], 10_000);
+        assert!(t.lines().nth(1).expect("line").contains("   0% "), "{t}");
+    }
+
+    #[test]
+    fn stale_and_lost_are_marked() {
+        let mut r = row(Some(5));
+        r.age_ms = Some(60_000);
+        r.lost_at_ms = Some(1);
+        let j = json(&[r], 10_000);
+        assert_eq!(j[0]["state"], json!(["LOST", "STALE"]));
+        assert_eq!(j[0]["util_gpu_pct"], json!(5));
+    }
+}

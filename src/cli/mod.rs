@@ -1,0 +1,134 @@
+//! Command-line interface: argument parsing (clap) and one module per subcommand.
+//!
+//! Invariants: this is the only place that turns errors into text for people and exit codes
+//! (`anyhow` lives here and in `main` only); every failure is printed as `error: ...` lines,
+//! never as a panic or a debug dump.
+
+mod demo;
+mod format;
+mod run;
+mod status;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Exit codes.
+pub mod exit {
+    pub const OK: i32 = 0;
+    /// Something failed at run time.
+    pub const FAILURE: i32 = 1;
+    /// Bad command line or configuration.
+    pub const USAGE: i32 = 2;
+    /// NVML could not be started (no driver, no library, no permission).
+    pub const NVML: i32 = 3;
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gpuwatch",
+    version,
+    about = "Watches NVIDIA GPUs of training machines: history in SQLite, alerts on idle GPUs, leaks, hangs, overheating and hardware faults"
+)]
+pub struct Cli {
+    /// Log filter (error, warn, info, debug, trace or a tracing filter); also RUST_LOG.
+    #[arg(long, global = true, value_name = "FILTER")]
+    pub log: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon: sample every GPU into the database until SIGINT/SIGTERM.
+    Run(run::RunArgs),
+    /// Show the GPUs from the database like a compact nvidia-smi.
+    Status(status::StatusArgs),
+    /// Run the whole daemon on simulated GPUs, faster than real time (no GPU, root or config).
+    Demo(demo::DemoArgs),
+}
+
+/// Options shared by commands that read the configuration.
+#[derive(Debug, clap::Args, Clone, Default)]
+pub struct ConfigArgs {
+    /// Configuration file [default: /etc/gpuwatch/gpuwatch.toml when it exists, else built-in defaults].
+    #[arg(long, short = 'c', value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Database file (overrides `database` in the config).
+    #[arg(long, value_name = "PATH")]
+    pub db: Option<PathBuf>,
+}
+
+impl ConfigArgs {
+    /// Loads the configuration the arguments point at, with `--db` applied.
+    pub fn load(&self) -> Result<crate::config::Config, crate::config::ConfigErrors> {
+        let default = PathBuf::from(crate::config::DEFAULT_CONFIG_PATH);
+        let mut cfg = match &self.config {
+            Some(p) => crate::config::Config::load(p)?,
+            None if default.exists() => crate::config::Config::load(&default)?,
+            None => crate::config::Config::default(),
+        };
+        if let Some(db) = &self.db {
+            cfg.database = db.clone();
+        }
+        Ok(cfg)
+    }
+}
+
+/// A failure with the exit code it should produce.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: i32,
+    pub error: anyhow::Error,
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Self {
+            code: exit::FAILURE,
+            error: e.into(),
+        }
+    }
+}
+
+pub fn fail(code: i32, error: impl Into<anyhow::Error>) -> Failure {
+    Failure {
+        code,
+        error: error.into(),
+    }
+}
+
+/// Parses the command line, runs the command, prints errors; returns the exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    init_logging(cli.log.as_deref(), matches!(cli.command, Command::Demo(_)));
+    let result = match cli.command {
+        Command::Run(a) => run::run(a),
+        Command::Status(a) => status::run(a),
+        Command::Demo(a) => demo::run(a),
+    };
+    match result {
+        Ok(()) => exit::OK,
+        Err(f) => {
+            for line in format!("{:#}", f.error).lines() {
+                eprintln!("error: {line}");
+            }
+            f.code
+        }
+    }
+}
+
+fn init_logging(filter: Option<&str>, quiet_default: bool) {
+    use tracing_subscriber::EnvFilter;
+    let default = if quiet_default { "error" } else { "info" };
+    let filter = filter
+        .map(str::to_string)
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .unwrap_or_else(|| default.to_string());
+    let env = EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(env)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}

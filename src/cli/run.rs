@@ -1,0 +1,58 @@
+//! `gpuwatch run`: the long-running daemon.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use crate::clock::WallTicker;
+use crate::daemon::{self, DaemonParts};
+use crate::sampler::nvml;
+use crate::sampler::procs::ProcessOverrides;
+
+use super::{ConfigArgs, Failure, exit, fail};
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// NVML library to load (overrides `nvml_library` in the config).
+    #[arg(long, value_name = "PATH")]
+    pub nvml_library: Option<PathBuf>,
+    /// Check the configuration and exit without sampling.
+    #[arg(long)]
+    pub check: bool,
+}
+
+pub fn run(args: RunArgs) -> Result<(), Failure> {
+    let mut cfg = args.config.load().map_err(|e| fail(exit::USAGE, e))?;
+    if let Some(lib) = args.nvml_library {
+        cfg.nvml_library = Some(lib);
+    }
+    if args.check {
+        println!("configuration OK");
+        return Ok(());
+    }
+    let handle = nvml::init(cfg.nvml_library.as_deref()).map_err(|e| fail(exit::NVML, e))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).map_err(|e| {
+            fail(
+                exit::FAILURE,
+                anyhow::anyhow!("cannot install signal handler: {e}"),
+            )
+        })?;
+    }
+    let interval = cfg.interval;
+    let summary = daemon::run(
+        DaemonParts {
+            config: cfg,
+            nvml: handle,
+            ticker: Box::new(WallTicker::new(interval)),
+            overrides: ProcessOverrides::default(),
+            observer: None,
+        },
+        stop,
+    )?;
+    tracing::info!(ticks = summary.ticks, "stopped cleanly");
+    Ok(())
+}

@@ -1,0 +1,116 @@
+//! Time as a parameter: what decides when the daemon ticks and what time a tick carries.
+//!
+//! [`WallTicker`] ticks on wall-clock boundaries of the interval (12:00:01.000, ...). The
+//! simulated ticker (in [`crate::sim`]) runs a scenario's clock faster than real time. The
+//! daemon and `replay` never read the system clock for a sample's time themselves.
+//!
+//! Invariant: `next` returns `None` promptly (within ~100 ms) once `stop` is set.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::model::{TrainingPoint, TsMs};
+
+/// One tick: the time it stands for, and training metrics known at that time (simulated
+/// scenarios provide them; live ones come from Prometheus in their own task).
+#[derive(Debug, Clone, Default)]
+pub struct Tick {
+    pub ts_ms: TsMs,
+    pub training: Vec<TrainingPoint>,
+}
+
+pub trait Ticker: Send {
+    /// Waits for the next tick; `None` when `stop` is set or the clock has run out.
+    fn next(&mut self, stop: &AtomicBool) -> Option<Tick>;
+    /// The time between ticks, in the ticker's own time.
+    fn interval(&self) -> Duration;
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> TsMs {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// Sleeps up to `d`, waking early when `stop` is set. Returns false when stopped.
+pub fn sleep_unless_stopped(d: Duration, stop: &AtomicBool) -> bool {
+    let step = Duration::from_millis(50);
+    let mut left = d;
+    while !left.is_zero() {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        let s = left.min(step);
+        std::thread::sleep(s);
+        left = left.saturating_sub(s);
+    }
+    !stop.load(Ordering::Relaxed)
+}
+
+/// Ticks on multiples of the interval in wall-clock time.
+#[derive(Debug)]
+pub struct WallTicker {
+    interval_ms: i64,
+    last: Option<TsMs>,
+    /// Ticks skipped because a previous tick ran late (kept for self-monitoring).
+    pub skipped: u64,
+}
+
+impl WallTicker {
+    pub fn new(interval: Duration) -> Self {
+        Self {
+            interval_ms: (interval.as_millis() as i64).max(1),
+            last: None,
+            skipped: 0,
+        }
+    }
+}
+
+impl Ticker for WallTicker {
+    fn next(&mut self, stop: &AtomicBool) -> Option<Tick> {
+        let now = now_ms();
+        let mut due = (now / self.interval_ms + 1) * self.interval_ms;
+        if let Some(last) = self.last {
+            let expected = last + self.interval_ms;
+            if expected > now {
+                due = expected;
+            } else if due > expected + self.interval_ms {
+                self.skipped += ((due - expected) / self.interval_ms) as u64;
+            }
+        }
+        let wait = Duration::from_millis((due - now).max(0) as u64);
+        if !sleep_unless_stopped(wait, stop) {
+            return None;
+        }
+        self.last = Some(due);
+        Some(Tick {
+            ts_ms: due,
+            training: Vec::new(),
+        })
+    }
+
+    fn interval(&self) -> Duration {
+        Duration::from_millis(self.interval_ms as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wall_ticks_are_aligned_and_increasing() {
+        let mut t = WallTicker::new(Duration::from_millis(100));
+        let stop = AtomicBool::new(false);
+        let a = t.next(&stop).expect("tick");
+        let b = t.next(&stop).expect("tick");
+        assert_eq!(a.ts_ms % 100, 0);
+        assert_eq!(b.ts_ms - a.ts_ms, 100);
+    }
+
+    #[test]
+    fn stop_ends_the_wait() {
+        let mut t = WallTicker::new(Duration::from_secs(3600));
+        let stop = AtomicBool::new(true);
+        assert!(t.next(&stop).is_none());
+    }
+}

@@ -1,0 +1,172 @@
+//! The daemon: wires sampler → store writer, serves HTTP, and shuts down cleanly.
+//!
+//! Threads and tasks:
+//! - the **sampling thread** (this module's loop) waits for the ticker, asks the sampler for a
+//!   batch (bounded by the sample deadline) and hands it to the store writer;
+//! - one **NVML thread per GPU** and one **event thread** (in [`crate::sampler`]);
+//! - the **store writer thread** (in [`crate::store`]) owns the write connection;
+//! - a small **tokio runtime** serves HTTP.
+//!
+//! Invariants: stopping (`stop` set by SIGINT/SIGTERM or the caller) ends the loop within a
+//! tick, then every batch already produced is written before `run` returns; nothing in the
+//! loop waits on NVML longer than the deadline or on the network at all.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::clock::Ticker;
+use crate::config::Config;
+use crate::http::Health;
+use crate::model::{SampleStatus, TickBatch};
+use crate::sampler::nvml::NvmlHandle;
+use crate::sampler::procs::ProcessOverrides;
+use crate::sampler::{Sampler, SamplerConfig, SamplerError};
+use crate::store::{self, StoreConfig, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Sampler(#[from] SamplerError),
+    #[error(
+        "cannot listen on {addr}: {source} (set [http] listen to a free address, or enabled = false)"
+    )]
+    Listen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start the store writer: {0}")]
+    Thread(std::io::Error),
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// Called with every batch after it was handed to the writer (the demo prints from it).
+pub type BatchObserver = Box<dyn FnMut(&TickBatch) + Send>;
+
+/// Everything `run` needs; tests and the demo build it with a simulated ticker.
+pub struct DaemonParts {
+    pub config: Config,
+    pub nvml: NvmlHandle,
+    pub ticker: Box<dyn Ticker>,
+    pub overrides: ProcessOverrides,
+    pub observer: Option<BatchObserver>,
+}
+
+/// What a run did, for logs and tests.
+#[derive(Debug, Clone, Default)]
+pub struct RunSummary {
+    pub ticks: u64,
+    pub gpus: usize,
+    pub http_addr: Option<std::net::SocketAddr>,
+}
+
+/// Runs until `stop` is set or the ticker ends. Blocks the calling thread.
+pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, DaemonError> {
+    let DaemonParts {
+        config,
+        nvml,
+        mut ticker,
+        overrides,
+        mut observer,
+    } = parts;
+    let store = store::open(
+        &config.database,
+        &StoreConfig {
+            retention: config.retention,
+            rollup_retention: config.rollup_retention,
+            max_db_size: config.max_db_size,
+            host: config.host.clone(),
+        },
+    )?;
+    let writer = store::WriterHandle::spawn(store).map_err(DaemonError::Thread)?;
+    let health = Health::new(config.http.stall_after);
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("gpuwatch-http")
+        .enable_all()
+        .build()
+        .map_err(DaemonError::Runtime)?;
+    let (http_stop_tx, http_stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut summary = RunSummary::default();
+    if config.http.enabled {
+        let addr = config.http.listen;
+        let listener = runtime
+            .block_on(crate::http::bind(addr))
+            .map_err(|source| DaemonError::Listen { addr, source })?;
+        summary.http_addr = listener.local_addr().ok();
+        tracing::info!(addr = ?summary.http_addr, "serving /healthz");
+        let h = health.clone();
+        runtime.spawn(async move {
+            let shutdown = async {
+                let _ = http_stop_rx.await;
+            };
+            if let Err(e) = crate::http::serve(listener, h, shutdown).await {
+                tracing::error!(error = %e, "HTTP server failed");
+            }
+        });
+    }
+
+    let mut sampler = Sampler::start(
+        &nvml,
+        SamplerConfig {
+            deadline: config.sample_deadline,
+            inventory_interval: config.inventory_interval,
+            processes: config.processes.enabled,
+            redact_patterns: config.processes.redact_patterns.clone(),
+            startup_timeout: config.sample_deadline.max(Duration::from_secs(5)),
+        },
+        overrides,
+    )?;
+    summary.gpus = sampler.gpu_count();
+    health
+        .gpus
+        .store(sampler.gpu_count() as u32, Ordering::Relaxed);
+    tracing::info!(gpus = sampler.gpu_count(), interval = ?ticker.interval(), db = %config.database.display(), "sampling");
+
+    while let Some(tick) = ticker.next(&stop) {
+        let mut batch = sampler.tick(tick.ts_ms);
+        batch.training = tick.training;
+        let gaps = batch
+            .samples
+            .iter()
+            .filter(|s| s.status == SampleStatus::DeadlineMissed)
+            .count();
+        let lost = batch
+            .samples
+            .iter()
+            .filter(|s| s.status == SampleStatus::Lost)
+            .count();
+        let sampled = batch
+            .samples
+            .iter()
+            .filter(|s| s.status == SampleStatus::Ok)
+            .count();
+        let batch_progress = sampled > 0 || lost == batch.samples.len();
+        health.gaps.fetch_add(gaps as u64, Ordering::Relaxed);
+        health.gpus_lost.store(lost as u32, Ordering::Relaxed);
+        for ev in &batch.events {
+            tracing::warn!(kind = %ev.kind, gpu = ?ev.gpu_uuid, code = ?ev.code, "{}", ev.message);
+        }
+        if let Some(obs) = observer.as_mut() {
+            obs(&batch);
+        }
+        if writer.send_tick(batch, ticker.interval()).is_err() {
+            health.write_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        let progress = batch_progress;
+        health.tick_done(tick.ts_ms, progress);
+        summary.ticks += 1;
+    }
+
+    tracing::info!(ticks = summary.ticks, "stopping: flushing the store");
+    drop(sampler);
+    let _ = http_stop_tx.send(());
+    let stats = writer.shutdown();
+    tracing::info!(?stats, "store closed");
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    Ok(summary)
+}

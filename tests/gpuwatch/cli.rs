@@ -1,0 +1,265 @@
+//! The `gpuwatch` binary as people run it: exit codes, one-line errors, a real daemon on the
+//! fake library in wall-clock mode, `/healthz`, and `status`.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::sim;
+
+fn gpuwatch() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_gpuwatch"));
+    c.env_remove("RUST_LOG");
+    c
+}
+
+fn stderr_lines(o: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn bad_config_exits_2_with_one_line_naming_the_place() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(&cfg, "interval = \"1s\"\nintervall = \"2s\"\n").expect("write");
+    let o = gpuwatch()
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(2));
+    let lines = stderr_lines(&o);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let want = format!("error: {}:2:1: unknown field `intervall`", cfg.display());
+    assert!(lines[0].starts_with(&want), "{lines:?}");
+}
+
+#[test]
+fn missing_nvml_library_exits_3_with_cause_and_fix() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = gpuwatch()
+        .args([
+            "run",
+            "--nvml-library",
+            "/nonexistent/libnvidia-ml.so.1",
+            "--db",
+        ])
+        .arg(dir.path().join("x.db"))
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(3));
+    let lines = stderr_lines(&o);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains("cannot load the NVML library /nonexistent/libnvidia-ml.so.1"),
+        "{lines:?}"
+    );
+    assert!(lines[0].contains("install the NVIDIA driver"), "{lines:?}");
+}
+
+#[test]
+fn a_library_that_is_not_nvml_is_reported_in_one_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bogus = dir.path().join("libnvidia-ml.so.1");
+    std::fs::write(&bogus, b"not an ELF file").expect("write");
+    let o = gpuwatch()
+        .args(["run", "--nvml-library"])
+        .arg(&bogus)
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(3));
+    let lines = stderr_lines(&o);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].starts_with("error: cannot load the NVML library"),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn status_of_a_missing_database_is_one_line() {
+    let o = gpuwatch()
+        .args(["status", "--db", "/nonexistent/dir/x.db"])
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(1));
+    let lines = stderr_lines(&o);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("/nonexistent/dir/x.db"), "{lines:?}");
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// GET `path` and return (status code, body).
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    Some((code, body))
+}
+
+fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_daemon(lib: &Path, db: &Path, port: u16, extra: &str) -> Daemon {
+    let cfg = db.with_extension("toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "host = \"testhost\"\ndatabase = \"{}\"\nnvml_library = \"{}\"\ninterval = \"200ms\"\n{extra}\n[http]\nlisten = \"127.0.0.1:{port}\"\nstall_after = \"1s\"\n",
+            db.display(),
+            lib.display()
+        ),
+    )
+    .expect("write config");
+    let child = gpuwatch()
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn daemon");
+    Daemon(child)
+}
+
+const WALL_SCENARIO: &str = r#"
+[scenario]
+name = "wall"
+duration = "1h"
+[[gpu]]
+model = "H100-SXM-80GB"
+[[gpu]]
+model = "L40S"
+[[process]]
+pid = 4000000
+name = "python"
+gpu = 1
+mem_mib = 1234
+[[event]]
+gpu = 0
+at = "1s"
+xid = 48
+"#;
+
+#[test]
+fn run_serves_healthz_stores_samples_and_stops_cleanly_on_sigterm() {
+    let sim = sim(WALL_SCENARIO);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("g.db");
+    let port = free_port();
+    let mut d = start_daemon(&sim.library_path(), &db, port, "");
+    let (code, body) = wait_for("healthz", Duration::from_secs(20), || {
+        http_get(port, "/healthz")
+    });
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"status\":\"ok\""), "{body}");
+    // Let a few ticks and the XID at simulated second 1 through.
+    wait_for("samples", Duration::from_secs(20), || {
+        let o = gpuwatch()
+            .args(["status", "--format", "json", "--db"])
+            .arg(&db)
+            .output()
+            .ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
+        (v.as_array()?.len() == 2 && v[1]["processes"].as_array()?.len() == 1).then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(d.0.id() as i32, libc::SIGTERM) };
+    let status = wait_for("exit", Duration::from_secs(10), || {
+        d.0.try_wait().ok().flatten()
+    });
+    assert!(status.success(), "clean exit on SIGTERM: {status:?}");
+    let mut err = String::new();
+    d.0.stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err)
+        .expect("read");
+    assert!(!err.contains("panicked"), "{err}");
+
+    let o = gpuwatch()
+        .args(["status", "--format", "json", "--db"])
+        .arg(&db)
+        .output()
+        .expect("status");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v[0]["host"], "testhost");
+    assert_eq!(v[0]["uuid"], sim.scenario.gpu(0).uuid.as_str());
+    assert_eq!(v[1]["processes"][0]["pid"], 4000000);
+    assert_eq!(v[1]["processes"][0]["used_mem_bytes"], 1234u64 << 20);
+    let o = gpuwatch()
+        .args(["status", "--db"])
+        .arg(&db)
+        .output()
+        .expect("status");
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(table.contains("H100"), "{table}");
+    assert!(table.contains("L40S"), "{table}");
+
+    let conn = rusqlite::Connection::open(&db).expect("open");
+    let xids: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM events WHERE kind = 'xid' AND code = 48",
+            [],
+            |r| r.get(0),
+        )
+        .expect("query");
+    assert_eq!(xids, 1, "the XID was stored");
+}
+
+#[test]
+fn healthz_turns_503_when_every_gpu_stops_answering() {
+    let scenario = format!(
+        "{WALL_SCENARIO}\n[[fault]]\ngpu = [0, 1]\nsymbol = \"nvmlDeviceGetUtilizationRates\"\nfrom = \"2s\"\nblock = \"forever\"\n"
+    );
+    let sim = sim(&scenario);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let _d = start_daemon(&sim.library_path(), &dir.path().join("g.db"), port, "");
+    let (code, _) = wait_for("healthz", Duration::from_secs(20), || {
+        http_get(port, "/healthz")
+    });
+    assert_eq!(code, 200);
+    let (code, body) = wait_for("503", Duration::from_secs(20), || {
+        http_get(port, "/healthz").filter(|(c, _)| *c == 503)
+    });
+    assert_eq!(code, 503);
+    assert!(body.contains("stalled"), "{body}");
+}

@@ -1,0 +1,319 @@
+//! The real nvml-wrapper sampling path against the simulated NVML library.
+
+use std::time::{Duration, Instant};
+
+use gpuwatch::model::SampleStatus;
+
+use crate::common::{START_MS, rig};
+
+const TWO_GPUS: &str = r#"
+[scenario]
+name = "two"
+duration = "10m"
+seed = 1
+
+[[gpu]]
+model = "H100-SXM-80GB"
+[[gpu.timeline]]
+util_gpu = { value = 93 }
+mem_used_mib = 40000
+
+[[gpu]]
+model = "A100-SXM4-40GB"
+[[gpu.timeline]]
+util_gpu = 0
+util_mem = 0
+
+[[process]]
+pid = 4121
+name = "python"
+cmdline = "python train.py --token=abc"
+user = "alice"
+gpu = 0
+mem_mib = 39000
+"#;
+
+#[test]
+fn inventory_matches_the_scenario() {
+    let r = rig(TWO_GPUS, Duration::from_secs(2));
+    let mut inv: Vec<_> = r.sampler.inventories().cloned().collect();
+    inv.sort_by_key(|i| i.index);
+    assert_eq!(inv.len(), 2);
+    for (i, got) in inv.iter().enumerate() {
+        let want = r.sim.scenario.gpu(i);
+        assert_eq!(got.index, i as u32);
+        assert_eq!(got.uuid, want.uuid);
+        assert_eq!(got.name.as_deref(), Some(want.name.as_str()));
+        assert_eq!(got.serial.as_deref(), Some(want.serial.as_str()));
+        assert_eq!(got.pci_bus_id.as_deref(), Some(want.pci_bus_id.as_str()));
+        assert_eq!(got.memory_total_bytes, Some(want.memory_total_bytes));
+        assert_eq!(got.power_limit_mw, Some(want.power_limit_mw));
+        assert_eq!(got.power_limit_min_mw, Some(want.power_min_mw));
+        assert_eq!(got.power_limit_max_mw, Some(want.power_max_mw));
+        assert_eq!(got.temp_slowdown_c, Some(want.temp_slowdown_c));
+        assert_eq!(got.temp_shutdown_c, Some(want.temp_shutdown_c));
+        assert_eq!(got.pcie_max_gen, Some(want.pcie_max_gen));
+        assert_eq!(got.pcie_max_width, Some(want.pcie_max_width));
+        assert_eq!(
+            got.driver_version.as_deref(),
+            Some(r.sim.scenario.driver_version())
+        );
+        assert_eq!(
+            got.cuda_driver_version,
+            Some(r.sim.scenario.cuda_driver_version())
+        );
+    }
+}
+
+#[test]
+fn per_tick_metrics_match_the_scenario() {
+    let mut r = rig(TWO_GPUS, Duration::from_secs(2));
+    for _ in 0..3 {
+        let n = r.n;
+        let b = r.tick();
+        assert_eq!(b.ts_ms, START_MS + n as i64 * 1000);
+        assert_eq!(b.samples.len(), 2);
+        for s in &b.samples {
+            let idx = (0..2)
+                .find(|&i| r.sim.scenario.gpu(i).uuid == s.uuid)
+                .expect("known uuid");
+            let want = r.sim.scenario.gpu_state(idx, n);
+            assert_eq!(s.status, SampleStatus::Ok);
+            assert_eq!(s.util_gpu_pct, Some(want.util_gpu));
+            assert_eq!(s.util_mem_pct, Some(want.util_mem));
+            assert_eq!(s.mem_used_bytes, Some(want.mem_used_bytes));
+            assert_eq!(s.mem_free_bytes, Some(want.mem_free_bytes));
+            assert_eq!(s.mem_total_bytes, Some(want.mem_total_bytes));
+            assert_eq!(s.temp_c, Some(want.temp_c));
+            assert_eq!(s.power_mw, Some(want.power_mw));
+            assert_eq!(s.energy_mj, Some(want.energy_mj));
+            assert_eq!(s.clock_sm_mhz, Some(want.sm_clock_mhz));
+            assert_eq!(s.clock_mem_mhz, Some(want.mem_clock_mhz));
+            assert_eq!(s.pcie_tx_kbs, Some(want.pcie_tx_kbs));
+            assert_eq!(s.pcie_rx_kbs, Some(want.pcie_rx_kbs));
+            assert_eq!(s.pstate, Some(want.pstate));
+            assert_eq!(s.throttle_reasons, Some(want.throttle_reasons));
+            assert_eq!(s.ecc_uncorrected, Some(want.ecc_uncorrected));
+        }
+    }
+}
+
+#[test]
+fn real_zeros_stay_zero_and_unsupported_is_none() {
+    let scenario = format!(
+        "{TWO_GPUS}\n[[fault]]\ngpu = 0\nsymbol = \"nvmlDeviceGetFanSpeed_v2\"\nerror = \"NOT_SUPPORTED\"\n\
+         [[fault]]\ngpu = 0\nsymbol = \"nvmlDeviceGetPowerUsage\"\nerror = \"NOT_SUPPORTED\"\n"
+    );
+    let mut r = rig(&scenario, Duration::from_secs(2));
+    let b = r.tick();
+    let g0 = &b.samples[0];
+    let g1 = &b.samples[1];
+    assert_eq!(g0.uuid, r.sim.scenario.gpu(0).uuid);
+    assert_eq!(g0.fan_pct, None, "NOT_SUPPORTED must be NULL");
+    assert_eq!(g0.power_mw, None, "NOT_SUPPORTED must be NULL");
+    assert!(g0.temp_c.is_some());
+    assert_eq!(g1.util_gpu_pct, Some(0), "a real 0 must stay 0");
+    assert_eq!(g1.util_mem_pct, Some(0), "a real 0 must stay 0");
+    assert!(g1.power_mw.is_some(), "the other GPU still reports power");
+}
+
+#[test]
+fn processes_are_listed_and_resolved() {
+    let mut r = rig(TWO_GPUS, Duration::from_secs(2));
+    let b = r.tick();
+    assert_eq!(b.processes.len(), 1);
+    let p = &b.processes[0];
+    assert_eq!(p.gpu_uuid, r.sim.scenario.gpu(0).uuid);
+    assert_eq!(p.process.pid, 4121);
+    assert_eq!(p.used_mem_bytes, Some(39000 * 1024 * 1024));
+    assert_eq!(p.process.name.as_deref(), Some("python"));
+}
+
+#[test]
+fn a_real_process_is_resolved_through_proc_with_redaction() {
+    let mut child = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "sleep 60",
+            "train",
+            "--api-key=SUPERSECRET",
+            "--lr=0.1",
+        ])
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let scenario = format!(
+        "[scenario]\nname = \"p\"\nduration = \"1m\"\n[[gpu]]\nmodel = \"L40S\"\n\
+         [[process]]\npid = {pid}\nname = \"x\"\ngpu = 0\nmem_mib = 100\n"
+    );
+    let sim = crate::common::sim(&scenario);
+    let handle = gpuwatch::sampler::nvml::init(Some(&sim.library_path())).expect("init");
+    let mut sampler = gpuwatch::sampler::Sampler::start(
+        &handle,
+        gpuwatch::sampler::SamplerConfig {
+            deadline: Duration::from_secs(2),
+            inventory_interval: Duration::from_secs(300),
+            processes: true,
+            redact_patterns: Vec::new(),
+            startup_timeout: Duration::from_secs(5),
+        },
+        Default::default(),
+    )
+    .expect("start");
+    let b = sampler.tick(START_MS);
+    let _ = child.kill();
+    let _ = child.wait();
+    let p = &b.processes[0].process;
+    assert_eq!(p.pid, pid);
+    assert_eq!(
+        p.name.as_deref(),
+        Some("sh"),
+        "name comes from /proc, not the scenario"
+    );
+    let cmd = p.cmdline.as_deref().expect("cmdline");
+    assert!(
+        cmd.contains("--api-key=***") && !cmd.contains("SUPERSECRET"),
+        "{cmd}"
+    );
+    assert!(cmd.contains("--lr=0.1"), "{cmd}");
+    assert!(p.start_time_ms > 0);
+    assert!(p.user.is_some());
+}
+
+#[test]
+fn a_lost_gpu_is_marked_and_the_others_go_on() {
+    let scenario = TWO_GPUS.replace(
+        "model = \"A100-SXM4-40GB\"",
+        "model = \"A100-SXM4-40GB\"\nlost_at = \"3s\"",
+    );
+    let mut r = rig(&scenario, Duration::from_secs(2));
+    let mut lost_events = 0;
+    for n in 0..6 {
+        let b = r.tick();
+        lost_events += b.events.iter().filter(|e| e.kind == "gpu_lost").count();
+        assert_eq!(b.samples.len(), 2, "a lost GPU stays visible");
+        assert_eq!(
+            b.samples[0].status,
+            SampleStatus::Ok,
+            "GPU 0 keeps being sampled"
+        );
+        assert!(b.samples[0].util_gpu_pct.is_some());
+        let want = if n < 3 {
+            SampleStatus::Ok
+        } else {
+            SampleStatus::Lost
+        };
+        assert_eq!(b.samples[1].status, want, "tick {n}");
+        if want == SampleStatus::Lost {
+            assert_eq!(
+                b.samples[1].util_gpu_pct, None,
+                "no made-up values for a lost GPU"
+            );
+        }
+    }
+    assert_eq!(lost_events, 1, "one gpu_lost event");
+}
+
+#[test]
+fn a_call_that_never_returns_costs_one_gpu_not_the_daemon() {
+    let scenario = format!(
+        "{TWO_GPUS}\n[[fault]]\ngpu = 1\nsymbol = \"nvmlDeviceGetTemperature\"\nfrom = \"2s\"\nblock = \"forever\"\n"
+    );
+    let deadline = Duration::from_millis(300);
+    let mut r = rig(&scenario, deadline);
+    for n in 0..6 {
+        let started = Instant::now();
+        let b = r.tick();
+        let took = started.elapsed();
+        assert!(
+            took < deadline + Duration::from_millis(500),
+            "tick {n} took {took:?}"
+        );
+        assert_eq!(
+            b.samples[0].status,
+            SampleStatus::Ok,
+            "GPU 0 is sampled at tick {n}"
+        );
+        assert_eq!(
+            b.samples[0].util_gpu_pct,
+            Some(r.sim.scenario.gpu_state(0, n).util_gpu)
+        );
+        let want = if n < 2 {
+            SampleStatus::Ok
+        } else {
+            SampleStatus::DeadlineMissed
+        };
+        assert_eq!(b.samples[1].status, want, "GPU 1 at tick {n}");
+    }
+}
+
+#[test]
+fn a_slow_call_makes_a_gap_then_sampling_resumes() {
+    let scenario = format!(
+        "{TWO_GPUS}\n[[fault]]\ngpu = 1\nsymbol = \"nvmlDeviceGetPowerUsage\"\nfrom = \"1s\"\nuntil = \"2s\"\nblock = \"700ms\"\n"
+    );
+    let mut r = rig(&scenario, Duration::from_millis(250));
+    let statuses: Vec<SampleStatus> = (0..6)
+        .map(|_| {
+            let b = r.tick();
+            std::thread::sleep(Duration::from_millis(200));
+            b.samples[1].status
+        })
+        .collect();
+    assert_eq!(statuses[0], SampleStatus::Ok);
+    assert_eq!(statuses[1], SampleStatus::DeadlineMissed);
+    assert_eq!(statuses[5], SampleStatus::Ok, "{statuses:?}");
+}
+
+#[test]
+fn an_xid_is_reported_as_an_event() {
+    let scenario = format!("{TWO_GPUS}\n[[event]]\ngpu = 1\nat = \"2s\"\nxid = 79\n");
+    let mut r = rig(&scenario, Duration::from_secs(2));
+    let mut xids = Vec::new();
+    for _ in 0..8 {
+        let b = r.tick();
+        xids.extend(b.events.into_iter().filter(|e| e.kind == "xid"));
+        if !xids.is_empty() {
+            break;
+        }
+        // The event thread polls with a timeout: give it time to see the new tick.
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    assert_eq!(xids.len(), 1, "{xids:?}");
+    assert_eq!(xids[0].code, Some(79));
+    assert_eq!(
+        xids[0].gpu_uuid.as_deref(),
+        Some(r.sim.scenario.gpu(1).uuid.as_str())
+    );
+    assert!(
+        xids[0].message.contains("fallen off the bus"),
+        "{}",
+        xids[0].message
+    );
+}
+
+#[test]
+fn quirky_32_byte_process_entries_do_not_corrupt_anything() {
+    let mut s = String::from(
+        "[scenario]\nname = \"q\"\nduration = \"1m\"\nprocess_struct_size = 32\n[[gpu]]\nmodel = \"H100-SXM-80GB\"\n",
+    );
+    for i in 0..20 {
+        s.push_str(&format!(
+            "[[process]]\npid = {}\nname = \"w\"\ngpu = 0\nmem_mib = {}\n",
+            5000 + i,
+            100 + i
+        ));
+    }
+    let mut r = rig(&s, Duration::from_secs(2));
+    let b = r.tick();
+    let mut got: Vec<(u32, Option<u64>)> = b
+        .processes
+        .iter()
+        .map(|p| (p.process.pid, p.used_mem_bytes))
+        .collect();
+    got.sort();
+    let want: Vec<(u32, Option<u64>)> = (0..20)
+        .map(|i| (5000 + i, Some((100 + i as u64) << 20)))
+        .collect();
+    assert_eq!(got, want);
+}
