@@ -148,6 +148,7 @@ impl Sampler {
             tick_id: self.tick_id,
             ts_ms: 0,
             refresh_inventory: true,
+            sample: false,
             processes: false,
         };
         for slot in &mut self.slots {
@@ -227,6 +228,7 @@ impl Sampler {
             tick_id,
             ts_ms,
             refresh_inventory: refresh,
+            sample: true,
             processes: self.cfg.processes,
         };
         let mut waiting = 0;

@@ -21,6 +21,8 @@ pub struct Request {
     pub tick_id: u64,
     pub ts_ms: TsMs,
     pub refresh_inventory: bool,
+    /// Read this tick's metrics (false for the inventory-only request at start-up).
+    pub sample: bool,
     pub processes: bool,
 }
 
@@ -81,7 +83,7 @@ pub fn run(
                     resp.inventory = Some(inv);
                 }
             }
-            if let Some(inv) = &inventory {
+            if let Some(inv) = inventory.as_ref().filter(|_| req.sample) {
                 let sample = read_sample(&nvml, dev, &inv.uuid, req.ts_ms, &mut support);
                 if req.processes && sample.status == SampleStatus::Ok {
                     resp.processes = read_processes(&nvml, dev, &mut support);

@@ -263,3 +263,37 @@ fn healthz_turns_503_when_every_gpu_stops_answering() {
     assert_eq!(code, 503);
     assert!(body.contains("stalled"), "{body}");
 }
+
+#[test]
+fn nvml_init_failures_exit_3_with_one_line_naming_cause_and_fix() {
+    let cases = [
+        (
+            "DRIVER_NOT_LOADED",
+            "kernel driver is not loaded",
+            "modprobe nvidia",
+        ),
+        ("NO_PERMISSION", "no permission", "/dev/nvidia"),
+        ("LIB_RM_VERSION_MISMATCH", "different versions", "reboot"),
+        ("UNKNOWN", "NVML initialisation failed", "nvidia-smi"),
+    ];
+    for (code, cause, fix) in cases {
+        let sim = sim(&format!(
+            "[scenario]\nname = \"x\"\ninit_error = \"{code}\"\n[[gpu]]\nmodel = \"T4\"\n"
+        ));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let o = gpuwatch()
+            .args(["run", "--nvml-library"])
+            .arg(sim.library_path())
+            .arg("--db")
+            .arg(dir.path().join("x.db"))
+            .output()
+            .expect("run");
+        assert_eq!(o.status.code(), Some(3), "{code}");
+        let lines = stderr_lines(&o);
+        assert_eq!(lines.len(), 1, "{code}: {lines:?}");
+        assert!(
+            lines[0].contains(cause) && lines[0].contains(fix),
+            "{code}: {lines:?}"
+        );
+    }
+}

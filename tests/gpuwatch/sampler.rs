@@ -317,3 +317,28 @@ fn quirky_32_byte_process_entries_do_not_corrupt_anything() {
         .collect();
     assert_eq!(got, want);
 }
+
+#[test]
+fn failing_reads_are_counted_not_repeated() {
+    let scenario = format!(
+        "{TWO_GPUS}\n[[fault]]\ngpu = 1\nsymbol = \"nvmlDeviceGetPowerUsage\"\nerror = \"UNKNOWN\"\n"
+    );
+    let mut r = rig(&scenario, Duration::from_secs(2));
+    let mut reported = Vec::new();
+    for _ in 0..5 {
+        let b = r.tick();
+        assert_eq!(b.samples[1].power_mw, None, "a failed read is NULL, not 0");
+        assert!(
+            b.samples[1].temp_c.is_some(),
+            "the other reads of that GPU go on"
+        );
+        reported.extend(b.errors);
+    }
+    let power: Vec<_> = reported
+        .iter()
+        .filter(|e| e.metric == "power_usage")
+        .collect();
+    assert_eq!(power.len(), 5, "the counter is reported as it grows");
+    assert_eq!(power[4].count, 5);
+    assert_eq!(power[4].gpu_uuid, r.sim.scenario.gpu(1).uuid);
+}

@@ -142,6 +142,9 @@ pub fn init() -> Result<(), u32> {
             return Err(gpuwatch_sim::nvml::code::UNKNOWN);
         }
     };
+    if let Some(code) = scenario.init_error() {
+        return Err(code);
+    }
     st.session = Some(Session {
         speed: speed_for(&scenario),
         scenario: Arc::new(scenario),

@@ -244,6 +244,7 @@ pub(crate) fn parse(text: &str, origin: &str) -> Result<Scenario, ScenarioError>
         nvml_version,
         cuda_driver_version: h.cuda_driver_version.unwrap_or(12040),
         process_struct_size,
+        init_error: h.init_error.as_ref().map(|c| c.0),
         gpus,
         processes,
         faults,

@@ -55,6 +55,7 @@ pub struct Scenario {
     nvml_version: String,
     cuda_driver_version: i32,
     process_struct_size: u32,
+    init_error: Option<u32>,
     gpus: Vec<gpu::GpuModel>,
     processes: Vec<ProcessSpec>,
     faults: Vec<compile::Fault>,
@@ -130,6 +131,12 @@ impl Scenario {
     /// to emulate early R535 drivers.
     pub fn process_struct_size(&self) -> u32 {
         self.process_struct_size
+    }
+
+    /// The NVML code `nvmlInit` fails with, if the scenario simulates a start-up failure
+    /// (no driver, no permission, library/driver mismatch, ...).
+    pub fn init_error(&self) -> Option<u32> {
+        self.init_error
     }
 
     /// The tick containing simulated time `ms`.

@@ -38,6 +38,8 @@ pub struct RawScenario {
     pub cuda_driver_version: Option<i32>,
     pub process_struct_size: Option<Spanned<u32>>,
     pub speed: Option<Spanned<f64>>,
+    /// NVML code that `nvmlInit` returns (e.g. "DRIVER_NOT_LOADED"), to test start-up failures.
+    pub init_error: Option<crate::values::ReturnCode>,
 }
 
 #[derive(Debug, Deserialize)]
