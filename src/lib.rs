@@ -11,6 +11,7 @@ pub mod config;
 pub mod daemon;
 pub mod http;
 pub mod model;
+pub mod rules;
 pub mod sampler;
 pub mod sim;
 pub mod store;

@@ -4,7 +4,7 @@
 //! - An event set remembers, per registered GPU, the mask and the tick of registration; only
 //!   XID events of registered GPUs with the XID bit, at or after that tick, are delivered.
 //! - `nvmlEventSetWait_v2` delivers one pending event per call, oldest first; with none pending it
-//!   re-checks every few milliseconds (wall-clock ticks advance, and another thread may advance a
+//!   re-checks every 50 ms (wall-clock ticks advance, and another thread may advance a
 //!   manual tick) until the timeout, then answers TIMEOUT. The state lock is never held while
 //!   sleeping.
 //! - Handles are small integers (`SET_BASE + id`), validated against the live sets.
@@ -20,7 +20,9 @@ use crate::ffi_types::{EventData, NO_INSTANCE, NvmlDevice, NvmlEventSet, NvmlRet
 use crate::{device_call, guard, handle_for, out, state};
 
 const SET_BASE: usize = 0xE7E0_0000;
-const POLL: Duration = Duration::from_millis(5);
+/// Long enough that an idle wait costs next to no CPU (the real driver blocks in the kernel), short
+/// enough that tests see a new manual tick promptly.
+const POLL: Duration = Duration::from_millis(50);
 
 #[derive(Debug, Default)]
 pub struct EventSet {

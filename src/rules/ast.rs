@@ -1,0 +1,304 @@
+//! The typed form of a rule condition: what the parser produces once at load and the
+//! evaluator walks at every cycle.
+//!
+//! Invariants: an `Expr` is already checked — every function has the right number and kinds
+//! of arguments, every metric exists for the rule's scope, durations are positive — so the
+//! evaluator never meets a type error. Values are `f64` with booleans as 0/1; "no data" is a
+//! separate state carried by the evaluator, never a magic number.
+
+use std::time::Duration;
+
+/// A series the evaluator can read for one GPU (or one process, or the host).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Metric {
+    // --- per-GPU samples (units as the rule author sees them) ---
+    /// GPU utilisation, percent.
+    UtilGpu,
+    /// Memory-controller utilisation, percent.
+    UtilMem,
+    /// Memory used, MiB.
+    MemUsed,
+    /// Memory free, MiB.
+    MemFree,
+    /// Memory total, MiB.
+    MemTotal,
+    /// Memory used / total, 0..1.
+    MemUsedRatio,
+    /// GPU temperature, °C.
+    Temp,
+    /// Fan speed, percent.
+    Fan,
+    /// SM clock, MHz.
+    ClockSm,
+    /// Memory clock, MHz.
+    ClockMem,
+    /// Power draw, W.
+    Power,
+    /// Enforced power limit, W.
+    PowerLimit,
+    /// Performance state number (0 = P0).
+    Pstate,
+    /// PCIe TX/RX throughput, MB/s.
+    PcieTx,
+    PcieRx,
+    /// Current PCIe generation and width.
+    PcieGen,
+    PcieWidth,
+    /// 1 when a thermal clock-event reason (SW or HW thermal slowdown) is active, else 0.
+    ThermalThrottle,
+    /// 1 when HW slowdown or power brake is active, else 0.
+    HwSlowdown,
+    /// Volatile ECC error counters.
+    EccCorrected,
+    EccUncorrected,
+    /// Retired pages (pre-Ampere) and remapped rows (Ampere+).
+    RetiredPages,
+    RemappedRowsUncorrectable,
+    /// 1 while a row remap is pending (needs a GPU reset), else 0.
+    RemapPending,
+    /// 1 when the sample says the GPU is lost (fallen off the bus), else 0.
+    Lost,
+    /// 1 when the GPU missed the tick's deadline (a gap), else 0.
+    Gap,
+    /// Compute processes on the GPU at that tick.
+    ProcessCount,
+    /// Critical XIDs reported at that tick (0 when none); `count`/`sum` over a window.
+    XidCritical,
+    /// The number of the last XID seen at that tick (no data when none).
+    Xid,
+    // --- per-process (process scope only) ---
+    /// Memory used by the process on this GPU, MiB.
+    ProcessMem,
+    // --- training metrics (joined to the GPU by labels) ---
+    TrainingStep,
+    TrainingLoss,
+}
+
+/// Inventory facts (constant per GPU; no data when NVML did not report them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Static {
+    /// Temperature where the GPU starts to slow down, °C.
+    TempSlowdown,
+    /// Temperature where the GPU shuts down, °C.
+    TempShutdown,
+    /// Maximum GPU operating temperature, °C.
+    TempGpuMax,
+    /// Memory total from the inventory, MiB.
+    MemoryTotal,
+    /// Power limit and its allowed range, W.
+    PowerLimitDefault,
+    PowerLimitMax,
+    /// Maximum PCIe generation and width the link supports.
+    PcieMaxGen,
+    PcieMaxWidth,
+    /// Number of GPUs on the host (for peer rules).
+    HostGpuCount,
+}
+
+/// Aggregations over a window `[t - window, t]` of one metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WindowFn {
+    /// The newest value in the window.
+    Last,
+    /// The oldest value in the window.
+    First,
+    Avg,
+    Min,
+    Max,
+    Sum,
+    /// Number of samples with data.
+    Count,
+    /// Population standard deviation.
+    Stddev,
+    /// last - first.
+    Delta,
+    /// Per-second rate of increase, counter resets handled like Prometheus's `rate`.
+    Rate,
+    /// Number of times the value changed.
+    Changes,
+    /// Seconds since the value last changed (the whole window when it never did; no data when
+    /// the window is empty).
+    UnchangedFor,
+    /// Seconds since the newest sample with data (staleness).
+    Age,
+    /// Least-squares slope, units per second.
+    Slope,
+    /// Coefficient of determination of the least-squares fit, 0..1.
+    R2,
+    /// Two-sided p-value of the least-squares slope (t-test, n-2 degrees of freedom).
+    SlopePValue,
+}
+
+/// Robust trend statistics on the window downsampled to `step` means (1-minute means are the
+/// right default: serial correlation makes 1-s samples overstate significance).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TrendFn {
+    /// Mann–Kendall two-sided p-value (small = a significant monotonic trend).
+    MannKendallP,
+    /// Mann–Kendall S statistic normalised to -1..1 (Kendall's tau).
+    KendallTau,
+    /// Theil–Sen slope, units per second.
+    TheilSen,
+}
+
+/// Comparisons with the other GPUs of the same host (or job).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PeerFn {
+    /// (x - mean of peers) / stddev of peers; no data with fewer than 3 GPUs.
+    ZScore,
+    /// Median of the expression over all GPUs of the host.
+    Median,
+    /// x / median of all GPUs of the host.
+    RatioToMedian,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnOp {
+    Neg,
+    Not,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+    And,
+    Or,
+}
+
+/// Functions of plain values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScalarFn {
+    Abs,
+    /// min(a, b) / max(a, b) of two values.
+    Min2,
+    Max2,
+    /// `present(x)`: 1 when x has data, 0 when not (never no data itself).
+    Present,
+    /// `default(x, v)`: x, or v when x has no data.
+    Default,
+    /// `bit(x, mask)`: 1 when any bit of mask is set in x.
+    Bit,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expr {
+    Number(f64),
+    /// A duration literal used as a number of seconds (e.g. `unchanged_for(x[30m]) > 4m`).
+    Seconds(f64),
+    /// The newest value of a metric at the evaluation time (no data when older than the
+    /// staleness bound, 3 sample intervals by default).
+    Current(Metric),
+    Static(Static),
+    Window {
+        func: WindowFn,
+        metric: Metric,
+        window: Duration,
+    },
+    /// `quantile(q, metric[window])`, q in 0..=1.
+    Quantile {
+        q: f64,
+        metric: Metric,
+        window: Duration,
+    },
+    /// `predict_linear(metric[window], horizon)`: the least-squares fit's value `horizon`
+    /// after the evaluation time.
+    PredictLinear {
+        metric: Metric,
+        window: Duration,
+        horizon: Duration,
+    },
+    /// `time_to(metric[window], threshold)`: seconds until the least-squares fit reaches
+    /// `threshold` (no data when it moves away from it or is flat; 0 when already there).
+    TimeTo {
+        metric: Metric,
+        window: Duration,
+        threshold: Box<Expr>,
+    },
+    /// `mann_kendall_p(metric[window], step)` and friends.
+    Trend {
+        func: TrendFn,
+        metric: Metric,
+        window: Duration,
+        step: Duration,
+    },
+    /// `peer_zscore(expr)`: `expr` evaluated for every GPU of the host.
+    Peer {
+        func: PeerFn,
+        expr: Box<Expr>,
+    },
+    Scalar {
+        func: ScalarFn,
+        args: Vec<Expr>,
+    },
+    Unary {
+        op: UnOp,
+        expr: Box<Expr>,
+    },
+    Binary {
+        op: BinOp,
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+    },
+}
+
+impl Expr {
+    /// The longest window the expression reads (how much history the evaluator must keep).
+    pub fn max_window(&self) -> Duration {
+        match self {
+            Expr::Number(_) | Expr::Seconds(_) | Expr::Current(_) | Expr::Static(_) => {
+                Duration::ZERO
+            }
+            Expr::Window { window, .. }
+            | Expr::Quantile { window, .. }
+            | Expr::PredictLinear { window, .. }
+            | Expr::Trend { window, .. } => *window,
+            Expr::TimeTo {
+                window, threshold, ..
+            } => (*window).max(threshold.max_window()),
+            Expr::Peer { expr, .. } | Expr::Unary { expr, .. } => expr.max_window(),
+            Expr::Scalar { args, .. } => {
+                args.iter().map(Expr::max_window).max().unwrap_or_default()
+            }
+            Expr::Binary { lhs, rhs, .. } => lhs.max_window().max(rhs.max_window()),
+        }
+    }
+
+    /// Every metric the expression reads.
+    pub fn metrics(&self, out: &mut Vec<Metric>) {
+        match self {
+            Expr::Number(_) | Expr::Seconds(_) | Expr::Static(_) => {}
+            Expr::Current(m)
+            | Expr::Window { metric: m, .. }
+            | Expr::Quantile { metric: m, .. }
+            | Expr::PredictLinear { metric: m, .. }
+            | Expr::Trend { metric: m, .. } => {
+                if !out.contains(m) {
+                    out.push(*m);
+                }
+            }
+            Expr::TimeTo {
+                metric, threshold, ..
+            } => {
+                if !out.contains(metric) {
+                    out.push(*metric);
+                }
+                threshold.metrics(out);
+            }
+            Expr::Peer { expr, .. } | Expr::Unary { expr, .. } => expr.metrics(out),
+            Expr::Scalar { args, .. } => args.iter().for_each(|a| a.metrics(out)),
+            Expr::Binary { lhs, rhs, .. } => {
+                lhs.metrics(out);
+                rhs.metrics(out);
+            }
+        }
+    }
+}
