@@ -6,5 +6,9 @@
 //! live daemon and `replay` evaluate through the same code with time as a parameter.
 
 pub mod ast;
+pub mod functions;
+pub mod lex;
+pub mod names;
+pub mod parse;
 pub mod rule;
 pub mod template;

@@ -1,0 +1,372 @@
+//! The names of the condition language's data — metrics and inventory constants — with
+//! lookups both ways, "did you mean" suggestions, and the canonical text of an [`Expr`].
+//!
+//! Invariants: `METRICS` and `STATICS` hold every `ast::Metric` and `ast::Static` exactly
+//! once (a test checks it); printing an expression and parsing the text gives the same
+//! expression back.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::ast::{Expr, Metric, Static};
+use super::functions::{is_function, usage};
+use super::lex::ExprError;
+
+/// Per-GPU (and per-process) series, by their names in the language.
+pub const METRICS: &[(&str, Metric)] = &[
+    ("util_gpu", Metric::UtilGpu),
+    ("util_mem", Metric::UtilMem),
+    ("mem_used", Metric::MemUsed),
+    ("mem_free", Metric::MemFree),
+    ("mem_total", Metric::MemTotal),
+    ("mem_used_ratio", Metric::MemUsedRatio),
+    ("temp", Metric::Temp),
+    ("fan", Metric::Fan),
+    ("clock_sm", Metric::ClockSm),
+    ("clock_mem", Metric::ClockMem),
+    ("power", Metric::Power),
+    ("power_limit", Metric::PowerLimit),
+    ("pstate", Metric::Pstate),
+    ("pcie_tx", Metric::PcieTx),
+    ("pcie_rx", Metric::PcieRx),
+    ("pcie_gen", Metric::PcieGen),
+    ("pcie_width", Metric::PcieWidth),
+    ("thermal_throttle", Metric::ThermalThrottle),
+    ("hw_slowdown", Metric::HwSlowdown),
+    ("ecc_corrected", Metric::EccCorrected),
+    ("ecc_uncorrected", Metric::EccUncorrected),
+    ("retired_pages", Metric::RetiredPages),
+    (
+        "remapped_rows_uncorrectable",
+        Metric::RemappedRowsUncorrectable,
+    ),
+    ("remap_pending", Metric::RemapPending),
+    ("lost", Metric::Lost),
+    ("gap", Metric::Gap),
+    ("process_count", Metric::ProcessCount),
+    ("xid_critical", Metric::XidCritical),
+    ("xid", Metric::Xid),
+    ("process_mem", Metric::ProcessMem),
+    ("training_step", Metric::TrainingStep),
+    ("training_loss", Metric::TrainingLoss),
+];
+
+/// Inventory constants, by their names in the language.
+pub const STATICS: &[(&str, Static)] = &[
+    ("temp_slowdown", Static::TempSlowdown),
+    ("temp_shutdown", Static::TempShutdown),
+    ("temp_gpu_max", Static::TempGpuMax),
+    ("memory_total", Static::MemoryTotal),
+    ("power_limit_default", Static::PowerLimitDefault),
+    ("power_limit_max", Static::PowerLimitMax),
+    ("pcie_max_gen", Static::PcieMaxGen),
+    ("pcie_max_width", Static::PcieMaxWidth),
+    ("host_gpu_count", Static::HostGpuCount),
+];
+
+const METRIC_ALIASES: &[(&str, &str)] = &[
+    ("temperature", "temp"),
+    ("utilization", "util_gpu"),
+    ("util", "util_gpu"),
+    ("memory_used", "mem_used"),
+    ("memory_free", "mem_free"),
+    ("power_draw", "power"),
+    ("power_usage", "power"),
+    ("step", "training_step"),
+    ("loss", "training_loss"),
+];
+
+pub fn metric_by_name(name: &str) -> Option<Metric> {
+    METRICS.iter().find(|(n, _)| *n == name).map(|(_, m)| *m)
+}
+
+pub fn static_by_name(name: &str) -> Option<Static> {
+    STATICS.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+}
+
+/// The language's name for a metric (`Metric::UtilGpu` → `util_gpu`).
+pub fn metric_name(m: Metric) -> &'static str {
+    METRICS
+        .iter()
+        .find(|(_, x)| *x == m)
+        .map_or("?", |(n, _)| n)
+}
+
+pub fn static_name(s: Static) -> &'static str {
+    STATICS
+        .iter()
+        .find(|(_, x)| *x == s)
+        .map_or("?", |(n, _)| n)
+}
+
+/// 0/1 series: usable directly as conditions (`lost`, `max(thermal_throttle[1m])`).
+pub fn is_flag(m: Metric) -> bool {
+    matches!(
+        m,
+        Metric::ThermalThrottle
+            | Metric::HwSlowdown
+            | Metric::RemapPending
+            | Metric::Lost
+            | Metric::Gap
+    )
+}
+
+/// Levenshtein distance (characters).
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// The closest candidate: within a small edit distance, or the same `_`-separated words in
+/// another order (`gpu_util` → `util_gpu`).
+pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let mut words: Vec<&str> = name.split('_').collect();
+    words.sort_unstable();
+    let limit = if name.chars().count() < 5 { 1 } else { 2 };
+    let mut best: Option<(usize, &str)> = None;
+    for c in candidates {
+        let mut cw: Vec<&str> = c.split('_').collect();
+        cw.sort_unstable();
+        let d = if cw == words {
+            0
+        } else {
+            edit_distance(name, c)
+        };
+        if d <= limit && best.is_none_or(|(bd, _)| d < bd) {
+            best = Some((d, c));
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
+/// The error for a name that is neither a metric nor a constant.
+pub fn unknown_name(name: &str, at: usize) -> ExprError {
+    if is_function(name) {
+        return ExprError::new(at, format!("`{name}` is a function"))
+            .hint(format!("call it, e.g. `{}`", usage(name)));
+    }
+    let e = ExprError::new(at, format!("unknown metric `{name}`"));
+    let alias = METRIC_ALIASES
+        .iter()
+        .find(|(a, _)| *a == name)
+        .map(|(_, m)| *m);
+    let names = METRICS
+        .iter()
+        .map(|(n, _)| *n)
+        .chain(STATICS.iter().map(|(n, _)| *n));
+    match alias.or_else(|| closest(name, names)) {
+        Some(m) => e.hint(format!("did you mean `{m}`?")),
+        None => e.hint("docs/RULES.md lists every metric"),
+    }
+}
+
+/// A duration as the shortest literal that writes it (`1800 s` → `30m`).
+pub fn seconds_text(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s == 0.0 {
+        return "0s".into();
+    }
+    for (unit, len) in [
+        ("w", 604800.0),
+        ("d", 86400.0),
+        ("h", 3600.0),
+        ("m", 60.0),
+        ("s", 1.0),
+    ] {
+        if s >= len && (s / len).fract() == 0.0 {
+            return format!("{}{unit}", s / len);
+        }
+    }
+    if (s * 1000.0).fract() == 0.0 {
+        format!("{}ms", s * 1000.0)
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// Binding strength of an expression's outermost operator (higher binds tighter).
+fn precedence(e: &Expr) -> u8 {
+    use super::ast::{BinOp::*, UnOp};
+    match e {
+        Expr::Binary { op: Or, .. } => 1,
+        Expr::Binary { op: And, .. } => 2,
+        Expr::Unary { op: UnOp::Not, .. } => 3,
+        Expr::Binary {
+            op: Lt | Le | Gt | Ge | Eq | Ne,
+            ..
+        } => 4,
+        Expr::Binary { op: Add | Sub, .. } => 5,
+        Expr::Binary { op: Mul | Div, .. } => 6,
+        Expr::Unary { op: UnOp::Neg, .. } => 7,
+        _ => 8,
+    }
+}
+
+struct Prec<'a>(&'a Expr, u8);
+
+impl fmt::Display for Prec<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if precedence(self.0) < self.1 {
+            write!(f, "({})", self.0)
+        } else {
+            write!(f, "{}", self.0)
+        }
+    }
+}
+
+/// The canonical source text: parsing it gives the same expression back.
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use super::ast::{BinOp, UnOp};
+        use super::functions::{peer_fn_name, scalar_fn_name, trend_fn_name, window_fn_name};
+        let dur = |d: &Duration| seconds_text(*d);
+        match self {
+            Expr::Number(v) => write!(f, "{v}"),
+            Expr::Seconds(s) => write!(f, "{}", dur(&Duration::from_secs_f64(*s))),
+            Expr::Current(m) => write!(f, "{}", metric_name(*m)),
+            Expr::Static(s) => write!(f, "{}", static_name(*s)),
+            Expr::Window {
+                func,
+                metric,
+                window,
+            } => {
+                write!(
+                    f,
+                    "{}({}[{}])",
+                    window_fn_name(*func),
+                    metric_name(*metric),
+                    dur(window)
+                )
+            }
+            Expr::Quantile { q, metric, window } => {
+                write!(
+                    f,
+                    "quantile({q}, {}[{}])",
+                    metric_name(*metric),
+                    dur(window)
+                )
+            }
+            Expr::PredictLinear {
+                metric,
+                window,
+                horizon,
+            } => {
+                let m = metric_name(*metric);
+                write!(f, "predict_linear({m}[{}], {})", dur(window), dur(horizon))
+            }
+            Expr::TimeTo {
+                metric,
+                window,
+                threshold,
+            } => {
+                write!(
+                    f,
+                    "time_to({}[{}], {threshold})",
+                    metric_name(*metric),
+                    dur(window)
+                )
+            }
+            Expr::Trend {
+                func,
+                metric,
+                window,
+                step,
+            } => {
+                let (name, m) = (trend_fn_name(*func), metric_name(*metric));
+                write!(f, "{name}({m}[{}], {})", dur(window), dur(step))
+            }
+            Expr::Peer { func, expr } => write!(f, "{}({expr})", peer_fn_name(*func)),
+            Expr::Scalar { func, args } => {
+                write!(f, "{}(", scalar_fn_name(*func))?;
+                for (i, a) in args.iter().enumerate() {
+                    let sep = if i > 0 { ", " } else { "" };
+                    write!(f, "{sep}{a}")?;
+                }
+                write!(f, ")")
+            }
+            Expr::Unary {
+                op: UnOp::Neg,
+                expr,
+            } => write!(f, "-{}", Prec(expr, 7)),
+            Expr::Unary {
+                op: UnOp::Not,
+                expr,
+            } => write!(f, "not {}", Prec(expr, 3)),
+            Expr::Binary { op, lhs, rhs } => {
+                let p = precedence(self);
+                let (l, r) = if p == 4 { (p + 1, p + 1) } else { (p, p + 1) };
+                let op = match op {
+                    BinOp::Add => "+",
+                    BinOp::Sub => "-",
+                    BinOp::Mul => "*",
+                    BinOp::Div => "/",
+                    BinOp::Lt => "<",
+                    BinOp::Le => "<=",
+                    BinOp::Gt => ">",
+                    BinOp::Ge => ">=",
+                    BinOp::Eq => "==",
+                    BinOp::Ne => "!=",
+                    BinOp::And => "and",
+                    BinOp::Or => "or",
+                };
+                write!(f, "{} {op} {}", Prec(lhs, l), Prec(rhs, r))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_and_constant_has_one_name() {
+        for (name, m) in METRICS {
+            assert_eq!(metric_name(*m), *name);
+            assert_eq!(metric_by_name(name), Some(*m));
+            assert!(static_by_name(name).is_none(), "{name} is both");
+        }
+        for (name, s) in STATICS {
+            assert_eq!(static_name(*s), *name);
+        }
+        assert_eq!(METRICS.len(), 32);
+        assert_eq!(STATICS.len(), 9);
+    }
+
+    #[test]
+    fn suggestions() {
+        let names = || METRICS.iter().map(|(n, _)| *n);
+        assert_eq!(closest("gpu_util", names()), Some("util_gpu"));
+        assert_eq!(closest("clock", names()), None);
+        assert_eq!(closest("mem_usd", names()), Some("mem_used"));
+        assert_eq!(closest("tmp", names()), Some("temp"));
+        assert_eq!(closest("foo", names()), None);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        let e = unknown_name("temperature", 3);
+        assert_eq!(e.hint.as_deref(), Some("did you mean `temp`?"));
+        let e = unknown_name("avg", 0);
+        assert_eq!(e.message, "`avg` is a function");
+        assert_eq!(e.hint.as_deref(), Some("call it, e.g. `avg(util_gpu[5m])`"));
+    }
+
+    #[test]
+    fn durations_print_in_their_largest_unit() {
+        let t = |s: f64| seconds_text(Duration::from_secs_f64(s));
+        assert_eq!(t(1800.0), "30m");
+        assert_eq!(t(5400.0), "90m");
+        assert_eq!(t(86400.0), "1d");
+        assert_eq!(t(0.5), "500ms");
+        assert_eq!(t(90.0), "90s");
+        assert_eq!(t(0.0), "0s");
+    }
+}
