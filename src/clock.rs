@@ -4,7 +4,7 @@
 //! simulated ticker (in [`crate::sim`]) runs a scenario's clock faster than real time. The
 //! daemon and `replay` never read the system clock for a sample's time themselves.
 //!
-//! Invariant: `next` returns `None` promptly (within ~100 ms) once `stop` is set.
+//! Invariant: `next` returns `None` promptly (within ~250 ms) once `stop` is set.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -33,7 +33,8 @@ pub fn now_ms() -> TsMs {
 
 /// Sleeps up to `d`, waking early when `stop` is set. Returns false when stopped.
 pub fn sleep_unless_stopped(d: Duration, stop: &AtomicBool) -> bool {
-    let step = Duration::from_millis(50);
+    // Long enough to cost nothing while idle, short enough for a prompt shutdown.
+    let step = Duration::from_millis(250);
     let mut left = d;
     while !left.is_zero() {
         if stop.load(Ordering::Relaxed) {

@@ -1,6 +1,6 @@
 //! XID and other critical events through NVML's event API, on a thread of their own.
 //!
-//! Invariants: the thread waits with a short timeout so it notices shutdown; a GPU whose
+//! Invariants: the thread waits with a 1 s timeout so it notices shutdown; a GPU whose
 //! registration fails is logged and skipped (others still report); if the wait call hangs in
 //! the driver, only this thread is stuck.
 
@@ -77,7 +77,7 @@ fn run(nvml: &Nvml, count: u32, stop: &AtomicBool, out: &Sender<Event>) {
         return;
     }
     while !stop.load(Ordering::Relaxed) {
-        match set.wait(250) {
+        match set.wait(1000) {
             Ok(ev) => {
                 let uuid = ev.device.uuid().ok();
                 let xid = match ev.event_data {

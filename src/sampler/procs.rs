@@ -30,7 +30,12 @@ pub struct ProcResolver {
     cache: HashMap<u32, ProcessInfo>,
     overrides: ProcessOverrides,
     users: HashMap<u32, Option<String>>,
+    /// PIDs /proc does not show (another PID namespace): not looked up again until this time.
+    missing: HashMap<u32, std::time::Instant>,
 }
+
+/// How long a PID that /proc does not show is not looked up again.
+const MISSING_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl ProcResolver {
     pub fn new(redactor: Redactor, overrides: ProcessOverrides) -> Self {
@@ -53,6 +58,7 @@ impl ProcResolver {
             cache: HashMap::new(),
             overrides,
             users: HashMap::new(),
+            missing: HashMap::new(),
         }
     }
 
@@ -62,13 +68,19 @@ impl ProcResolver {
         if let Some(info) = self.overrides.0.get(&pid) {
             return info.clone();
         }
+        let unknown = ProcessInfo {
+            pid,
+            ..ProcessInfo::default()
+        };
+        if self.missing.get(&pid).is_some_and(|until| std::time::Instant::now() < *until) {
+            return unknown;
+        }
         let Some(start) = self.start_time_ms(pid) else {
             self.cache.remove(&pid);
-            return ProcessInfo {
-                pid,
-                ..ProcessInfo::default()
-            };
+            self.missing.insert(pid, std::time::Instant::now() + MISSING_RETRY);
+            return unknown;
         };
+        self.missing.remove(&pid);
         if let Some(info) = self.cache.get(&pid)
             && info.start_time_ms == start
         {
@@ -82,6 +94,7 @@ impl ProcResolver {
     /// Forgets PIDs not in `live`, so the cache stays as small as the process table.
     pub fn retain(&mut self, live: &[u32]) {
         self.cache.retain(|pid, _| live.contains(pid));
+        self.missing.retain(|pid, _| live.contains(pid));
     }
 
     fn start_time_ms(&self, pid: u32) -> Option<i64> {

@@ -4,7 +4,7 @@
 //! - An event set remembers, per registered GPU, the mask and the tick of registration; only
 //!   XID events of registered GPUs with the XID bit, at or after that tick, are delivered.
 //! - `nvmlEventSetWait_v2` delivers one pending event per call, oldest first; with none pending it
-//!   re-checks every 50 ms (wall-clock ticks advance, and another thread may advance a
+//!   re-checks every 50 ms (manual clock) or 250 ms (wall clock) (wall-clock ticks advance, and another thread may advance a
 //!   manual tick) until the timeout, then answers TIMEOUT. The state lock is never held while
 //!   sleeping.
 //! - Handles are small integers (`SET_BASE + id`), validated against the live sets.
@@ -20,9 +20,11 @@ use crate::ffi_types::{EventData, NO_INSTANCE, NvmlDevice, NvmlEventSet, NvmlRet
 use crate::{device_call, guard, handle_for, out, state};
 
 const SET_BASE: usize = 0xE7E0_0000;
-/// Long enough that an idle wait costs next to no CPU (the real driver blocks in the kernel), short
-/// enough that tests see a new manual tick promptly.
-const POLL: Duration = Duration::from_millis(50);
+/// How often an idle wait re-checks for events: often enough that a manual tick set by
+/// another thread is seen promptly; in wall-clock mode rarely enough that an idle wait costs
+/// next to no CPU (the real driver blocks in the kernel).
+const POLL_MANUAL: Duration = Duration::from_millis(50);
+const POLL_WALL: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Default)]
 pub struct EventSet {
@@ -173,7 +175,8 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
             if now >= deadline {
                 return code::TIMEOUT;
             }
-            std::thread::sleep(POLL.min(deadline - now));
+            let poll = if state::is_manual() { POLL_MANUAL } else { POLL_WALL };
+            std::thread::sleep(poll.min(deadline - now));
         }
     })
 }

@@ -78,6 +78,11 @@ pub fn snapshot() -> Option<(Arc<Scenario>, u64)> {
         .map(|s| (Arc::clone(&s.scenario), s.tick()))
 }
 
+/// Whether the clock is driven by `gpuwatchFakeSetTick` (tests, the demo) rather than wall time.
+pub fn is_manual() -> bool {
+    lock().session.as_ref().is_some_and(|s| s.manual_tick.is_some())
+}
+
 /// The current tick (for a caller already holding the scenario).
 pub fn current_tick() -> Option<u64> {
     lock().session.as_ref().map(Session::tick)
