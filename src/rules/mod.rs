@@ -6,9 +6,22 @@
 //! live daemon and `replay` evaluate through the same code with time as a parameter.
 
 pub mod ast;
+pub mod check;
+pub mod file;
 pub mod functions;
 pub mod lex;
 pub mod names;
 pub mod parse;
 pub mod rule;
 pub mod template;
+
+pub use check::{RuleError, RuleErrors, load_files, load_sources, load_str};
+pub use lex::ExprError;
+pub use parse::{parse_condition, parse_expr};
+
+/// The shipped default rule files, embedded in the binary, as `(origin, text)` pairs: every
+/// file under `rules/` is registered here (with `include_str!`), and `gpuwatch rules check`
+/// without arguments checks exactly this set.
+pub fn defaults() -> Vec<(String, String)> {
+    Vec::new()
+}

@@ -127,8 +127,9 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
-/// The closest candidate: within a small edit distance, or the same `_`-separated words in
-/// another order (`gpu_util` → `util_gpu`).
+/// The closest candidate: within a small edit distance, a candidate that starts with `name`
+/// (`warn` → `warning`), or the same `_`-separated words in another order (`gpu_util` →
+/// `util_gpu`).
 pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let mut words: Vec<&str> = name.split('_').collect();
     words.sort_unstable();
@@ -139,6 +140,8 @@ pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
         cw.sort_unstable();
         let d = if cw == words {
             0
+        } else if name.len() >= 3 && c.starts_with(name) {
+            1
         } else {
             edit_distance(name, c)
         };
@@ -347,10 +350,12 @@ mod tests {
     fn suggestions() {
         let names = || METRICS.iter().map(|(n, _)| *n);
         assert_eq!(closest("gpu_util", names()), Some("util_gpu"));
-        assert_eq!(closest("clock", names()), None);
+        assert_eq!(closest("clock", names()), Some("clock_sm"));
+        assert_eq!(closest("banana", names()), None);
         assert_eq!(closest("mem_usd", names()), Some("mem_used"));
         assert_eq!(closest("tmp", names()), Some("temp"));
         assert_eq!(closest("foo", names()), None);
+        assert_eq!(closest("warn", ["info", "warning"]), Some("warning"));
         assert_eq!(edit_distance("kitten", "sitting"), 3);
         let e = unknown_name("temperature", 3);
         assert_eq!(e.hint.as_deref(), Some("did you mean `temp`?"));
