@@ -5,13 +5,18 @@
 //! 2. [`Config`] is the compiled, validated form the rest of the daemon uses.
 //!
 //! Invariants: every error names `file:line:col`, says what is wrong and how to fix it, and all
-//! errors of a file are reported at once. Secrets never enter this module's messages (there
-//! are none yet; receivers will read theirs from env vars or `*_file` keys).
+//! errors of a file are reported at once. Secrets never enter this module: it holds the names
+//! of env vars and `*_file` paths to read them from (see [`SecretSource`]).
 
 mod error;
+mod prometheus;
 mod raw;
 
 pub use error::{ConfigError, ConfigErrors};
+pub use prometheus::{
+    DEFAULT_LOSS_QUERY, DEFAULT_STEP_QUERY, PrometheusAuth, PrometheusConfig, QueryMethod,
+    SecretSource, TrainingQueries,
+};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -40,6 +45,8 @@ pub struct Config {
     pub max_db_size: u64,
     pub processes: ProcessesConfig,
     pub http: HttpConfig,
+    /// Where training metrics come from; `None` without a `[prometheus]` section.
+    pub prometheus: Option<PrometheusConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -78,6 +85,7 @@ impl Default for Config {
                 listen: SocketAddr::from(([127, 0, 0, 1], 9835)),
                 stall_after: Duration::from_secs(10),
             },
+            prometheus: None,
         }
     }
 }

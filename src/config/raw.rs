@@ -9,6 +9,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::error::{ConfigError, ConfigErrors};
+use super::prometheus::RawPrometheus;
 use super::{Config, HttpConfig, ProcessesConfig};
 
 #[derive(Debug, Deserialize, Default)]
@@ -27,6 +28,7 @@ pub struct RawConfig {
     processes: RawProcesses,
     #[serde(default)]
     http: RawHttp,
+    prometheus: Option<Spanned<RawPrometheus>>,
 }
 
 /// A size written as a string ("2GiB") or a plain number of bytes.
@@ -54,20 +56,20 @@ struct RawHttp {
 }
 
 /// Collects errors while compiling.
-struct Checker<'a> {
+pub(super) struct Checker<'a> {
     origin: &'a Path,
     text: &'a str,
-    errors: Vec<ConfigError>,
+    pub(super) errors: Vec<ConfigError>,
 }
 
 impl Checker<'_> {
-    fn error(&mut self, span: std::ops::Range<usize>, message: String, hint: &str) {
+    pub(super) fn error(&mut self, span: std::ops::Range<usize>, message: String, hint: &str) {
         self.errors
             .push(ConfigError::at(self.origin, self.text, Some(span), message).with_hint(hint));
     }
 
     /// Parses a duration like "1s", "800ms", "7d" within `[min, max]`.
-    fn duration(
+    pub(super) fn duration(
         &mut self,
         key: &str,
         value: &Option<Spanned<String>>,
@@ -238,6 +240,10 @@ impl RawConfig {
             ms(100),
             s(day),
         );
+        let prometheus = self.prometheus.and_then(|p| {
+            let span = p.span();
+            p.into_inner().compile(&mut c, span, interval)
+        });
 
         if !c.errors.is_empty() {
             return Err(ConfigErrors(c.errors));
@@ -261,6 +267,7 @@ impl RawConfig {
                 listen,
                 stall_after,
             },
+            prometheus,
         })
     }
 }
