@@ -187,3 +187,35 @@ pub struct TickBatch {
     pub errors: Vec<MetricError>,
     pub training: Vec<TrainingPoint>,
 }
+
+/// What one poll of the training-metrics source (Prometheus) learned about one role's query
+/// (`step`, `loss`): stored in `training_source` so the rule evaluator, which does no network
+/// I/O, can tell "Prometheus is down" from "the job stopped".
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TrainingSourceUpdate {
+    /// The role: `step` or `loss`.
+    pub role: String,
+    /// The PromQL that was run.
+    pub query: String,
+    /// The evaluation-clock time of the poll: the end of its range.
+    pub at_ms: TsMs,
+    /// `None` on success; on failure the error's kind (`unreachable`, `timeout`, `http_5xx`,
+    /// ...) and its message (never containing a secret).
+    pub error: Option<(String, String)>,
+    /// On success: series in the answer (0 = an empty result, not an error).
+    pub series: u64,
+    /// On success: finite points returned.
+    pub points: u64,
+    /// NaN/±Inf values skipped (treated as no data, never stored).
+    pub skipped_non_finite: u64,
+    /// On success: the newest point's timestamp, if any.
+    pub newest_point_ms: Option<TsMs>,
+}
+
+/// One poll's output: points for `training_series`/`training_samples` and the status of each
+/// role, written in one transaction.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TrainingWrite {
+    pub points: Vec<TrainingPoint>,
+    pub sources: Vec<TrainingSourceUpdate>,
+}

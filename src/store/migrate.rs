@@ -35,10 +35,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "views",
         sql: include_str!("../../migrations/0003_views.sql"),
     },
+    Migration {
+        version: 4,
+        name: "training_source",
+        sql: include_str!("../../migrations/0004_training_source.sql"),
+    },
 ];
 
 /// The schema version this binary writes and reads.
-pub const LATEST_VERSION: u32 = 3;
+pub const LATEST_VERSION: u32 = 4;
 
 /// The schema version of the database (`PRAGMA user_version`; 0 for an empty file).
 pub fn schema_version(conn: &Connection) -> Result<u32, StoreError> {

@@ -8,6 +8,7 @@
 //! - `rollup.rs`: 1-minute rollups ([`Store::rollup_range`]) and the per-host rollup progress;
 //! - `bounds.rs`: maintenance steps and retention per host ([`Store::maintain_step`]);
 //! - `size.rs`: the `max_db_size` bound (oldest raw data first, then rollups) and SQLITE_FULL;
+//! - `training.rs`: [`Store::write_training`], training points plus `training_source` status;
 //! - `writer.rs`: the dedicated writer thread ([`WriterHandle`]);
 //! - `read.rs`: queries for `gpuwatch status`, `/healthz` and tests;
 //! - `synth.rs`: deterministic synthetic tick batches for tests and benchmarks.
@@ -28,6 +29,7 @@ mod rollup;
 mod rows;
 mod size;
 pub mod synth;
+mod training;
 mod write;
 mod writer;
 
@@ -40,7 +42,7 @@ pub use bounds::MaintenanceStats;
 pub use migrate::{LATEST_VERSION, migrate_to, schema_version};
 pub use rows::labels_json;
 pub use write::WriteStats;
-pub use writer::{SendTickError, WRITER_QUEUE_CAPACITY, WriterHandle, WriterStats};
+pub use writer::{SendTickError, TrainingSender, WRITER_QUEUE_CAPACITY, WriterHandle, WriterStats};
 
 /// `PRAGMA application_id` of a gpuwatch database ("GPUW").
 pub const APPLICATION_ID: i32 = 0x4750_5557;

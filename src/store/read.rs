@@ -70,6 +70,32 @@ pub struct RollupRow {
     pub throttle_reasons_or: Option<u64>,
 }
 
+/// One row of `training_source`: the training-metrics source's health for one host and role.
+/// Times are the evaluation clock's (the end of the polled range).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrainingSourceRow {
+    pub host: String,
+    /// `step` or `loss`.
+    pub role: String,
+    pub query: String,
+    pub last_attempt_ms: TsMs,
+    pub last_success_ms: Option<TsMs>,
+    pub last_error_ms: Option<TsMs>,
+    /// `unreachable`, `timeout`, `http_5xx`, ... (see `training::FetchError::kind`).
+    pub last_error_kind: Option<String>,
+    pub last_error: Option<String>,
+    /// The latest poll that returned at least one finite point; `None`: this host never had
+    /// training metrics for the role (so `training_metrics_unavailable` must not fire).
+    pub last_nonempty_ms: Option<TsMs>,
+    /// The newest point timestamp ever received.
+    pub last_point_ms: Option<TsMs>,
+    /// Series in the latest successful answer.
+    pub last_series: Option<u64>,
+    /// Failed polls since the last success (0 = the source answers).
+    pub consecutive_failures: u64,
+    pub skipped_non_finite: u64,
+}
+
 const HOST_FILTER: &str = "(?1 IS NULL OR h.name = ?1)";
 
 /// Inventory, newest sample, lost flag, age and live processes of every GPU (of `host`, or
@@ -253,6 +279,39 @@ pub fn rollups(
             power: (r.get(14)?, r.get(15)?, r.get(16)?),
             ecc_uncorrected_max: r.get(17)?,
             throttle_reasons_or: r.get::<_, Option<i64>>(18)?.map(|v| v as u64),
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The training source's status per role (of `host`, or of all hosts), by host and role.
+pub fn training_sources(
+    conn: &Connection,
+    host: Option<&str>,
+) -> Result<Vec<TrainingSourceRow>, StoreError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT h.name, t.role, t.query, t.last_attempt_ms, t.last_success_ms, t.last_error_ms,
+           t.last_error_kind, t.last_error, t.last_nonempty_ms, t.last_point_ms, t.last_series,
+           t.consecutive_failures, t.skipped_non_finite
+         FROM training_source t JOIN hosts h ON h.id = t.host_id
+         WHERE {HOST_FILTER}
+         ORDER BY h.name, t.role"
+    ))?;
+    let rows = stmt.query_map(params![host], |r| {
+        Ok(TrainingSourceRow {
+            host: r.get(0)?,
+            role: r.get(1)?,
+            query: r.get(2)?,
+            last_attempt_ms: r.get(3)?,
+            last_success_ms: r.get(4)?,
+            last_error_ms: r.get(5)?,
+            last_error_kind: r.get(6)?,
+            last_error: r.get(7)?,
+            last_nonempty_ms: r.get(8)?,
+            last_point_ms: r.get(9)?,
+            last_series: u64_col(r, 10)?,
+            consecutive_failures: u64_col(r, 11)?.unwrap_or_default(),
+            skipped_non_finite: u64_col(r, 12)?.unwrap_or_default(),
         })
     })?;
     Ok(rows.collect::<Result<_, _>>()?)

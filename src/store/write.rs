@@ -16,7 +16,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use super::bounds::MaintenanceStats;
 use super::rows::TickWriter;
 use super::{Store, StoreError};
-use crate::model::{TickBatch, TsMs};
+use crate::model::{TickBatch, TrainingSourceUpdate, TsMs};
 
 /// `processes.last_seen_ms` is rewritten at most this often per process (it is a hint for
 /// garbage collection; the exact times are in `process_samples`).
@@ -105,15 +105,24 @@ impl Store {
     /// Writes many ticks in one transaction (imports, catching up), then runs one bounded
     /// maintenance step. Use [`Store::maintain_fully`] after a large import.
     pub fn write_ticks(&mut self, batches: &[TickBatch]) -> Result<WriteStats, StoreError> {
+        self.write_with_sources(batches, &[])
+    }
+
+    /// [`Store::write_ticks`] plus `training_source` status rows, in the same transaction.
+    pub(super) fn write_with_sources(
+        &mut self,
+        batches: &[TickBatch],
+        sources: &[TrainingSourceUpdate],
+    ) -> Result<WriteStats, StoreError> {
         let start = Instant::now();
         let mut stats = WriteStats::default();
-        stats.rows = match self.insert_batches(batches) {
+        stats.rows = match self.insert_batches(batches, sources) {
             Ok(rows) => rows,
             Err(e) if e.is_full() => {
                 tracing::warn!(error = %e, "database full; deleting old data and retrying");
                 self.reload_caches();
                 self.free_space_emergency()?;
-                match self.insert_batches(batches) {
+                match self.insert_batches(batches, sources) {
                     Ok(rows) => {
                         stats.retried_after_full = true;
                         rows
@@ -154,7 +163,11 @@ impl Store {
         }
     }
 
-    fn insert_batches(&mut self, batches: &[TickBatch]) -> Result<usize, StoreError> {
+    fn insert_batches(
+        &mut self,
+        batches: &[TickBatch],
+        sources: &[TrainingSourceUpdate],
+    ) -> Result<usize, StoreError> {
         let host_id = self.host_id;
         let tx = self
             .conn
@@ -168,6 +181,10 @@ impl Store {
         };
         for batch in batches {
             w.batch(batch)?;
+        }
+        for source in sources {
+            super::training::upsert_source(&tx, host_id, source)?;
+            w.rows += 1;
         }
         let (rows, newest) = (w.rows, w.newest);
         tx.commit()?;

@@ -14,6 +14,9 @@
 //!   keeps writing the next ticks.
 //! - [`WriterHandle::flush`] and [`WriterHandle::shutdown`] block: call them from a blocking
 //!   context (`tokio::task::spawn_blocking`). Dropping the handle shuts the thread down too.
+//! - [`TrainingSender`] (for the training fetcher's task) never blocks: a full queue refuses
+//!   the poll's write (counted in `dropped_batches`); the next poll's overlap refetches it.
+//!   After the writer shuts down, its sends fail with [`SendTickError::Closed`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
@@ -22,7 +25,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::Store;
-use crate::model::{TickBatch, TsMs};
+use crate::model::{TickBatch, TrainingWrite, TsMs};
 
 /// Ticks the queue holds by default.
 pub const WRITER_QUEUE_CAPACITY: usize = 64;
@@ -62,6 +65,7 @@ pub enum SendTickError {
 
 enum Command {
     Tick(Box<TickBatch>),
+    Training(Box<TrainingWrite>),
     Flush(SyncSender<WriterStats>),
     Shutdown(SyncSender<WriterStats>),
 }
@@ -142,6 +146,15 @@ impl WriterHandle {
         Err(err)
     }
 
+    /// A cloneable, never-blocking sender of training writes into this writer's queue.
+    /// `None` once the writer is shut down.
+    pub fn training_sender(&self) -> Option<TrainingSender> {
+        Some(TrainingSender {
+            tx: self.tx.clone()?,
+            shared: Arc::clone(&self.shared),
+        })
+    }
+
     /// The counters now, without waiting for the thread.
     pub fn stats(&self) -> WriterStats {
         self.shared.snapshot()
@@ -192,10 +205,38 @@ impl std::fmt::Debug for WriterHandle {
     }
 }
 
+/// Queues training writes for the writer thread (see [`WriterHandle::training_sender`]).
+#[derive(Clone)]
+pub struct TrainingSender {
+    tx: SyncSender<Command>,
+    shared: Arc<Shared>,
+}
+
+impl TrainingSender {
+    /// Queues `w` without waiting; safe from async code.
+    pub fn send(&self, w: TrainingWrite) -> Result<(), SendTickError> {
+        let err = match self.tx.try_send(Command::Training(Box::new(w))) {
+            Ok(()) => return Ok(()),
+            Err(TrySendError::Full(_)) => SendTickError::Full,
+            Err(TrySendError::Disconnected(_)) => SendTickError::Closed,
+        };
+        let n = self.shared.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+        tracing::warn!(dropped_total = n, error = %err, "dropped a training-metrics write");
+        Err(err)
+    }
+}
+
+impl std::fmt::Debug for TrainingSender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TrainingSender").finish_non_exhaustive()
+    }
+}
+
 fn run(mut store: Store, rx: Receiver<Command>, shared: &Shared) {
     while let Ok(cmd) = rx.recv() {
         match cmd {
             Command::Tick(batch) => write_one(&mut store, &batch, shared),
+            Command::Training(w) => write_training(&mut store, &w, shared),
             Command::Flush(reply) => {
                 let _ = reply.send(shared.snapshot());
             }
@@ -231,6 +272,25 @@ fn write_one(store: &mut Store, batch: &TickBatch, shared: &Shared) {
             s.write_errors += 1;
             s.last_error = Some(e.to_string());
             tracing::error!(error = %e, ts_ms = batch.ts_ms, "writing a sample batch failed");
+        }
+    }
+}
+
+fn write_training(store: &mut Store, w: &TrainingWrite, shared: &Shared) {
+    let result = store.write_training(w);
+    let mut s = shared.lock();
+    match result {
+        Ok(stats) => {
+            s.rows_written += stats.rows as u64;
+            if let Some(e) = stats.maintenance_error {
+                s.maintenance_errors += 1;
+                s.last_error = Some(e);
+            }
+        }
+        Err(e) => {
+            s.write_errors += 1;
+            s.last_error = Some(e.to_string());
+            tracing::error!(error = %e, points = w.points.len(), "writing training metrics failed");
         }
     }
 }
