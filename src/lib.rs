@@ -15,3 +15,4 @@ pub mod rules;
 pub mod sampler;
 pub mod sim;
 pub mod store;
+pub mod training;

@@ -1,0 +1,271 @@
+//! Shared by the training-metrics tests: a config for a given URL, a store in a temp dir,
+//! a canned HTTP server (std threads), and a real Prometheus process over backfilled data.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gpuwatch::config::{
+    DEFAULT_LOSS_QUERY, DEFAULT_STEP_QUERY, PrometheusAuth, PrometheusConfig, QueryMethod,
+    TrainingQueries,
+};
+use gpuwatch::store::{self, StoreConfig};
+
+pub const HOST: &str = "node-1";
+
+/// A `[prometheus]` config for `url` with the defaults the daemon would use.
+pub fn config(url: &str) -> PrometheusConfig {
+    PrometheusConfig {
+        url: url.to_string(),
+        queries: TrainingQueries {
+            step: DEFAULT_STEP_QUERY.to_string(),
+            loss: DEFAULT_LOSS_QUERY.to_string(),
+        },
+        method: QueryMethod::Get,
+        poll_interval: Duration::from_secs(15),
+        query_step: Duration::from_secs(15),
+        timeout: Duration::from_secs(5),
+        lookback: Duration::from_secs(3600),
+        overlap: Duration::from_secs(60),
+        auth: PrometheusAuth::None,
+        ca_file: None,
+        insecure_skip_verify: false,
+    }
+}
+
+pub fn open_store(dir: &Path) -> store::Store {
+    store::open(&dir.join("g.db"), &StoreConfig::new(HOST)).expect("open store")
+}
+
+pub fn count(conn: &rusqlite::Connection, sql: &str) -> i64 {
+    conn.query_row(sql, [], |r| r.get(0)).expect("count")
+}
+
+/// A free loopback port (bound then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// What the canned server answers to one request.
+#[derive(Clone, Debug)]
+pub enum Canned {
+    Json(u16, &'static str),
+    Raw(u16, &'static str, &'static str),
+    /// Accepts and never answers (until the client gives up).
+    Hang,
+    /// Answers `status` with the request's headers as a plain-text body (a leaky proxy).
+    Echo(u16),
+}
+
+/// A tiny HTTP/1.1 server answering each connection with the next canned response (the last
+/// one repeats). Records every request's head and body.
+pub struct CannedServer {
+    pub url: String,
+    pub requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl CannedServer {
+    pub fn start(responses: Vec<Canned>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr: SocketAddr = listener.local_addr().expect("addr");
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&requests);
+        std::thread::spawn(move || {
+            let mut next = 0;
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let r = responses[next.min(responses.len() - 1)].clone();
+                next += 1;
+                let seen = Arc::clone(&seen);
+                std::thread::spawn(move || answer(stream, &r, &seen));
+            }
+        });
+        Self {
+            url: format!("http://{addr}"),
+            requests,
+        }
+    }
+
+    pub fn requests(&self) -> Vec<String> {
+        self.requests.lock().expect("lock").clone()
+    }
+}
+
+fn answer(stream: TcpStream, r: &Canned, seen: &Mutex<Vec<String>>) {
+    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+    let mut head = String::new();
+    let mut len = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap_or(0);
+        }
+        if line == "\r\n" {
+            break;
+        }
+        head.push_str(&line);
+    }
+    let mut body = vec![0; len];
+    let _ = reader.read_exact(&mut body);
+    head.push_str(&String::from_utf8_lossy(&body));
+    seen.lock().expect("lock").push(head.clone());
+    let (status, ctype, text) = match r {
+        Canned::Json(s, b) => (*s, "application/json", b.to_string()),
+        Canned::Raw(s, c, b) => (*s, *c, b.to_string()),
+        Canned::Echo(s) => {
+            // Authorization first, so that a short excerpt of the body shows it.
+            let (auth, rest): (Vec<&str>, Vec<&str>) =
+                head.lines().partition(|l| l.starts_with("authorization"));
+            (*s, "text/plain", [auth, rest].concat().join("\n"))
+        }
+        Canned::Hang => {
+            std::thread::sleep(Duration::from_secs(10));
+            return;
+        }
+    };
+    let mut stream = stream;
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{text}",
+        text.len()
+    );
+}
+
+/// A Prometheus server (Debian's package) over a data directory; killed on drop.
+pub struct Prometheus {
+    child: Option<Child>,
+    pub port: u16,
+    pub data: PathBuf,
+    config: PathBuf,
+}
+
+pub fn require_tools() {
+    for tool in ["prometheus", "promtool"] {
+        let found = Command::new(tool)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            found,
+            "`{tool}` is not installed: run scripts/test.sh (as root it installs Debian's \
+             `prometheus` package), or `apt-get install prometheus`"
+        );
+    }
+}
+
+/// Backfills OpenMetrics `text` into `data` with promtool (one block per call).
+pub fn backfill(dir: &Path, name: &str, text: &str, data: &Path) {
+    let file = dir.join(name);
+    std::fs::write(&file, text).expect("write openmetrics");
+    let out = Command::new("promtool")
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(&file)
+        .arg(data)
+        .output()
+        .expect("run promtool");
+    assert!(
+        out.status.success(),
+        "promtool failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Prometheus {
+    /// Starts Prometheus with no scrape targets over `data`, on a free loopback port.
+    pub fn start(dir: &Path, data: &Path) -> Self {
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            "global:\n  scrape_interval: 1m\nscrape_configs: []\n",
+        )
+        .expect("write config");
+        let mut p = Self {
+            child: None,
+            port: free_port(),
+            data: data.to_path_buf(),
+            config,
+        };
+        p.restart();
+        p
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// (Re)starts the process on the same port and data, and waits for `/-/ready`.
+    pub fn restart(&mut self) {
+        let log = std::fs::File::create(self.data.with_extension("log")).expect("log file");
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", self.config.display()))
+            .arg(format!("--storage.tsdb.path={}", self.data.display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{}", self.port))
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("start prometheus");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.ready() {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                let log =
+                    std::fs::read_to_string(self.data.with_extension("log")).unwrap_or_default();
+                panic!("prometheus exited ({status}):\n{log}");
+            }
+            assert!(Instant::now() < deadline, "prometheus not ready after 20 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn ready(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let req = "GET /-/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        if s.write_all(req.as_bytes()).is_err() {
+            return false;
+        }
+        let mut resp = String::new();
+        let _ = s.read_to_string(&mut resp);
+        resp.starts_with("HTTP/1.1 200")
+    }
+
+    /// Stops the process (SIGTERM, then SIGKILL after 10 s) and waits for it.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if let Ok(pid) = i32::try_from(child.id()) {
+            // SAFETY: signals the child we spawned and have not reaped yet.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
