@@ -6,6 +6,7 @@
 
 mod demo;
 mod format;
+mod rules;
 mod run;
 mod status;
 
@@ -46,6 +47,8 @@ pub enum Command {
     Status(status::StatusArgs),
     /// Run the whole daemon on simulated GPUs, faster than real time (no GPU, root or config).
     Demo(demo::DemoArgs),
+    /// Work with rule files: `check` them.
+    Rules(rules::RulesArgs),
 }
 
 /// Options shared by commands that read the configuration.
@@ -106,6 +109,7 @@ pub fn main() -> i32 {
         Command::Run(a) => run::run(a),
         Command::Status(a) => status::run(a),
         Command::Demo(a) => demo::run(a),
+        Command::Rules(a) => rules::run(a),
     };
     match result {
         Ok(()) => exit::OK,
