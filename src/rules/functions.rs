@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::ast::{Expr, Metric, PeerFn, ScalarFn, TrendFn, UnOp, WindowFn};
 use super::lex::ExprError;
-use super::names::{closest, is_flag, metric_by_name, metric_name, seconds_text, static_by_name};
+use super::names::{is_flag, metric_name, seconds_text, unknown_function};
 
 /// What a value means to the type checker: numbers, true/false, or a 0/1 flag that is both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,44 +92,33 @@ const FUNCTIONS: &[(&str, Sig, &str)] = &[
     ("bit",            Sig::Scalar(ScalarFn::Bit, 2),       "bit(xid, 64)"),
 ];
 
-/// Other tools' names for our functions, with the hint to give.
-const FUNCTION_ALIASES: &[(&str, &str)] = &[
-    ("increase", "use `delta(x[5m])` or `rate(x[5m])`"),
-    ("deriv", "use `slope(x[5m])`"),
-    ("absent", "use `not present(x)`"),
-    ("mean", "did you mean `avg`?"),
-    ("median", "use `quantile(0.5, x[5m])`"),
-    ("stddev_over_time", "did you mean `stddev`?"),
-    ("zscore", "did you mean `peer_zscore`?"),
-];
+/// The name of the first function whose signature matches.
+fn name_where(matches: impl Fn(&Sig) -> bool) -> &'static str {
+    FUNCTIONS
+        .iter()
+        .find(|(_, s, _)| matches(s))
+        .map_or("?", |(n, ..)| n)
+}
 
 /// The language's name of a window function (`WindowFn::Avg` → `avg`).
 pub fn window_fn_name(f: WindowFn) -> &'static str {
-    let found = FUNCTIONS
-        .iter()
-        .find(|(_, s, _)| matches!(s, Sig::Window(w) | Sig::MinMax(w, _) if *w == f));
-    found.map_or("?", |(n, ..)| n)
+    name_where(|s| matches!(s, Sig::Window(w) | Sig::MinMax(w, _) if *w == f))
 }
 
 pub fn trend_fn_name(f: TrendFn) -> &'static str {
-    let found = FUNCTIONS
-        .iter()
-        .find(|(_, s, _)| matches!(s, Sig::Trend(t) if *t == f));
-    found.map_or("?", |(n, ..)| n)
+    name_where(|s| matches!(s, Sig::Trend(t) if *t == f))
 }
 
 pub fn peer_fn_name(f: PeerFn) -> &'static str {
-    let found = FUNCTIONS
-        .iter()
-        .find(|(_, s, _)| matches!(s, Sig::Peer(p) if *p == f));
-    found.map_or("?", |(n, ..)| n)
+    name_where(|s| matches!(s, Sig::Peer(p) if *p == f))
 }
 
 pub fn scalar_fn_name(f: ScalarFn) -> &'static str {
-    let found = FUNCTIONS
-        .iter()
-        .find(|(_, s, _)| matches!(s, Sig::Scalar(x, _) | Sig::MinMax(_, x) if *x == f));
-    found.map_or("?", |(n, ..)| n)
+    name_where(|s| matches!(s, Sig::Scalar(x, _) | Sig::MinMax(_, x) if *x == f))
+}
+
+pub fn function_names() -> impl Iterator<Item = &'static str> {
+    FUNCTIONS.iter().map(|(n, ..)| *n)
 }
 
 pub fn is_function(name: &str) -> bool {
@@ -153,25 +142,6 @@ pub fn usage(name: &str) -> &'static str {
         .iter()
         .find(|(n, ..)| *n == name)
         .map_or("", |(.., u)| u)
-}
-
-fn unknown_function(name: &str, at: usize) -> ExprError {
-    if metric_by_name(name).is_some() || static_by_name(name).is_some() {
-        return ExprError::new(at, format!("`{name}` is a metric, not a function"))
-            .hint(format!("e.g. `avg({name}[5m])`"));
-    }
-    let e = ExprError::new(at, format!("unknown function `{name}`"));
-    let base = name.strip_suffix("_over_time").filter(|b| is_function(b));
-    if let Some(b) = base {
-        return e.hint(format!("did you mean `{b}`?"));
-    }
-    if let Some((_, h)) = FUNCTION_ALIASES.iter().find(|(a, _)| *a == name) {
-        return e.hint(*h);
-    }
-    match closest(name, FUNCTIONS.iter().map(|(n, ..)| *n)) {
-        Some(f) => e.hint(format!("did you mean `{f}`?")),
-        None => e.hint("docs/RULES.md lists every function"),
-    }
 }
 
 /// Builds the call `name(args)`; `at` is the offset of the name. Returns the expression and

@@ -12,6 +12,7 @@ pub mod functions;
 pub mod lex;
 pub mod names;
 pub mod parse;
+pub mod print;
 pub mod rule;
 pub mod template;
 

@@ -1,15 +1,14 @@
 //! The names of the condition language's data — metrics and inventory constants — with
-//! lookups both ways, "did you mean" suggestions, and the canonical text of an [`Expr`].
+//! lookups both ways, and the "did you mean" suggestions for unknown metrics and functions.
 //!
 //! Invariants: `METRICS` and `STATICS` hold every `ast::Metric` and `ast::Static` exactly
-//! once (a test checks it); printing an expression and parsing the text gives the same
-//! expression back.
+//! once (a test checks it), and no name is both; a suggestion is only given when it is
+//! close (a small edit distance, a prefix, or the same words in another order).
 
-use std::fmt;
 use std::time::Duration;
 
-use super::ast::{Expr, Metric, Static};
-use super::functions::{is_function, usage};
+use super::ast::{Metric, Static};
+use super::functions::{function_names, is_function, usage};
 use super::lex::ExprError;
 
 /// Per-GPU (and per-process) series, by their names in the language.
@@ -173,6 +172,37 @@ pub fn unknown_name(name: &str, at: usize) -> ExprError {
     }
 }
 
+/// Other tools' names for our functions, with the hint to give.
+const FUNCTION_ALIASES: &[(&str, &str)] = &[
+    ("increase", "use `delta(x[5m])` or `rate(x[5m])`"),
+    ("deriv", "use `slope(x[5m])`"),
+    ("absent", "use `not present(x)`"),
+    ("mean", "did you mean `avg`?"),
+    ("median", "use `quantile(0.5, x[5m])`"),
+    ("stddev_over_time", "did you mean `stddev`?"),
+    ("zscore", "did you mean `peer_zscore`?"),
+];
+
+/// The error for a call of a name that is not a function.
+pub fn unknown_function(name: &str, at: usize) -> ExprError {
+    if metric_by_name(name).is_some() || static_by_name(name).is_some() {
+        return ExprError::new(at, format!("`{name}` is a metric, not a function"))
+            .hint(format!("e.g. `avg({name}[5m])`"));
+    }
+    let e = ExprError::new(at, format!("unknown function `{name}`"));
+    let base = name.strip_suffix("_over_time").filter(|b| is_function(b));
+    if let Some(b) = base {
+        return e.hint(format!("did you mean `{b}`?"));
+    }
+    if let Some((_, h)) = FUNCTION_ALIASES.iter().find(|(a, _)| *a == name) {
+        return e.hint(*h);
+    }
+    match closest(name, function_names()) {
+        Some(f) => e.hint(format!("did you mean `{f}`?")),
+        None => e.hint("docs/RULES.md lists every function"),
+    }
+}
+
 /// A duration as the shortest literal that writes it (`1800 s` → `30m`).
 pub fn seconds_text(d: Duration) -> String {
     let s = d.as_secs_f64();
@@ -194,137 +224,6 @@ pub fn seconds_text(d: Duration) -> String {
         format!("{}ms", s * 1000.0)
     } else {
         format!("{s}s")
-    }
-}
-
-/// Binding strength of an expression's outermost operator (higher binds tighter).
-fn precedence(e: &Expr) -> u8 {
-    use super::ast::{BinOp::*, UnOp};
-    match e {
-        Expr::Binary { op: Or, .. } => 1,
-        Expr::Binary { op: And, .. } => 2,
-        Expr::Unary { op: UnOp::Not, .. } => 3,
-        Expr::Binary {
-            op: Lt | Le | Gt | Ge | Eq | Ne,
-            ..
-        } => 4,
-        Expr::Binary { op: Add | Sub, .. } => 5,
-        Expr::Binary { op: Mul | Div, .. } => 6,
-        Expr::Unary { op: UnOp::Neg, .. } => 7,
-        _ => 8,
-    }
-}
-
-struct Prec<'a>(&'a Expr, u8);
-
-impl fmt::Display for Prec<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if precedence(self.0) < self.1 {
-            write!(f, "({})", self.0)
-        } else {
-            write!(f, "{}", self.0)
-        }
-    }
-}
-
-/// The canonical source text: parsing it gives the same expression back.
-impl fmt::Display for Expr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use super::ast::{BinOp, UnOp};
-        use super::functions::{peer_fn_name, scalar_fn_name, trend_fn_name, window_fn_name};
-        let dur = |d: &Duration| seconds_text(*d);
-        match self {
-            Expr::Number(v) => write!(f, "{v}"),
-            Expr::Seconds(s) => write!(f, "{}", dur(&Duration::from_secs_f64(*s))),
-            Expr::Current(m) => write!(f, "{}", metric_name(*m)),
-            Expr::Static(s) => write!(f, "{}", static_name(*s)),
-            Expr::Window {
-                func,
-                metric,
-                window,
-            } => {
-                write!(
-                    f,
-                    "{}({}[{}])",
-                    window_fn_name(*func),
-                    metric_name(*metric),
-                    dur(window)
-                )
-            }
-            Expr::Quantile { q, metric, window } => {
-                write!(
-                    f,
-                    "quantile({q}, {}[{}])",
-                    metric_name(*metric),
-                    dur(window)
-                )
-            }
-            Expr::PredictLinear {
-                metric,
-                window,
-                horizon,
-            } => {
-                let m = metric_name(*metric);
-                write!(f, "predict_linear({m}[{}], {})", dur(window), dur(horizon))
-            }
-            Expr::TimeTo {
-                metric,
-                window,
-                threshold,
-            } => {
-                write!(
-                    f,
-                    "time_to({}[{}], {threshold})",
-                    metric_name(*metric),
-                    dur(window)
-                )
-            }
-            Expr::Trend {
-                func,
-                metric,
-                window,
-                step,
-            } => {
-                let (name, m) = (trend_fn_name(*func), metric_name(*metric));
-                write!(f, "{name}({m}[{}], {})", dur(window), dur(step))
-            }
-            Expr::Peer { func, expr } => write!(f, "{}({expr})", peer_fn_name(*func)),
-            Expr::Scalar { func, args } => {
-                write!(f, "{}(", scalar_fn_name(*func))?;
-                for (i, a) in args.iter().enumerate() {
-                    let sep = if i > 0 { ", " } else { "" };
-                    write!(f, "{sep}{a}")?;
-                }
-                write!(f, ")")
-            }
-            Expr::Unary {
-                op: UnOp::Neg,
-                expr,
-            } => write!(f, "-{}", Prec(expr, 7)),
-            Expr::Unary {
-                op: UnOp::Not,
-                expr,
-            } => write!(f, "not {}", Prec(expr, 3)),
-            Expr::Binary { op, lhs, rhs } => {
-                let p = precedence(self);
-                let (l, r) = if p == 4 { (p + 1, p + 1) } else { (p, p + 1) };
-                let op = match op {
-                    BinOp::Add => "+",
-                    BinOp::Sub => "-",
-                    BinOp::Mul => "*",
-                    BinOp::Div => "/",
-                    BinOp::Lt => "<",
-                    BinOp::Le => "<=",
-                    BinOp::Gt => ">",
-                    BinOp::Ge => ">=",
-                    BinOp::Eq => "==",
-                    BinOp::Ne => "!=",
-                    BinOp::And => "and",
-                    BinOp::Or => "or",
-                };
-                write!(f, "{} {op} {}", Prec(lhs, l), Prec(rhs, r))
-            }
-        }
     }
 }
 
