@@ -283,3 +283,28 @@ fn files_and_directories() {
         )
     );
 }
+
+#[test]
+fn the_documented_examples_are_valid() {
+    let doc = include_str!("../../../docs/RULES.md");
+    let toml_start = doc.find("```toml\n").expect("a TOML example") + 8;
+    let toml_end = toml_start + doc[toml_start..].find("```").expect("its end");
+    let rules = load_str(&doc[toml_start..toml_end], "RULES.md").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(rules.len(), 1);
+    // The last column of every function table row is an example expression.
+    let mut checked = 0;
+    for line in doc
+        .lines()
+        .filter(|l| l.starts_with("| `") && l.ends_with("` |"))
+    {
+        let cells: Vec<&str> = line.trim_matches('|').split(" | ").collect();
+        if cells.len() != 3 || !cells[0].contains('(') {
+            continue;
+        }
+        let example = cells[2].trim().trim_matches('`');
+        crate::rules::parse_expr(example, Scope::Process)
+            .unwrap_or_else(|e| panic!("{example}: {e}"));
+        checked += 1;
+    }
+    assert!(checked >= 30, "{checked} examples");
+}
