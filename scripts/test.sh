@@ -26,15 +26,18 @@ if ! python3 -c 'import pynvml' 2>/dev/null; then
     || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages nvidia-ml-py
 fi
 # A real Prometheus and promtool (Debian's `prometheus` package) for
-# tests/training_prometheus.rs: backfilled training series served over a loopback port.
-if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+# tests/training_prometheus.rs: backfilled training series served over a loopback port, over
+# HTTP and over HTTPS with a test CA made by the openssl CLI.
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1 \
+  || ! command -v openssl >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    say "installing prometheus and promtool (apt-get)"
+    say "installing prometheus, promtool and openssl (apt-get)"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus openssl
   else
-    echo "WARNING: prometheus/promtool are missing and this is not root (or not Debian):" \
-      "tests/training_prometheus.rs will fail. Install them: sudo apt-get install prometheus" >&2
+    echo "WARNING: prometheus, promtool or openssl is missing and this is not root (or not" \
+      "Debian): tests/training_prometheus.rs will fail. Install them:" \
+      "sudo apt-get install prometheus openssl" >&2
   fi
 fi
 if [ "$lint" = 1 ]; then

@@ -2,7 +2,8 @@
 //! backfilled with `promtool tsdb create-blocks-from openmetrics`, fetched through
 //! [`TrainingFetcher`] and checked point by point and label by label; then Prometheus is
 //! stopped mid-run (the failure is recorded in `training_source`) and restarted on the same
-//! data (the fetcher recovers).
+//! data (the fetcher recovers). Then the same over HTTPS: a test CA from the openssl CLI, the
+//! `ca_file` and `insecure_skip_verify` keys, and an untrusted certificate refused.
 
 mod training_support;
 
@@ -12,7 +13,9 @@ use std::time::Duration;
 use gpuwatch::model::TrainingPoint;
 use gpuwatch::store::{self, WriterHandle, read};
 use gpuwatch::training::{GpuRef, Join, Role, TrainingFetcher, gpus_for_series};
-use training_support::{HOST, Prometheus, backfill, config, count, open_store, require_tools};
+use training_support::{
+    HOST, Prometheus, backfill, config, count, make_certs, open_store, require_tools,
+};
 
 const STEP_S: i64 = 15;
 const SAMPLES: i64 = 41; // 10 minutes at 15 s
@@ -297,6 +300,72 @@ async fn fetches_backfilled_series_and_survives_an_outage() {
     // 5-minute lookback, so 3 new points for each of the 6 series.
     assert_eq!(count(&ro, "SELECT count(*) FROM training_points"), n + 18);
     writer.shutdown();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn https_with_a_ca_file_and_insecure_skip_verify() {
+    require_tools();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("tsdb");
+    std::fs::create_dir(&data).expect("mkdir");
+    let t0_s = (chrono::Utc::now().timestamp() - 3600) / 60 * 60;
+    backfill(
+        dir.path(),
+        "g.om",
+        &openmetrics(&gauges(), "gauge", t0_s),
+        &data,
+    );
+    let (ca, cert, key) = make_certs(dir.path());
+    let _prom = Prometheus::start_tls(dir.path(), &data, &cert, &key);
+    let url = _prom.url();
+    assert!(url.starts_with("https://"));
+    let (t0, t_end) = (t0_s * 1000, (t0_s + (SAMPLES - 1) * STEP_S) * 1000);
+
+    // Trusting the test CA: the step series come back over TLS.
+    let mut cfg = config(&url);
+    cfg.ca_file = Some(ca.clone());
+    let f = TrainingFetcher::new(&cfg, HOST).expect("fetcher");
+    let mut last = None;
+    for _ in 0..100 {
+        match f.fetch_role(Role::Step, t0, t_end).await {
+            Ok(r) => {
+                last = Some(Ok(r));
+                break;
+            }
+            Err(e) => last = Some(Err(e)),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let step = last
+        .expect("tried")
+        .expect("fetch over TLS with the CA file");
+    assert_eq!((step.series, step.points.len()), (3, 3 * SAMPLES as usize));
+
+    // Without the CA the certificate is refused, and nothing else is said about the server.
+    let f = TrainingFetcher::new(&config(&url), HOST).expect("fetcher");
+    let e = f
+        .fetch_role(Role::Step, t0, t_end)
+        .await
+        .expect_err("untrusted");
+    assert_eq!(e.kind(), "unreachable", "{e}");
+    assert!(e.to_string().to_lowercase().contains("certificate"), "{e}");
+
+    // insecure_skip_verify accepts it (dangerous; documented as such).
+    let mut cfg = config(&url);
+    cfg.insecure_skip_verify = true;
+    let f = TrainingFetcher::new(&cfg, HOST).expect("fetcher");
+    let step = f
+        .fetch_role(Role::Step, t0, t_end)
+        .await
+        .expect("insecure fetch");
+    assert_eq!(step.series, 3);
+
+    // A CA file that is not PEM is a setup error at construction.
+    std::fs::write(&ca, "not a certificate").expect("write");
+    let mut cfg = config(&url);
+    cfg.ca_file = Some(ca);
+    let e = TrainingFetcher::new(&cfg, HOST).expect_err("bad CA");
+    assert_eq!(e.kind(), "setup", "{e}");
 }
 
 /// Polls until both roles succeed (Prometheus may still be loading right after `/-/ready`).

@@ -149,6 +149,8 @@ pub struct Prometheus {
     pub port: u16,
     pub data: PathBuf,
     config: PathBuf,
+    /// `--web.config.file` (TLS), if any.
+    web_config: Option<PathBuf>,
 }
 
 pub fn require_tools() {
@@ -165,6 +167,94 @@ pub fn require_tools() {
              `prometheus` package), or `apt-get install prometheus`"
         );
     }
+}
+
+/// A test CA and a server certificate for IP 127.0.0.1 signed by it (openssl CLI): returns
+/// (CA PEM, server certificate PEM, server key PEM).
+pub fn make_certs(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let p = |n: &str| dir.join(n);
+    let ext = p("ext.cnf");
+    std::fs::write(
+        &ext,
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=critical,CA:FALSE\n\
+         keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("write ext");
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let steps: Vec<Vec<String>> = vec![
+        ["req", "-x509"]
+            .iter()
+            .chain(&ec)
+            .map(|s| s.to_string())
+            .chain(
+                [
+                    "-keyout",
+                    "ca.key",
+                    "-out",
+                    "ca.pem",
+                    "-days",
+                    "2",
+                    "-subj",
+                    "/CN=gpuwatch test CA",
+                ]
+                .map(String::from),
+            )
+            .collect(),
+        ["req"]
+            .iter()
+            .chain(&ec)
+            .map(|s| s.to_string())
+            .chain(
+                [
+                    "-keyout",
+                    "srv.key",
+                    "-out",
+                    "srv.csr",
+                    "-subj",
+                    "/CN=127.0.0.1",
+                ]
+                .map(String::from),
+            )
+            .collect(),
+        [
+            "x509",
+            "-req",
+            "-in",
+            "srv.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "srv.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for args in steps {
+        let out = Command::new("openssl")
+            .args(&args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl (apt-get install openssl)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    (p("ca.pem"), p("srv.pem"), p("srv.key"))
 }
 
 /// Backfills OpenMetrics `text` into `data` with promtool (one block per call).
@@ -188,6 +278,22 @@ pub fn backfill(dir: &Path, name: &str, text: &str, data: &Path) {
 impl Prometheus {
     /// Starts Prometheus with no scrape targets over `data`, on a free loopback port.
     pub fn start(dir: &Path, data: &Path) -> Self {
+        Self::start_with(dir, data, None)
+    }
+
+    /// [`Prometheus::start`] serving HTTPS with `tls` = (certificate, key) PEM files.
+    pub fn start_tls(dir: &Path, data: &Path, cert: &Path, key: &Path) -> Self {
+        let web = dir.join("web.yml");
+        let yaml = format!(
+            "tls_server_config:\n  cert_file: {}\n  key_file: {}\n",
+            cert.display(),
+            key.display()
+        );
+        std::fs::write(&web, yaml).expect("write web config");
+        Self::start_with(dir, data, Some(web))
+    }
+
+    fn start_with(dir: &Path, data: &Path, web_config: Option<PathBuf>) -> Self {
         let config = dir.join("prometheus.yml");
         std::fs::write(
             &config,
@@ -199,19 +305,29 @@ impl Prometheus {
             port: free_port(),
             data: data.to_path_buf(),
             config,
+            web_config,
         };
         p.restart();
         p
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        let scheme = if self.web_config.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// (Re)starts the process on the same port and data, and waits for `/-/ready`.
     pub fn restart(&mut self) {
         let log = std::fs::File::create(self.data.with_extension("log")).expect("log file");
-        let child = Command::new("prometheus")
+        let mut cmd = Command::new("prometheus");
+        if let Some(web) = &self.web_config {
+            cmd.arg(format!("--web.config.file={}", web.display()));
+        }
+        let child = cmd
             .arg(format!("--config.file={}", self.config.display()))
             .arg(format!("--storage.tsdb.path={}", self.data.display()))
             .arg(format!("--web.listen-address=127.0.0.1:{}", self.port))
@@ -232,10 +348,14 @@ impl Prometheus {
         }
     }
 
+    /// `/-/ready` answers 200; over TLS only that the port accepts (callers retry queries).
     fn ready(&self) -> bool {
         let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
             return false;
         };
+        if self.web_config.is_some() {
+            return true;
+        }
         let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
         let req = "GET /-/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
         if s.write_all(req.as_bytes()).is_err() {
