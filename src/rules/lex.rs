@@ -94,6 +94,9 @@ const UNITS: &[(&str, f64)] = &[
     ("w", 604800.0),
 ];
 
+/// The longest duration literal (10 years), so every duration fits a `std::time::Duration`.
+pub const MAX_DURATION_SECS: f64 = 3650.0 * 86400.0;
+
 /// Splits `src` into tokens, ending with [`Tok::Eof`].
 pub fn lex(src: &str) -> Result<Vec<Token>, ExprError> {
     let b = src.as_bytes();
@@ -171,7 +174,7 @@ fn bad_char(src: &str, i: usize) -> ExprError {
     } else if rest.starts_with('%') {
         e("unexpected `%`").hint("percentages are plain numbers: `util_gpu < 5` means below 5 %")
     } else if rest.starts_with('.') {
-        e("a number must start with a digit").hint("write `0.5`, not `.5`")
+        e("unexpected `.`").hint("write numbers like `0.5`")
     } else if rest.starts_with('"') || rest.starts_with('\'') {
         e("unexpected quote").hint("conditions have no strings; compare numbers")
     } else {
@@ -201,6 +204,9 @@ fn number(src: &str, i: usize) -> Result<(Tok, usize), ExprError> {
         let v: f64 = src[i..j]
             .parse()
             .map_err(|_| ExprError::new(i, format!("invalid number `{}`", &src[i..j])))?;
+        if !v.is_finite() {
+            return Err(ExprError::new(i, format!("`{}` is too large", &src[i..j])));
+        }
         return Ok((Tok::Num(v), j));
     }
     if has_exp {
@@ -227,6 +233,10 @@ fn number(src: &str, i: usize) -> Result<(Tok, usize), ExprError> {
         if k >= b.len() || !b[k].is_ascii_digit() {
             break;
         }
+    }
+    if secs > MAX_DURATION_SECS {
+        return Err(ExprError::new(i, format!("`{}` is too long", &src[i..k]))
+            .hint("durations are at most 10 years"));
     }
     Ok((Tok::Dur(secs), k))
 }

@@ -49,7 +49,10 @@ impl fmt::Display for Expr {
         let dur = |d: &Duration| seconds_text(*d);
         match self {
             Expr::Number(v) => write!(f, "{v}"),
-            Expr::Seconds(s) => write!(f, "{}", dur(&Duration::from_secs_f64(*s))),
+            Expr::Seconds(s) => match Duration::try_from_secs_f64(*s) {
+                Ok(d) => write!(f, "{}", dur(&d)),
+                Err(_) => write!(f, "{s}s"),
+            },
             Expr::Current(m) => write!(f, "{}", metric_name(*m)),
             Expr::Static(s) => write!(f, "{}", static_name(*s)),
             Expr::Window {

@@ -308,3 +308,17 @@ fn the_documented_examples_are_valid() {
     }
     assert!(checked >= 30, "{checked} examples");
 }
+
+#[test]
+fn truncated_and_damaged_files_never_panic() {
+    let escaped = "[[rule]]\nname = \"x\"\nseverity = \"info\"\ncondition = \"temp > 1 and\\t\\u00e9\\\n   lost\"\nsummary = \"\"\"\n{gpu}\\\n {{x}}\"\"\"\n";
+    for text in [LEAK, escaped] {
+        let cuts = text.char_indices().map(|(i, _)| i);
+        for i in cuts {
+            let _ = load_str(&text[..i], "cut.toml");
+            let mut damaged = text.to_string();
+            damaged.remove(i);
+            let _ = load_str(&damaged, "damaged.toml");
+        }
+    }
+}

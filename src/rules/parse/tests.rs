@@ -380,3 +380,17 @@ fn columns_are_per_line_in_multi_line_expressions() {
     let e = parse_condition(src, Scope::Gpu).expect_err("unknown");
     assert_eq!(e.offset, 19);
 }
+
+#[test]
+fn truncated_and_damaged_expressions_never_panic() {
+    for src in CANONICAL {
+        for (i, _) in src.char_indices() {
+            for scope in [Scope::Gpu, Scope::Process, Scope::Host] {
+                let _ = parse_checked(&src[..i], scope, Want::Condition);
+                let mut damaged = src.to_string();
+                damaged.remove(i);
+                let _ = parse_checked(&damaged, scope, Want::Value);
+            }
+        }
+    }
+}
