@@ -5,6 +5,7 @@
 //! [`daemon`] (wiring, threads, shutdown), [`clock`] (time as a parameter), [`sim`] (simulated
 //! GPUs for the demo and tests) and [`cli`]. See ARCHITECTURE.md.
 
+pub mod alerts;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -6,6 +6,7 @@
 
 mod demo;
 mod format;
+mod replay;
 mod rules;
 mod run;
 mod status;
@@ -49,6 +50,8 @@ pub enum Command {
     Demo(demo::DemoArgs),
     /// Work with rule files: `check` them.
     Rules(rules::RulesArgs),
+    /// Evaluate rules over stored history as the live daemon would; print every transition.
+    Replay(replay::ReplayArgs),
 }
 
 /// Options shared by commands that read the configuration.
@@ -110,6 +113,7 @@ pub fn main() -> i32 {
         Command::Status(a) => status::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Rules(a) => rules::run(a),
+        Command::Replay(a) => replay::run(a),
     };
     match result {
         Ok(()) => exit::OK,

@@ -121,6 +121,10 @@ pub enum WindowFn {
     UnchangedFor,
     /// Seconds since the newest sample with data (staleness).
     Age,
+    /// The longest pause in the window: seconds between a value change and the next one,
+    /// over runs that have ended (the current run is `unchanged_for`). 0 when the value never
+    /// changed twice. Learns a job's normal checkpoint/eval pauses from its step counter.
+    MaxUnchangedFor,
     /// Least-squares slope, units per second.
     Slope,
     /// Coefficient of determination of the least-squares fit, 0..1.

@@ -73,6 +73,7 @@ const FUNCTIONS: &[(&str, Sig, &str)] = &[
     ("rate",           Sig::Window(WindowFn::Rate),         "rate(training_step[5m])"),
     ("changes",        Sig::Window(WindowFn::Changes),      "changes(training_step[10m])"),
     ("unchanged_for",  Sig::Window(WindowFn::UnchangedFor), "unchanged_for(training_step[30m])"),
+    ("max_unchanged_for", Sig::Window(WindowFn::MaxUnchangedFor), "max_unchanged_for(training_step[2h])"),
     ("age",            Sig::Window(WindowFn::Age),          "age(training_step[30m])"),
     ("slope",          Sig::Window(WindowFn::Slope),        "slope(mem_used[30m])"),
     ("r2",             Sig::Window(WindowFn::R2),           "r2(mem_used[30m])"),

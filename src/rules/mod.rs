@@ -7,6 +7,7 @@
 
 pub mod ast;
 pub mod check;
+pub mod eval;
 pub mod file;
 pub mod functions;
 pub mod lex;
@@ -24,5 +25,27 @@ pub use parse::{parse_condition, parse_expr};
 /// file under `rules/` is registered here (with `include_str!`), and `gpuwatch rules check`
 /// without arguments checks exactly this set.
 pub fn defaults() -> Vec<(String, String)> {
-    Vec::new()
+    const FILES: &[(&str, &str)] = &[
+        (
+            "rules/utilisation.toml",
+            include_str!("../../rules/utilisation.toml"),
+        ),
+        ("rules/memory.toml", include_str!("../../rules/memory.toml")),
+        (
+            "rules/training.toml",
+            include_str!("../../rules/training.toml"),
+        ),
+        (
+            "rules/thermal.toml",
+            include_str!("../../rules/thermal.toml"),
+        ),
+        (
+            "rules/hardware.toml",
+            include_str!("../../rules/hardware.toml"),
+        ),
+    ];
+    FILES
+        .iter()
+        .map(|(o, t)| (o.to_string(), t.to_string()))
+        .collect()
 }

@@ -72,12 +72,17 @@ impl ProcResolver {
             pid,
             ..ProcessInfo::default()
         };
-        if self.missing.get(&pid).is_some_and(|until| std::time::Instant::now() < *until) {
+        if self
+            .missing
+            .get(&pid)
+            .is_some_and(|until| std::time::Instant::now() < *until)
+        {
             return unknown;
         }
         let Some(start) = self.start_time_ms(pid) else {
             self.cache.remove(&pid);
-            self.missing.insert(pid, std::time::Instant::now() + MISSING_RETRY);
+            self.missing
+                .insert(pid, std::time::Instant::now() + MISSING_RETRY);
             return unknown;
         };
         self.missing.remove(&pid);

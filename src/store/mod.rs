@@ -23,6 +23,7 @@
 //! - Readers use [`open_read_only`]; WAL means they never block the writer.
 
 mod bounds;
+pub mod history;
 mod migrate;
 pub mod read;
 mod rollup;

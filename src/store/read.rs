@@ -318,12 +318,12 @@ pub fn training_sources(
 }
 
 /// Reads an INTEGER column holding a u64 (stored saturated at `i64::MAX`).
-fn u64_col(r: &Row<'_>, idx: usize) -> rusqlite::Result<Option<u64>> {
+pub(super) fn u64_col(r: &Row<'_>, idx: usize) -> rusqlite::Result<Option<u64>> {
     Ok(r.get::<_, Option<i64>>(idx)?.map(|v| v.max(0) as u64))
 }
 
 /// Maps `ts_ms, <sample_metric_columns>` (columns 0..=26) to a [`GpuSample`].
-fn sample_from_row(r: &Row<'_>, uuid: String) -> rusqlite::Result<GpuSample> {
+pub(super) fn sample_from_row(r: &Row<'_>, uuid: String) -> rusqlite::Result<GpuSample> {
     Ok(GpuSample {
         ts_ms: r.get(0)?,
         uuid,

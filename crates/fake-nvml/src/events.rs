@@ -175,7 +175,11 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
             if now >= deadline {
                 return code::TIMEOUT;
             }
-            let poll = if state::is_manual() { POLL_MANUAL } else { POLL_WALL };
+            let poll = if state::is_manual() {
+                POLL_MANUAL
+            } else {
+                POLL_WALL
+            };
             std::thread::sleep(poll.min(deadline - now));
         }
     })

@@ -80,7 +80,10 @@ pub fn snapshot() -> Option<(Arc<Scenario>, u64)> {
 
 /// Whether the clock is driven by `gpuwatchFakeSetTick` (tests, the demo) rather than wall time.
 pub fn is_manual() -> bool {
-    lock().session.as_ref().is_some_and(|s| s.manual_tick.is_some())
+    lock()
+        .session
+        .as_ref()
+        .is_some_and(|s| s.manual_tick.is_some())
 }
 
 /// The current tick (for a caller already holding the scenario).

@@ -590,7 +590,12 @@ fn demo_scenario_tells_its_story() {
     let step = |t| {
         s.training_at(t)
             .iter()
-            .find(|v| v.name == "training_step" && v.labels[0].1 == "llama-70b-ft")
+            .find(|v| {
+                v.name == "training_step"
+                    && v.labels
+                        .iter()
+                        .any(|(k, l)| k == "job" && l == "llama-70b-ft")
+            })
             .map(|v| v.value)
     };
     assert_eq!(step(m(29.0)), step(m(35.0)));

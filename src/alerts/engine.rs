@@ -1,0 +1,420 @@
+//! The one evaluation path: feed the history up to a time, evaluate every rule for every
+//! target, step each alert's lifecycle, apply inhibition, and report transitions. The live
+//! daemon and `replay` both drive an [`Engine`]; only where the time comes from differs.
+//!
+//! Invariants:
+//! - An alert is reported firing at most once per episode and resolved only if it was
+//!   reported firing; a muted (inhibited) alert is not reported until its inhibitor ends.
+//! - A target that disappears (process exited, GPU gone from the data) is evaluated as "no
+//!   data", so its alert follows the rule's `on_no_data`, never hangs forever.
+
+use std::collections::{BTreeMap, HashSet};
+
+use rusqlite::Connection;
+
+use crate::model::TsMs;
+use crate::rules::ast::Expr;
+use crate::rules::eval::expr::{EvalCtx, Outcome, Target};
+use crate::rules::eval::world::{Needs, World};
+use crate::rules::rule::{Missing, Rule, Scope, Severity};
+use crate::rules::template::TemplateValue;
+use crate::store::StoreError;
+
+use super::state::{AlertState, Change, Timing, Verdict};
+
+/// Which alert instance: a rule on a GPU (and a process, for process rules).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AlertKey {
+    pub rule: String,
+    pub gpu_id: i64,
+    pub process_id: Option<i64>,
+}
+
+/// Who an alert is about, for labels and templates.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Subject {
+    pub host: String,
+    pub gpu: Option<u32>,
+    pub uuid: Option<String>,
+    pub model: Option<String>,
+    pub pid: Option<u32>,
+    pub process: Option<String>,
+    pub user: Option<String>,
+    pub cmdline: Option<String>,
+}
+
+/// A reported change of an alert.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transition {
+    pub at: TsMs,
+    /// `firing` or `resolved`.
+    pub state: &'static str,
+    pub rule: String,
+    pub severity: Severity,
+    pub subject: Subject,
+    /// Identity labels: host, gpu, uuid (pid for process rules) and the rule's labels.
+    pub labels: BTreeMap<String, String>,
+    pub summary: String,
+    pub description: Option<String>,
+    /// When the condition started to hold.
+    pub active_since: Option<TsMs>,
+}
+
+#[derive(Debug, Clone)]
+struct Instance {
+    state: AlertState,
+    reported: bool,
+    subject: Subject,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct EngineOptions {
+    /// An instant metric older than this is no data (3 sample intervals).
+    pub staleness_ms: i64,
+}
+
+pub struct Engine {
+    rules: Vec<Rule>,
+    world: World,
+    alerts: BTreeMap<AlertKey, Instance>,
+    opts: EngineOptions,
+}
+
+impl Engine {
+    /// An engine whose history starts after `start_after`.
+    pub fn new(rules: Vec<Rule>, opts: EngineOptions, start_after: TsMs) -> Self {
+        let mut needs: Needs = Needs::new();
+        for r in rules.iter().filter(|r| r.enabled) {
+            let mut exprs: Vec<&Expr> = vec![&r.condition];
+            exprs.extend(r.critical.iter());
+            exprs.extend(r.resolve.iter());
+            exprs.extend(r.values.iter().map(|(_, e)| e));
+            for e in exprs {
+                let keep = e.max_window().as_millis() as i64 + opts.staleness_ms;
+                let mut ms = Vec::new();
+                e.metrics(&mut ms);
+                for m in ms {
+                    let k = needs.entry(m).or_insert(0);
+                    *k = (*k).max(keep);
+                }
+            }
+        }
+        Self {
+            rules,
+            world: World::new(needs, start_after),
+            alerts: BTreeMap::new(),
+            opts,
+        }
+    }
+
+    pub fn world(&self) -> &World {
+        &self.world
+    }
+
+    pub fn world_mut(&mut self) -> &mut World {
+        &mut self.world
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// Feeds the stored history up to `upto`.
+    pub fn advance(&mut self, conn: &Connection, upto: TsMs) -> Result<(), StoreError> {
+        self.world.advance(conn, upto)
+    }
+
+    /// Alerts currently firing and reported (not muted).
+    pub fn firing(&self) -> impl Iterator<Item = (&AlertKey, Option<Severity>)> {
+        self.alerts
+            .iter()
+            .filter(|(_, i)| i.reported && i.state.is_firing())
+            .map(|(k, i)| (k, i.state.severity))
+    }
+
+    /// Evaluates every rule at `t` and returns what changed, in rule then target order.
+    pub fn evaluate(&mut self, t: TsMs) -> Vec<Transition> {
+        let ctx = EvalCtx {
+            world: &self.world,
+            t,
+            staleness_ms: self.opts.staleness_ms,
+        };
+        let mut changes: Vec<(AlertKey, Change)> = Vec::new();
+        for rule in self.rules.iter().filter(|r| r.enabled) {
+            let timing = Timing {
+                for_: rule.for_,
+                keep_firing_for: rule.keep_firing_for,
+            };
+            let mut seen: HashSet<AlertKey> = HashSet::new();
+            for (key, subject, target) in targets(&self.world, rule, t, self.opts.staleness_ms) {
+                let inst = self.alerts.entry(key.clone()).or_insert_with(|| Instance {
+                    state: AlertState::default(),
+                    reported: false,
+                    subject: subject.clone(),
+                });
+                inst.subject = subject;
+                let firing = inst.state.is_firing();
+                let verdict = match (&rule.resolve, firing) {
+                    (Some(resolve), true) => match verdict(rule, ctx.eval(resolve, target)) {
+                        Verdict::True => Verdict::False,
+                        Verdict::False => Verdict::True,
+                        Verdict::Keep => Verdict::Keep,
+                    },
+                    _ => verdict(rule, ctx.eval(&rule.condition, target)),
+                };
+                let severity = match &rule.critical {
+                    Some(c) if matches!(ctx.eval(c, target), Ok(Some(v)) if v != 0.0) => {
+                        Severity::Critical
+                    }
+                    _ => rule.severity,
+                };
+                if let Some(c) = inst.state.step(t, verdict, severity, timing) {
+                    changes.push((key.clone(), c));
+                }
+                seen.insert(key);
+            }
+            // Targets that vanished: no data.
+            let gone: Vec<AlertKey> = self
+                .alerts
+                .keys()
+                .filter(|k| k.rule == rule.name && !seen.contains(*k))
+                .cloned()
+                .collect();
+            for key in gone {
+                if let Some(inst) = self.alerts.get_mut(&key) {
+                    let v = verdict(rule, Ok(None));
+                    if let Some(c) = inst.state.step(t, v, rule.severity, timing) {
+                        changes.push((key, c));
+                    }
+                }
+            }
+        }
+        self.report(t, changes)
+    }
+
+    /// Applies inhibition and turns lifecycle changes into reported transitions.
+    fn report(&mut self, t: TsMs, changes: Vec<(AlertKey, Change)>) -> Vec<Transition> {
+        let muting: HashSet<(String, i64)> = self
+            .alerts
+            .iter()
+            .filter(|(_, i)| i.state.is_firing())
+            .filter_map(|(k, _)| {
+                self.rules
+                    .iter()
+                    .find(|r| r.name == k.rule)
+                    .map(|r| (r, k.gpu_id))
+            })
+            .flat_map(|(r, gpu)| r.inhibits.iter().map(move |name| (name.clone(), gpu)))
+            .collect();
+        let mut out = Vec::new();
+        let changed: HashSet<AlertKey> = changes.iter().map(|(k, _)| k.clone()).collect();
+        for (key, change) in changes {
+            let muted = muting.contains(&(key.rule.clone(), key.gpu_id));
+            let Some(inst) = self.alerts.get_mut(&key) else {
+                continue;
+            };
+            match change {
+                Change::Fired(_) | Change::Escalated(_) if muted => {}
+                Change::Fired(_) | Change::Escalated(_) => {
+                    inst.reported = true;
+                    out.push((key, "firing"));
+                }
+                Change::Resolved => {
+                    if inst.reported {
+                        out.push((key, "resolved"));
+                    } else {
+                        self.alerts.remove(&key);
+                    }
+                }
+            }
+        }
+        // Alerts that were muted and no longer are.
+        for (key, inst) in &mut self.alerts {
+            if inst.state.is_firing()
+                && !inst.reported
+                && !changed.contains(key)
+                && !muting.contains(&(key.rule.clone(), key.gpu_id))
+            {
+                inst.reported = true;
+                out.push((key.clone(), "firing"));
+            }
+        }
+        let transitions: Vec<Transition> = out
+            .iter()
+            .filter_map(|(k, state)| self.transition(t, k, state))
+            .collect();
+        // Forget instances that are over (after rendering their resolved message).
+        self.alerts
+            .retain(|_, i| i.state.phase != super::state::Phase::Inactive);
+        transitions
+    }
+
+    fn transition(&self, t: TsMs, key: &AlertKey, state: &'static str) -> Option<Transition> {
+        let rule = self.rules.iter().find(|r| r.name == key.rule)?;
+        let inst = self.alerts.get(key)?;
+        let gpu = self.world.gpus.get(&key.gpu_id)?;
+        let proc = key.process_id.and_then(|p| gpu.procs.get(&p));
+        let target = Target { gpu, proc };
+        let ctx = EvalCtx {
+            world: &self.world,
+            t,
+            staleness_ms: self.opts.staleness_ms,
+        };
+        let values: Vec<(String, Outcome)> = rule
+            .values
+            .iter()
+            .map(|(n, e)| (n.clone(), ctx.eval(e, target)))
+            .collect();
+        let s = &inst.subject;
+        let severity = inst.state.severity.unwrap_or(rule.severity);
+        let since = inst.state.active_since;
+        let job = gpu
+            .training
+            .0
+            .and_then(|id| self.world.training.get(&id))
+            .and_then(|ts| {
+                ts.labels
+                    .iter()
+                    .find(|(k, _)| k == "job")
+                    .map(|(_, v)| v.clone())
+            });
+        let vars = |name: &str| -> Option<TemplateValue> {
+            let text = |v: &Option<String>| {
+                Some(v.clone().map_or(TemplateValue::NoData, TemplateValue::Text))
+            };
+            match name {
+                "host" => Some(TemplateValue::Text(s.host.clone())),
+                "gpu" => Some(s.gpu.map_or(TemplateValue::NoData, |g| {
+                    TemplateValue::Text(g.to_string())
+                })),
+                "uuid" => text(&s.uuid),
+                "model" => text(&s.model),
+                "severity" => Some(TemplateValue::Text(severity.as_str().into())),
+                "rule" => Some(TemplateValue::Text(rule.name.clone())),
+                "for" => Some(since.map_or(TemplateValue::NoData, |a| {
+                    TemplateValue::Text(human((t - a).max(0)))
+                })),
+                "pid" => Some(s.pid.map_or(TemplateValue::NoData, |p| {
+                    TemplateValue::Text(p.to_string())
+                })),
+                "process" => text(&s.process),
+                "user" => text(&s.user),
+                "cmdline" => text(&s.cmdline),
+                "job" => text(&job),
+                _ => {
+                    if let Some(l) = name.strip_prefix("label_") {
+                        return rule.labels.get(l).map(|v| TemplateValue::Text(v.clone()));
+                    }
+                    values
+                        .iter()
+                        .find(|(n, _)| n == name)
+                        .map(|(_, v)| match v {
+                            Ok(Some(x)) => TemplateValue::Number(*x),
+                            _ => TemplateValue::NoData,
+                        })
+                }
+            }
+        };
+        let mut labels = rule.labels.clone();
+        labels.insert("host".into(), s.host.clone());
+        if let Some(g) = s.gpu {
+            labels.insert("gpu".into(), g.to_string());
+        }
+        if let Some(u) = &s.uuid {
+            labels.insert("uuid".into(), u.clone());
+        }
+        if let Some(p) = s.pid {
+            labels.insert("pid".into(), p.to_string());
+        }
+        Some(Transition {
+            at: t,
+            state,
+            rule: rule.name.clone(),
+            severity,
+            subject: s.clone(),
+            labels,
+            summary: rule.summary.render(&vars),
+            description: rule.description.as_ref().map(|d| d.render(&vars)),
+            active_since: since,
+        })
+    }
+}
+
+/// Maps an evaluation outcome through the rule's policies.
+fn verdict(rule: &Rule, o: Outcome) -> Verdict {
+    let missing = |m: Missing| match m {
+        Missing::Ok => Verdict::False,
+        Missing::Alerting => Verdict::True,
+        Missing::KeepLast => Verdict::Keep,
+    };
+    match o {
+        Ok(Some(v)) if v != 0.0 => Verdict::True,
+        Ok(Some(_)) => Verdict::False,
+        Ok(None) => missing(rule.on_no_data),
+        Err(_) => missing(rule.on_error),
+    }
+}
+
+/// The targets a rule is evaluated for at `t`.
+fn targets<'a>(
+    world: &'a World,
+    rule: &Rule,
+    t: TsMs,
+    staleness_ms: i64,
+) -> Vec<(AlertKey, Subject, Target<'a>)> {
+    let mut out = Vec::new();
+    for g in world.gpus.values().filter(|g| g.last_ts.is_some()) {
+        let base = Subject {
+            host: g.host.clone(),
+            gpu: Some(g.inv.index),
+            uuid: Some(g.inv.uuid.clone()),
+            model: g.inv.name.clone(),
+            ..Subject::default()
+        };
+        match rule.scope {
+            Scope::Gpu | Scope::Host => {
+                let key = AlertKey {
+                    rule: rule.name.clone(),
+                    gpu_id: g.gpu_id,
+                    process_id: None,
+                };
+                out.push((key, base, Target { gpu: g, proc: None }));
+            }
+            Scope::Process => {
+                for p in g.procs.values().filter(|p| t - p.last_seen <= staleness_ms) {
+                    let key = AlertKey {
+                        rule: rule.name.clone(),
+                        gpu_id: g.gpu_id,
+                        process_id: Some(p.process_id),
+                    };
+                    let subject = Subject {
+                        pid: Some(p.pid),
+                        process: p.name.clone(),
+                        user: p.user.clone(),
+                        cmdline: p.cmdline.clone(),
+                        ..base.clone()
+                    };
+                    out.push((
+                        key,
+                        subject,
+                        Target {
+                            gpu: g,
+                            proc: Some(p),
+                        },
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// "4m 10s", "2h 5m", "12s".
+pub fn human(ms: i64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m {}s", s / 60, s % 60),
+        _ => format!("{}h {}m", s / 3600, s / 60 % 60),
+    }
+}

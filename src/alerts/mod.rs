@@ -1,0 +1,8 @@
+//! Alerts: the lifecycle of each (rule, target) instance, inhibition between rules, and (for
+//! the live daemon) persistence. Notification delivery lives in `notify` (a later issue).
+//!
+//! Invariants: identity = rule + labels; values live in annotations (the summary), never in
+//! labels, so a changing value never makes a new alert.
+
+pub mod engine;
+pub mod state;

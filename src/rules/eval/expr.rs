@@ -1,0 +1,285 @@
+//! Evaluating a condition for one target (a GPU, or a process on a GPU) at one time.
+//!
+//! Invariants:
+//! - Three outcomes: a number (booleans are 0/1), no data (`Ok(None)`), or an error (the data
+//!   source the expression needs is failing: `Err`). Rules map the last two through
+//!   `on_no_data` / `on_error`.
+//! - Logic is three-valued: `false and <no data>` is false, `true or <no data>` is true;
+//!   everything else touching no data is no data. Division by zero is no data.
+
+use crate::rules::ast::{BinOp, Expr, Metric, PeerFn, ScalarFn, Static, UnOp};
+
+use super::stats;
+use super::window;
+use super::world::{Gpu, Proc, Tracked, World};
+
+/// Why a condition could not be evaluated (as opposed to having no data).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EvalError {
+    #[error("the training metrics source for `{0}` is failing")]
+    TrainingSourceDown(&'static str),
+}
+
+pub type Outcome = Result<Option<f64>, EvalError>;
+
+/// What an expression is evaluated for.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    pub gpu: &'a Gpu,
+    pub proc: Option<&'a Proc>,
+}
+
+/// Where and when to evaluate.
+#[derive(Debug, Clone, Copy)]
+pub struct EvalCtx<'a> {
+    pub world: &'a World,
+    pub t: i64,
+    /// A GPU metric older than this is no data for an instant reference (3 sample intervals).
+    pub staleness_ms: i64,
+}
+
+/// Prometheus's lookback: a training metric older than this is no data.
+const TRAINING_STALENESS_MS: i64 = 5 * 60_000;
+/// z-scores against identical peers are capped instead of infinite.
+const Z_CAP: f64 = 1e6;
+
+fn b(v: bool) -> f64 {
+    f64::from(u8::from(v))
+}
+
+fn ms(d: std::time::Duration) -> i64 {
+    d.as_millis() as i64
+}
+
+impl<'a> EvalCtx<'a> {
+    /// The series of `m` for `target`: `Ok(None)` when there is none, `Err` when its source is
+    /// failing.
+    fn tracked(&self, m: Metric, target: Target<'a>) -> Result<Option<&'a Tracked>, EvalError> {
+        match m {
+            Metric::ProcessMem => Ok(target.proc.map(|p| &p.mem)),
+            Metric::TrainingStep | Metric::TrainingLoss => {
+                let (role, id) = if m == Metric::TrainingStep {
+                    ("step", target.gpu.training.0)
+                } else {
+                    ("loss", target.gpu.training.1)
+                };
+                if self
+                    .world
+                    .training_down
+                    .contains(&(target.gpu.host.clone(), role))
+                {
+                    return Err(EvalError::TrainingSourceDown(role));
+                }
+                Ok(id
+                    .and_then(|id| self.world.training.get(&id))
+                    .map(|t| &t.points))
+            }
+            _ => Ok(target.gpu.series.get(&m)),
+        }
+    }
+
+    pub fn eval(&self, e: &Expr, target: Target<'a>) -> Outcome {
+        let t = self.t;
+        Ok(match e {
+            Expr::Number(v) | Expr::Seconds(v) => Some(*v),
+            Expr::Static(s) => static_value(*s, target.gpu, self.world),
+            Expr::Current(m) => {
+                let stale = match m {
+                    Metric::TrainingStep | Metric::TrainingLoss => TRAINING_STALENESS_MS,
+                    _ => self.staleness_ms,
+                };
+                self.tracked(*m, target)?
+                    .and_then(|tr| tr.series.last())
+                    .filter(|(ts, _)| *ts <= t && t - ts <= stale)
+                    .map(|(_, v)| v)
+            }
+            Expr::Window {
+                func,
+                metric,
+                window: w,
+            } => self
+                .tracked(*metric, target)?
+                .and_then(|tr| window::window(&tr.series, *func, t, ms(*w))),
+            Expr::Quantile {
+                q,
+                metric,
+                window: w,
+            } => self
+                .tracked(*metric, target)?
+                .and_then(|tr| window::quantile(&tr.series, *q, t, ms(*w))),
+            Expr::PredictLinear {
+                metric,
+                window: w,
+                horizon,
+            } => self
+                .tracked(*metric, target)?
+                .and_then(|tr| window::predict_linear(&tr.series, t, ms(*w), ms(*horizon))),
+            Expr::TimeTo {
+                metric,
+                window: w,
+                threshold,
+            } => {
+                let Some(thr) = self.eval(threshold, target)? else {
+                    return Ok(None);
+                };
+                self.tracked(*metric, target)?
+                    .and_then(|tr| window::time_to(&tr.series, t, ms(*w), thr))
+            }
+            Expr::Trend {
+                func,
+                metric,
+                window: w,
+                step,
+            } => self.tracked(*metric, target)?.and_then(|tr| {
+                let mut cache = tr.trend.borrow_mut();
+                window::trend(&tr.series, &mut cache, *func, t, ms(*w), ms(*step))
+            }),
+            Expr::Peer { func, expr } => self.peer(*func, expr, target)?,
+            Expr::Scalar { func, args } => self.scalar(*func, args, target)?,
+            Expr::Unary { op, expr } => {
+                let v = self.eval(expr, target)?;
+                v.map(|v| match op {
+                    UnOp::Neg => -v,
+                    UnOp::Not => b(v == 0.0),
+                })
+            }
+            Expr::Binary { op, lhs, rhs } => self.binary(*op, lhs, rhs, target)?,
+        })
+    }
+
+    fn binary(&self, op: BinOp, lhs: &Expr, rhs: &Expr, target: Target<'a>) -> Outcome {
+        let l = self.eval(lhs, target)?;
+        match op {
+            BinOp::And => {
+                if l == Some(0.0) {
+                    return Ok(Some(0.0));
+                }
+                let r = self.eval(rhs, target)?;
+                return Ok(match (l, r) {
+                    (_, Some(0.0)) => Some(0.0),
+                    (Some(_), Some(_)) => Some(1.0),
+                    _ => None,
+                });
+            }
+            BinOp::Or => {
+                if l.is_some_and(|l| l != 0.0) {
+                    return Ok(Some(1.0));
+                }
+                let r = self.eval(rhs, target)?;
+                return Ok(match (l, r) {
+                    (_, Some(r)) if r != 0.0 => Some(1.0),
+                    (Some(_), Some(_)) => Some(0.0),
+                    _ => None,
+                });
+            }
+            _ => {}
+        }
+        let (Some(l), Some(r)) = (l, self.eval(rhs, target)?) else {
+            return Ok(None);
+        };
+        Ok(match op {
+            BinOp::Add => Some(l + r),
+            BinOp::Sub => Some(l - r),
+            BinOp::Mul => Some(l * r),
+            BinOp::Div if r == 0.0 => None,
+            BinOp::Div => Some(l / r),
+            BinOp::Lt => Some(b(l < r)),
+            BinOp::Le => Some(b(l <= r)),
+            BinOp::Gt => Some(b(l > r)),
+            BinOp::Ge => Some(b(l >= r)),
+            BinOp::Eq => Some(b(l == r)),
+            BinOp::Ne => Some(b(l != r)),
+            BinOp::And | BinOp::Or => None,
+        })
+    }
+
+    fn scalar(&self, func: ScalarFn, args: &[Expr], target: Target<'a>) -> Outcome {
+        let arg = |i: usize| -> Outcome { args.get(i).map_or(Ok(None), |a| self.eval(a, target)) };
+        Ok(match func {
+            ScalarFn::Abs => arg(0)?.map(f64::abs),
+            ScalarFn::Min2 => arg(0)?.zip(arg(1)?).map(|(a, c)| a.min(c)),
+            ScalarFn::Max2 => arg(0)?.zip(arg(1)?).map(|(a, c)| a.max(c)),
+            ScalarFn::Present => Some(b(arg(0)?.is_some())),
+            ScalarFn::Default => match arg(0)? {
+                Some(v) => Some(v),
+                None => arg(1)?,
+            },
+            ScalarFn::Bit => arg(0)?
+                .zip(arg(1)?)
+                .map(|(v, m)| b((v as u64) & (m as u64) != 0)),
+        })
+    }
+
+    /// `expr` for this GPU against the other GPUs of the same model on its host (a job rarely
+    /// mixes models, and mixed models differ for no fault of theirs); processes use the
+    /// GPU-level value.
+    fn peer(&self, func: PeerFn, expr: &Expr, target: Target<'a>) -> Outcome {
+        let Some(me) = self.eval(
+            expr,
+            Target {
+                gpu: target.gpu,
+                proc: None,
+            },
+        )?
+        else {
+            return Ok(None);
+        };
+        let mut others = Vec::new();
+        for g in self.world.gpus.values().filter(|g| {
+            g.host == target.gpu.host
+                && g.gpu_id != target.gpu.gpu_id
+                && g.inv.name == target.gpu.inv.name
+        }) {
+            if let Some(v) = self.eval(expr, Target { gpu: g, proc: None })? {
+                others.push(v);
+            }
+        }
+        Ok(match func {
+            PeerFn::ZScore => {
+                if others.len() < 2 {
+                    return Ok(None);
+                }
+                let n = others.len() as f64;
+                let mean = others.iter().sum::<f64>() / n;
+                let sd = (others.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
+                let z = if sd > 0.0 {
+                    (me - mean) / sd
+                } else if me == mean {
+                    0.0
+                } else {
+                    (me - mean).signum() * Z_CAP
+                };
+                Some(z.clamp(-Z_CAP, Z_CAP))
+            }
+            PeerFn::Median => {
+                others.push(me);
+                stats::median(&mut others)
+            }
+            PeerFn::RatioToMedian => {
+                others.push(me);
+                match stats::median(&mut others) {
+                    Some(m) if m != 0.0 => Some(me / m),
+                    _ => None,
+                }
+            }
+        })
+    }
+}
+
+fn static_value(s: Static, g: &Gpu, world: &World) -> Option<f64> {
+    let inv = &g.inv;
+    let f = |v: Option<u32>| v.map(f64::from);
+    match s {
+        Static::TempSlowdown => f(inv.temp_slowdown_c),
+        Static::TempShutdown => f(inv.temp_shutdown_c),
+        Static::TempGpuMax => f(inv.temp_gpu_max_c),
+        Static::MemoryTotal => inv.memory_total_bytes.map(|b| b as f64 / (1024.0 * 1024.0)),
+        Static::PowerLimitDefault => inv.power_limit_mw.map(|w| f64::from(w) / 1000.0),
+        Static::PowerLimitMax => inv.power_limit_max_mw.map(|w| f64::from(w) / 1000.0),
+        Static::PcieMaxGen => f(inv.pcie_max_gen),
+        Static::PcieMaxWidth => f(inv.pcie_max_width),
+        Static::HostGpuCount => {
+            Some(world.gpus.values().filter(|o| o.host == g.host).count() as f64)
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! Window functions over one [`Series`] at one evaluation time.
+//!
+//! Invariants: an empty window is "no data" (`None`) for every function except `count`,
+//! `sum` and `changes` (which are 0); trend statistics use only complete `step` buckets and
+//! are cached until a new bucket completes, so a replay pays for them once a minute, not once
+//! a second.
+
+use std::collections::HashMap;
+
+use crate::rules::ast::{TrendFn, WindowFn};
+
+use super::series::Series;
+use super::stats;
+
+/// Cache of trend results: (window, step, func) → (last complete bucket end, value).
+#[derive(Debug, Default, Clone)]
+pub struct TrendCache(HashMap<(i64, i64, u8), (i64, Option<f64>)>);
+
+pub fn window(s: &Series, f: WindowFn, to: i64, w_ms: i64) -> Option<f64> {
+    let (i, j) = s.range(to, w_ms);
+    let n = j - i;
+    match f {
+        WindowFn::Count => return Some(n as f64),
+        WindowFn::Sum => return Some(s.sums(i, j, to).sy),
+        WindowFn::Changes => return Some(f64::from(s.changes(i, j))),
+        _ if n == 0 => return None,
+        _ => {}
+    }
+    let vals = s.values(i, j);
+    let times = s.times(i, j);
+    Some(match f {
+        WindowFn::Last => vals[n - 1],
+        WindowFn::First => vals[0],
+        WindowFn::Avg => s.sums(i, j, to).sy / n as f64,
+        WindowFn::Min => vals.iter().copied().fold(f64::INFINITY, f64::min),
+        WindowFn::Max => vals.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        WindowFn::Stddev => {
+            let x = s.sums(i, j, to);
+            let m = x.sy / x.n;
+            (x.syy / x.n - m * m).max(0.0).sqrt()
+        }
+        WindowFn::Delta => vals[n - 1] - vals[0],
+        WindowFn::Rate => {
+            let dt = (times[n - 1] - times[0]) as f64 / 1000.0;
+            if dt <= 0.0 {
+                return None;
+            }
+            s.increase(i, j) / dt
+        }
+        WindowFn::UnchangedFor => {
+            let since = s.last_change(j)?.max(to - w_ms);
+            (to - since) as f64 / 1000.0
+        }
+        WindowFn::Age => (to - times[n - 1]) as f64 / 1000.0,
+        WindowFn::MaxUnchangedFor => {
+            let (mut longest, mut run_start) = (0i64, None::<i64>);
+            for k in 1..n {
+                if vals[k] != vals[k - 1] {
+                    if let Some(start) = run_start {
+                        longest = longest.max(times[k] - start);
+                    }
+                    run_start = Some(times[k]);
+                }
+            }
+            longest as f64 / 1000.0
+        }
+        WindowFn::Slope => stats::fit(&s.sums(i, j, to))?.slope,
+        WindowFn::R2 => stats::fit(&s.sums(i, j, to))?.r2,
+        WindowFn::SlopePValue => stats::fit(&s.sums(i, j, to))?.p_value?,
+        WindowFn::Count | WindowFn::Sum | WindowFn::Changes => return None,
+    })
+}
+
+pub fn quantile(s: &Series, q: f64, to: i64, w_ms: i64) -> Option<f64> {
+    let (i, j) = s.range(to, w_ms);
+    stats::quantile(&mut s.values(i, j).to_vec(), q)
+}
+
+/// The least-squares fit's value `horizon_ms` after `to`.
+pub fn predict_linear(s: &Series, to: i64, w_ms: i64, horizon_ms: i64) -> Option<f64> {
+    let (i, j) = s.range(to, w_ms);
+    let f = stats::fit(&s.sums(i, j, to))?;
+    Some(f.y_now + f.slope * horizon_ms as f64 / 1000.0)
+}
+
+/// Seconds until the fitted line crosses `threshold` going forward in time: 0 when the fit is
+/// exactly at it, `None` when the line is flat or moves away from it (including when it has
+/// already crossed it: combine with a level test, e.g. `mem_used_ratio > 0.98 or ...`).
+pub fn time_to(s: &Series, to: i64, w_ms: i64, threshold: f64) -> Option<f64> {
+    let (i, j) = s.range(to, w_ms);
+    let f = stats::fit(&s.sums(i, j, to))?;
+    let gap = threshold - f.y_now;
+    if gap == 0.0 {
+        return Some(0.0);
+    }
+    if f.slope == 0.0 || gap.signum() != f.slope.signum() {
+        return None;
+    }
+    Some(gap / f.slope)
+}
+
+/// Means of the complete `step` buckets (aligned to multiples of `step`) inside the window:
+/// (bucket mid-times in seconds, means).
+fn buckets(s: &Series, to: i64, w_ms: i64, step_ms: i64) -> (Vec<f64>, Vec<f64>) {
+    let (mut t, mut y) = (Vec::new(), Vec::new());
+    let last_end = to.div_euclid(step_ms) * step_ms;
+    let mut start = (to - w_ms).div_euclid(step_ms) * step_ms;
+    if start < to - w_ms {
+        start += step_ms;
+    }
+    while start + step_ms <= last_end {
+        let end = start + step_ms;
+        // Points in [start, end): the window (end - step_ms, end] shifted by one ms.
+        let (i, j) = s.range(end - 1, step_ms);
+        if j > i {
+            let x = s.sums(i, j, end);
+            t.push((start + step_ms / 2) as f64 / 1000.0);
+            y.push(x.sy / x.n);
+        }
+        start = end;
+    }
+    (t, y)
+}
+
+pub fn trend(
+    s: &Series,
+    cache: &mut TrendCache,
+    f: TrendFn,
+    to: i64,
+    w_ms: i64,
+    step_ms: i64,
+) -> Option<f64> {
+    let step_ms = step_ms.max(1);
+    let last_end = to.div_euclid(step_ms) * step_ms;
+    let key = (w_ms, step_ms, f as u8);
+    if let Some(&(end, v)) = cache.0.get(&key)
+        && end == last_end
+    {
+        return v;
+    }
+    let (t, y) = buckets(s, to, w_ms, step_ms);
+    let v = match f {
+        TrendFn::MannKendallP => stats::mann_kendall_p(&y),
+        TrendFn::KendallTau => stats::kendall_tau(&y),
+        TrendFn::TheilSen => stats::theil_sen(&t, &y),
+    };
+    cache.0.insert(key, (last_end, v));
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ramp(n: i64, per_s: f64) -> Series {
+        let mut s = Series::new(86_400_000);
+        for k in 0..n {
+            s.push(k * 1000, 100.0 + per_s * k as f64);
+        }
+        s
+    }
+
+    #[test]
+    fn basic_windows() {
+        let s = ramp(600, 1.0);
+        let to = 599_000;
+        assert_eq!(window(&s, WindowFn::Count, to, 60_000), Some(60.0));
+        assert_eq!(window(&s, WindowFn::Last, to, 60_000), Some(699.0));
+        assert_eq!(window(&s, WindowFn::First, to, 60_000), Some(640.0));
+        assert_eq!(window(&s, WindowFn::Min, to, 60_000), Some(640.0));
+        assert_eq!(window(&s, WindowFn::Max, to, 60_000), Some(699.0));
+        assert_eq!(window(&s, WindowFn::Delta, to, 60_000), Some(59.0));
+        assert_eq!(window(&s, WindowFn::Avg, to, 60_000), Some(669.5));
+        assert!((window(&s, WindowFn::Rate, to, 60_000).expect("rate") - 1.0).abs() < 1e-9);
+        assert!((window(&s, WindowFn::Slope, to, 60_000).expect("slope") - 1.0).abs() < 1e-9);
+        assert_eq!(window(&s, WindowFn::Changes, to, 60_000), Some(59.0));
+        assert_eq!(window(&s, WindowFn::UnchangedFor, to, 60_000), Some(0.0));
+        assert_eq!(
+            window(&s, WindowFn::Avg, 10_000_000, 60_000),
+            None,
+            "empty window is no data"
+        );
+        assert_eq!(window(&s, WindowFn::Count, 10_000_000, 60_000), Some(0.0));
+    }
+
+    #[test]
+    fn unchanged_for_a_stopped_counter() {
+        let mut s = Series::new(86_400_000);
+        for k in 0..100 {
+            s.push(k * 1000, if k < 40 { k as f64 } else { 39.0 });
+        }
+        assert_eq!(
+            window(&s, WindowFn::UnchangedFor, 99_000, 600_000),
+            Some(60.0)
+        );
+        assert_eq!(
+            window(&s, WindowFn::UnchangedFor, 99_000, 30_000),
+            Some(30.0),
+            "capped by the window"
+        );
+    }
+
+    #[test]
+    fn prediction_and_time_to() {
+        let s = ramp(600, 2.0);
+        let to = 599_000;
+        let p = predict_linear(&s, to, 300_000, 100_000).expect("prediction");
+        assert!((p - (100.0 + 2.0 * 699.0)).abs() < 1e-6, "{p}");
+        let t = time_to(&s, to, 300_000, 2298.0).expect("time to");
+        assert!((t - 500.0).abs() < 1e-6, "{t}");
+        assert_eq!(
+            time_to(&s, to, 300_000, 0.0),
+            None,
+            "already past: never crossed again"
+        );
+        let falling = ramp(600, -1.0);
+        assert_eq!(
+            time_to(&falling, to, 300_000, 10_000.0),
+            None,
+            "moving away"
+        );
+    }
+
+    #[test]
+    fn trend_on_minute_means_is_cached_per_bucket() {
+        let s = ramp(3600, 0.5);
+        let mut cache = TrendCache::default();
+        let p = trend(
+            &s,
+            &mut cache,
+            TrendFn::MannKendallP,
+            3_599_000,
+            1_800_000,
+            60_000,
+        )
+        .expect("p");
+        assert!(p < 1e-6, "{p}");
+        let ts = trend(
+            &s,
+            &mut cache,
+            TrendFn::TheilSen,
+            3_599_000,
+            1_800_000,
+            60_000,
+        )
+        .expect("slope");
+        assert!((ts - 0.5).abs() < 1e-9, "{ts}");
+        assert_eq!(cache.0.len(), 2);
+        let again = trend(
+            &s,
+            &mut cache,
+            TrendFn::MannKendallP,
+            3_599_500,
+            1_800_000,
+            60_000,
+        );
+        assert_eq!(again, Some(p), "same bucket: cached");
+    }
+}

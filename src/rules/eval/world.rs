@@ -1,0 +1,435 @@
+//! The evaluator's in-memory view of the stored history: per GPU the series of the metrics
+//! the rules read, per process its memory, per training series its points, fed slice by slice
+//! from the store in time order.
+//!
+//! Invariants:
+//! - Data enters only through [`World::advance`], in time order, up to the evaluation time:
+//!   the live daemon and `replay` see exactly the same sequence.
+//! - Only metrics some rule reads are kept, each for the longest window that reads it.
+//! - A NULL in the store is a gap in the series (no data), never a 0.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+
+use rusqlite::Connection;
+
+use crate::model::{GpuInventory, GpuSample, SampleStatus, TsMs};
+use crate::rules::ast::Metric;
+use crate::store::{StoreError, history};
+use crate::training::join::{GpuRef, Join, gpus_for_series};
+
+use super::series::Series;
+use super::window::TrendCache;
+
+const MIB: f64 = 1024.0 * 1024.0;
+/// Thermal clock-event reasons: SW thermal slowdown, HW thermal slowdown.
+const THERMAL_BITS: u64 = 0x20 | 0x40;
+/// HW slowdown and HW power brake.
+const HW_SLOWDOWN_BITS: u64 = 0x08 | 0x80;
+/// XIDs that mean a GPU or its memory needs attention (see docs/RULES.md).
+pub const CRITICAL_XIDS: &[i64] = &[48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120];
+
+/// A series with the cache of its trend statistics.
+#[derive(Debug, Clone, Default)]
+pub struct Tracked {
+    pub series: Series,
+    pub trend: RefCell<TrendCache>,
+}
+
+impl Tracked {
+    pub fn new(keep_ms: i64) -> Self {
+        Self {
+            series: Series::new(keep_ms),
+            trend: RefCell::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Proc {
+    pub process_id: i64,
+    pub pid: u32,
+    pub name: Option<String>,
+    pub user: Option<String>,
+    pub cmdline: Option<String>,
+    /// Memory used by the process on this GPU, MiB.
+    pub mem: Tracked,
+    pub last_seen: TsMs,
+}
+
+#[derive(Debug, Clone)]
+pub struct Gpu {
+    pub gpu_id: i64,
+    pub host: String,
+    pub inv: GpuInventory,
+    pub series: HashMap<Metric, Tracked>,
+    pub procs: BTreeMap<i64, Proc>,
+    pub last_ts: Option<TsMs>,
+    /// Training series ids joined to this GPU: (step, loss).
+    pub training: (Option<i64>, Option<i64>),
+}
+
+#[derive(Debug, Clone)]
+pub struct TrainingSeries {
+    pub host: String,
+    pub name: String,
+    pub labels: Vec<(String, String)>,
+    pub points: Tracked,
+}
+
+/// Training series that may join a GPU: (step naming it, step host-wide, loss naming it,
+/// loss host-wide).
+type Candidates = (Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>);
+
+/// How much history each metric needs (longest window + staleness).
+pub type Needs = HashMap<Metric, i64>;
+
+#[derive(Debug, Default)]
+pub struct World {
+    pub gpus: BTreeMap<i64, Gpu>,
+    pub training: BTreeMap<i64, TrainingSeries>,
+    needs: Needs,
+    /// Everything up to this time has been fed.
+    pub fed_to: TsMs,
+    /// Processes not seen for this long are forgotten.
+    proc_ttl_ms: i64,
+    /// (host, role) whose training-metrics source is failing now (live daemon only: the
+    /// store records the fetcher's status; a replay cannot know past outages).
+    pub training_down: HashSet<(String, &'static str)>,
+    pending: Pending,
+    fetch_ahead_ms: i64,
+}
+
+/// Rows read from the store but not yet fed (the evaluation time has not reached them).
+#[derive(Debug, Default)]
+struct Pending {
+    fetched_to: TsMs,
+    samples: VecDeque<(i64, GpuSample)>,
+    /// Processes per (time, GPU), for `process_count`.
+    counts: HashMap<(TsMs, i64), f64>,
+    procs: VecDeque<history::ProcessSampleRow>,
+    events: VecDeque<history::EventRow>,
+    training: VecDeque<(i64, TsMs, f64)>,
+}
+
+impl World {
+    pub fn new(needs: Needs, start_after: TsMs) -> Self {
+        let longest = needs.values().copied().max().unwrap_or(0);
+        Self {
+            needs,
+            fed_to: start_after,
+            proc_ttl_ms: longest.max(600_000),
+            ..Self::default()
+        }
+    }
+
+    fn keep(&self, m: Metric) -> Option<i64> {
+        self.needs.get(&m).copied()
+    }
+
+    /// Reads this far ahead of the evaluation time in one query per table (a replay sets
+    /// minutes; the live daemon leaves 0 and reads exactly up to the time it evaluates).
+    pub fn set_fetch_ahead(&mut self, ms: i64) {
+        self.fetch_ahead_ms = ms.max(0);
+    }
+
+    /// Reads `(pending.fetched_to, upto + fetch_ahead]` from the store into the pending queues.
+    fn fetch(&mut self, conn: &Connection, upto: TsMs) -> Result<(), StoreError> {
+        let after = self.pending.fetched_to.max(self.fed_to);
+        let to = upto.max(after) + self.fetch_ahead_ms;
+        if to <= after {
+            return Ok(());
+        }
+        let samples = history::samples(conn, after, to)?;
+        if samples.iter().any(|(id, _)| !self.gpus.contains_key(id)) {
+            self.refresh_gpus(conn)?;
+        }
+        for p in history::process_samples(conn, after, to)? {
+            *self.pending.counts.entry((p.ts_ms, p.gpu_id)).or_default() += 1.0;
+            if self.keep(Metric::ProcessMem).is_some() {
+                self.pending.procs.push_back(p);
+            }
+        }
+        self.pending.samples.extend(samples);
+        self.pending.events.extend(
+            history::events(conn, after, to)?
+                .into_iter()
+                .filter(|e| e.kind == "xid"),
+        );
+        if self.keep(Metric::TrainingStep).is_some() || self.keep(Metric::TrainingLoss).is_some() {
+            let points = history::training_points(conn, after, to)?;
+            if points
+                .iter()
+                .any(|(id, _, _)| !self.training.contains_key(id))
+            {
+                self.refresh_training(conn)?;
+            }
+            self.pending.training.extend(points);
+        }
+        self.pending.fetched_to = to;
+        Ok(())
+    }
+
+    /// The time of the next stored sample after what was fed, reading ahead up to `limit`.
+    pub fn next_sample_time(
+        &mut self,
+        conn: &Connection,
+        limit: TsMs,
+    ) -> Result<Option<TsMs>, StoreError> {
+        loop {
+            if let Some((_, s)) = self.pending.samples.front() {
+                return Ok((s.ts_ms <= limit).then_some(s.ts_ms));
+            }
+            let from = self.pending.fetched_to.max(self.fed_to);
+            if from >= limit {
+                return Ok(None);
+            }
+            let ahead = self.fetch_ahead_ms.max(60_000);
+            let save = self.fetch_ahead_ms;
+            self.fetch_ahead_ms = 0;
+            let r = self.fetch(conn, (from + ahead).min(limit));
+            self.fetch_ahead_ms = save;
+            r?;
+        }
+    }
+
+    /// Feeds everything stored up to `upto` (inclusive), in time order.
+    pub fn advance(&mut self, conn: &Connection, upto: TsMs) -> Result<(), StoreError> {
+        if upto <= self.fed_to {
+            return Ok(());
+        }
+        if self.pending.fetched_to < upto {
+            self.fetch(conn, upto)?;
+        }
+        while self
+            .pending
+            .samples
+            .front()
+            .is_some_and(|(_, s)| s.ts_ms <= upto)
+        {
+            let Some((gpu_id, s)) = self.pending.samples.pop_front() else {
+                break;
+            };
+            let count = self
+                .pending
+                .counts
+                .remove(&(s.ts_ms, gpu_id))
+                .unwrap_or(0.0);
+            self.feed_sample(gpu_id, &s, count);
+        }
+        while self.pending.procs.front().is_some_and(|p| p.ts_ms <= upto) {
+            let Some(p) = self.pending.procs.pop_front() else {
+                break;
+            };
+            self.feed_process(p);
+        }
+        while self.pending.events.front().is_some_and(|e| e.ts_ms <= upto) {
+            let Some(e) = self.pending.events.pop_front() else {
+                break;
+            };
+            let (Some(gpu_id), Some(code)) = (e.gpu_id, e.code) else {
+                continue;
+            };
+            if let Some(g) = self.gpus.get_mut(&gpu_id) {
+                push(g, Metric::Xid, e.ts_ms, code as f64, &self.needs);
+                let critical = if CRITICAL_XIDS.contains(&code) {
+                    1.0
+                } else {
+                    0.0
+                };
+                push(g, Metric::XidCritical, e.ts_ms, critical, &self.needs);
+            }
+        }
+        while self.pending.training.front().is_some_and(|p| p.1 <= upto) {
+            let Some((id, ts, v)) = self.pending.training.pop_front() else {
+                break;
+            };
+            if let Some(t) = self.training.get_mut(&id) {
+                t.points.series.push(ts, v);
+            }
+        }
+        if self.pending.counts.len() > 100_000 {
+            self.pending.counts.retain(|(ts, _), _| *ts > upto);
+        }
+        let ttl = self.proc_ttl_ms;
+        for g in self.gpus.values_mut() {
+            g.procs.retain(|_, p| upto - p.last_seen <= ttl);
+        }
+        self.fed_to = upto;
+        Ok(())
+    }
+
+    fn refresh_gpus(&mut self, conn: &Connection) -> Result<(), StoreError> {
+        for row in history::gpus(conn, None)? {
+            let g = self.gpus.entry(row.gpu_id).or_insert_with(|| Gpu {
+                gpu_id: row.gpu_id,
+                host: row.host.clone(),
+                inv: row.inventory.clone(),
+                series: HashMap::new(),
+                procs: BTreeMap::new(),
+                last_ts: None,
+                training: (None, None),
+            });
+            g.inv = row.inventory;
+        }
+        self.join_training();
+        Ok(())
+    }
+
+    fn feed_sample(&mut self, gpu_id: i64, s: &GpuSample, process_count: f64) {
+        let Some(g) = self.gpus.get_mut(&gpu_id) else {
+            return;
+        };
+        g.last_ts = Some(s.ts_ms);
+        let ok = s.status == SampleStatus::Ok;
+        let metrics: Vec<Metric> = self.needs.keys().copied().collect();
+        for m in metrics {
+            let v = match m {
+                Metric::Lost => Some(f64::from(u8::from(s.status == SampleStatus::Lost))),
+                Metric::Gap => Some(f64::from(u8::from(
+                    s.status == SampleStatus::DeadlineMissed,
+                ))),
+                Metric::ProcessCount if ok => Some(process_count),
+                _ if ok => sample_value(m, s),
+                _ => None,
+            };
+            if let Some(v) = v {
+                push(g, m, s.ts_ms, v, &self.needs);
+            }
+        }
+    }
+
+    fn feed_process(&mut self, p: history::ProcessSampleRow) {
+        let keep = self.keep(Metric::ProcessMem).unwrap_or(0);
+        let Some(g) = self.gpus.get_mut(&p.gpu_id) else {
+            return;
+        };
+        let proc = g.procs.entry(p.process_id).or_insert_with(|| Proc {
+            process_id: p.process_id,
+            pid: p.pid,
+            name: p.name.clone(),
+            user: p.user.clone(),
+            cmdline: p.cmdline.clone(),
+            mem: Tracked::new(keep),
+            last_seen: p.ts_ms,
+        });
+        proc.last_seen = p.ts_ms;
+        if let Some(b) = p.used_mem_bytes {
+            proc.mem.series.push(p.ts_ms, b as f64 / MIB);
+        }
+    }
+
+    fn refresh_training(&mut self, conn: &Connection) -> Result<(), StoreError> {
+        let keep = self
+            .keep(Metric::TrainingStep)
+            .unwrap_or(0)
+            .max(self.keep(Metric::TrainingLoss).unwrap_or(0));
+        for row in history::training_series(conn)? {
+            self.training
+                .entry(row.series_id)
+                .or_insert_with(|| TrainingSeries {
+                    host: row.host,
+                    name: row.name,
+                    labels: row.labels,
+                    points: Tracked::new(keep),
+                });
+        }
+        self.join_training();
+        Ok(())
+    }
+
+    /// Joins training series to GPUs: a series naming the GPU wins; else the host's single
+    /// unlabelled series of that role; several unlabelled ones are ambiguous (no join).
+    fn join_training(&mut self) {
+        let mut refs: HashMap<&str, Vec<GpuRef>> = HashMap::new();
+        for g in self.gpus.values() {
+            refs.entry(g.host.as_str()).or_default().push(GpuRef {
+                index: g.inv.index,
+                uuid: g.inv.uuid.clone(),
+            });
+        }
+        let mut joined: HashMap<i64, Candidates> = HashMap::new();
+        for (id, t) in &self.training {
+            let Some(host_gpus) = refs.get(t.host.as_str()) else {
+                continue;
+            };
+            let is_step = matches!(t.name.as_str(), "training_step" | "training_step_total");
+            let join = gpus_for_series(&t.labels, host_gpus);
+            for g in self.gpus.values().filter(|g| g.host == t.host) {
+                let e = joined.entry(g.gpu_id).or_default();
+                let (specific, all) = if is_step {
+                    (&mut e.0, &mut e.1)
+                } else {
+                    (&mut e.2, &mut e.3)
+                };
+                match &join {
+                    Join::Gpus(ix) if ix.contains(&g.inv.index) => specific.push(*id),
+                    Join::All => all.push(*id),
+                    _ => {}
+                }
+            }
+        }
+        let pick = |specific: &[i64], all: &[i64]| match (specific, all) {
+            ([one, ..], _) => Some(*one),
+            ([], [one]) => Some(*one),
+            _ => None,
+        };
+        for g in self.gpus.values_mut() {
+            g.training = joined
+                .get(&g.gpu_id)
+                .map_or((None, None), |(s, sa, l, la)| (pick(s, sa), pick(l, la)));
+        }
+    }
+}
+
+fn push(g: &mut Gpu, m: Metric, ts: TsMs, v: f64, needs: &Needs) {
+    let Some(&keep) = needs.get(&m) else { return };
+    g.series
+        .entry(m)
+        .or_insert_with(|| Tracked::new(keep))
+        .series
+        .push(ts, v);
+}
+
+/// A per-GPU metric from one sample, in rule units.
+pub fn sample_value(m: Metric, s: &GpuSample) -> Option<f64> {
+    let f = |v: Option<u32>| v.map(f64::from);
+    let mib = |v: Option<u64>| v.map(|b| b as f64 / MIB);
+    match m {
+        Metric::UtilGpu => f(s.util_gpu_pct),
+        Metric::UtilMem => f(s.util_mem_pct),
+        Metric::MemUsed => mib(s.mem_used_bytes),
+        Metric::MemFree => mib(s.mem_free_bytes),
+        Metric::MemTotal => mib(s.mem_total_bytes),
+        Metric::MemUsedRatio => match (s.mem_used_bytes, s.mem_total_bytes) {
+            (Some(u), Some(t)) if t > 0 => Some(u as f64 / t as f64),
+            _ => None,
+        },
+        Metric::Temp => f(s.temp_c),
+        Metric::Fan => f(s.fan_pct),
+        Metric::ClockSm => f(s.clock_sm_mhz),
+        Metric::ClockMem => f(s.clock_mem_mhz),
+        Metric::Power => s.power_mw.map(|w| f64::from(w) / 1000.0),
+        Metric::PowerLimit => s.power_limit_mw.map(|w| f64::from(w) / 1000.0),
+        Metric::Pstate => f(s.pstate),
+        Metric::PcieTx => s.pcie_tx_kbs.map(|k| f64::from(k) / 1024.0),
+        Metric::PcieRx => s.pcie_rx_kbs.map(|k| f64::from(k) / 1024.0),
+        Metric::PcieGen => f(s.pcie_gen),
+        Metric::PcieWidth => f(s.pcie_width),
+        Metric::ThermalThrottle => s
+            .throttle_reasons
+            .map(|b| f64::from(u8::from(b & THERMAL_BITS != 0))),
+        Metric::HwSlowdown => s
+            .throttle_reasons
+            .map(|b| f64::from(u8::from(b & HW_SLOWDOWN_BITS != 0))),
+        Metric::EccCorrected => s.ecc_corrected.map(|v| v as f64),
+        Metric::EccUncorrected => s.ecc_uncorrected.map(|v| v as f64),
+        Metric::RetiredPages => f(s.retired_pages),
+        Metric::RemappedRowsUncorrectable => f(s.remapped_rows_uncorrectable),
+        Metric::RemapPending => s.remap_pending.map(|b| f64::from(u8::from(b))),
+        Metric::Lost | Metric::Gap | Metric::ProcessCount | Metric::XidCritical | Metric::Xid => {
+            None
+        }
+        Metric::ProcessMem | Metric::TrainingStep | Metric::TrainingLoss => None,
+    }
+}

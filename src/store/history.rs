@@ -1,0 +1,207 @@
+//! Read-side queries for the rule evaluator and `replay`: everything stored in a time slice
+//! `(after_ms, upto_ms]`, in time order, keyed by the store's row ids.
+//!
+//! Invariants: only reads; each query is one range scan of a time-first primary key (or the
+//! events' time index), so feeding a day of history slice by slice costs one pass.
+
+use rusqlite::{Connection, params};
+
+use super::StoreError;
+use super::read::{sample_from_row, u64_col};
+use super::rows::sample_metric_columns;
+use crate::model::{GpuInventory, GpuSample, TsMs};
+
+/// A GPU as the evaluator knows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuRow {
+    pub gpu_id: i64,
+    pub host: String,
+    pub inventory: GpuInventory,
+}
+
+/// One process sample with the process's identity.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessSampleRow {
+    pub ts_ms: TsMs,
+    pub gpu_id: i64,
+    pub process_id: i64,
+    pub pid: u32,
+    pub name: Option<String>,
+    pub user: Option<String>,
+    pub cmdline: Option<String>,
+    pub used_mem_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRow {
+    pub ts_ms: TsMs,
+    pub host: String,
+    pub gpu_id: Option<i64>,
+    pub kind: String,
+    pub code: Option<i64>,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainingSeriesRow {
+    pub series_id: i64,
+    pub host: String,
+    pub name: String,
+    pub labels: Vec<(String, String)>,
+}
+
+/// Every GPU of every host (or of `host`).
+pub fn gpus(conn: &Connection, host: Option<&str>) -> Result<Vec<GpuRow>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT g.id, h.name, g.gpu_index, g.uuid, g.name, g.memory_total_bytes, g.power_limit_mw,
+           g.power_limit_min_mw, g.power_limit_max_mw, g.temp_slowdown_c, g.temp_shutdown_c,
+           g.temp_gpu_max_c, g.pcie_max_gen, g.pcie_max_width
+         FROM gpus g JOIN hosts h ON h.id = g.host_id
+         WHERE ?1 IS NULL OR h.name = ?1 ORDER BY h.name, g.gpu_index",
+    )?;
+    let rows = stmt.query_map(params![host], |r| {
+        Ok(GpuRow {
+            gpu_id: r.get(0)?,
+            host: r.get(1)?,
+            inventory: GpuInventory {
+                index: r.get::<_, Option<u32>>(2)?.unwrap_or_default(),
+                uuid: r.get(3)?,
+                name: r.get(4)?,
+                memory_total_bytes: u64_col(r, 5)?,
+                power_limit_mw: r.get(6)?,
+                power_limit_min_mw: r.get(7)?,
+                power_limit_max_mw: r.get(8)?,
+                temp_slowdown_c: r.get(9)?,
+                temp_shutdown_c: r.get(10)?,
+                temp_gpu_max_c: r.get(11)?,
+                pcie_max_gen: r.get(12)?,
+                pcie_max_width: r.get(13)?,
+                ..GpuInventory::default()
+            },
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Samples with `after_ms < ts_ms <= upto_ms`, by time then GPU; `uuid` is left empty (use
+/// the gpu id).
+pub fn samples(
+    conn: &Connection,
+    after_ms: TsMs,
+    upto_ms: TsMs,
+) -> Result<Vec<(i64, GpuSample)>, StoreError> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ts_ms, ",
+        sample_metric_columns!(),
+        ", gpu_id FROM samples WHERE ts_ms > ?1 AND ts_ms <= ?2 ORDER BY ts_ms, gpu_id"
+    ))?;
+    let rows = stmt.query_map(params![after_ms, upto_ms], |r| {
+        Ok((r.get::<_, i64>(27)?, sample_from_row(r, String::new())?))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Process samples with `after_ms < ts_ms <= upto_ms`, by time.
+pub fn process_samples(
+    conn: &Connection,
+    after_ms: TsMs,
+    upto_ms: TsMs,
+) -> Result<Vec<ProcessSampleRow>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT ps.ts_ms, ps.gpu_id, ps.process_id, p.pid, p.name, p.user, p.cmdline, ps.used_mem_bytes
+         FROM process_samples ps JOIN processes p ON p.id = ps.process_id
+         WHERE ps.ts_ms > ?1 AND ps.ts_ms <= ?2 ORDER BY ps.ts_ms, ps.gpu_id, ps.process_id",
+    )?;
+    let rows = stmt.query_map(params![after_ms, upto_ms], |r| {
+        Ok(ProcessSampleRow {
+            ts_ms: r.get(0)?,
+            gpu_id: r.get(1)?,
+            process_id: r.get(2)?,
+            pid: r.get(3)?,
+            name: r.get(4)?,
+            user: r.get(5)?,
+            cmdline: r.get(6)?,
+            used_mem_bytes: u64_col(r, 7)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Events with `after_ms < ts_ms <= upto_ms`, by time.
+pub fn events(
+    conn: &Connection,
+    after_ms: TsMs,
+    upto_ms: TsMs,
+) -> Result<Vec<EventRow>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT e.ts_ms, h.name, e.gpu_id, e.kind, e.code, e.message
+         FROM events e JOIN hosts h ON h.id = e.host_id
+         WHERE e.ts_ms > ?1 AND e.ts_ms <= ?2 ORDER BY e.ts_ms, e.id",
+    )?;
+    let rows = stmt.query_map(params![after_ms, upto_ms], |r| {
+        Ok(EventRow {
+            ts_ms: r.get(0)?,
+            host: r.get(1)?,
+            gpu_id: r.get(2)?,
+            kind: r.get(3)?,
+            code: r.get(4)?,
+            message: r.get(5)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Every training series with its labels.
+pub fn training_series(conn: &Connection) -> Result<Vec<TrainingSeriesRow>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT s.id, h.name, s.name, s.labels_json FROM training_series s JOIN hosts h ON h.id = s.host_id ORDER BY s.id",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        let json: String = r.get(3)?;
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?, json))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (series_id, host, name, json): (i64, String, String, String) = row?;
+        let labels = match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&json)
+        {
+            Ok(m) => m
+                .into_iter()
+                .map(|(k, v)| (k, v.as_str().map_or_else(|| v.to_string(), str::to_string)))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        out.push(TrainingSeriesRow {
+            series_id,
+            host,
+            name,
+            labels,
+        });
+    }
+    Ok(out)
+}
+
+/// Training points with `after_ms < ts_ms <= upto_ms`: (series id, time, value).
+pub fn training_points(
+    conn: &Connection,
+    after_ms: TsMs,
+    upto_ms: TsMs,
+) -> Result<Vec<(i64, TsMs, f64)>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT series_id, ts_ms, value FROM training_samples
+         WHERE ts_ms > ?1 AND ts_ms <= ?2 AND value IS NOT NULL ORDER BY ts_ms, series_id",
+    )?;
+    let rows = stmt.query_map(params![after_ms, upto_ms], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The oldest and newest sample times, `None` for an empty database.
+pub fn sample_span(conn: &Connection) -> Result<Option<(TsMs, TsMs)>, StoreError> {
+    let span: (Option<TsMs>, Option<TsMs>) =
+        conn.query_row("SELECT min(ts_ms), max(ts_ms) FROM samples", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
+    Ok(span.0.zip(span.1))
+}
