@@ -49,6 +49,10 @@ pub type BatchObserver = Box<dyn FnMut(&TickBatch) + Send>;
 /// Everything `run` needs; tests and the demo build it with a simulated ticker.
 pub struct DaemonParts {
     pub config: Config,
+    /// The rules to evaluate (already loaded and checked).
+    pub rules: Vec<crate::rules::rule::Rule>,
+    /// Called with every alert transition (besides the log line).
+    pub alert_sink: Option<crate::alerts::evaluator::TransitionSink>,
     pub nvml: NvmlHandle,
     pub ticker: Box<dyn Ticker>,
     pub overrides: ProcessOverrides,
@@ -67,6 +71,8 @@ pub struct RunSummary {
 pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, DaemonError> {
     let DaemonParts {
         config,
+        rules,
+        alert_sink,
         nvml,
         mut ticker,
         overrides,
@@ -82,6 +88,25 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         },
     )?;
     let writer = store::WriterHandle::spawn(store).map_err(DaemonError::Thread)?;
+    let eval_stop = Arc::new(AtomicBool::new(false));
+    let evaluator = if rules.iter().any(|r| r.enabled) {
+        let committed = writer.committed();
+        Some(
+            crate::alerts::evaluator::spawn(
+                config.database.clone(),
+                rules,
+                crate::alerts::engine::EngineOptions {
+                    staleness_ms: 3 * ticker.interval().as_millis() as i64,
+                },
+                move || committed.get(),
+                eval_stop.clone(),
+                alert_sink.unwrap_or_else(|| Box::new(|_| {})),
+            )
+            .map_err(DaemonError::Thread)?,
+        )
+    } else {
+        None
+    };
     let health = Health::new(config.http.stall_after);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -165,6 +190,12 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     tracing::info!(ticks = summary.ticks, "stopping: flushing the store");
     drop(sampler);
     let _ = http_stop_tx.send(());
+    // Let the evaluator see every tick that was written before it stops.
+    let _ = writer.flush();
+    eval_stop.store(true, Ordering::Relaxed);
+    if let Some(e) = evaluator {
+        let _ = e.join();
+    }
     let stats = writer.shutdown();
     tracing::info!(?stats, "store closed");
     runtime.shutdown_timeout(Duration::from_secs(2));

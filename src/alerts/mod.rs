@@ -5,4 +5,5 @@
 //! labels, so a changing value never makes a new alert.
 
 pub mod engine;
+pub mod evaluator;
 pub mod state;

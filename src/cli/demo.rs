@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use crate::alerts::engine::Transition;
 use crate::clock::now_ms;
 use crate::config::Config;
 use crate::daemon::{self, DaemonParts};
@@ -131,10 +132,30 @@ pub fn run(args: DemoArgs) -> Result<(), Failure> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         let _ = signal_hook::flag::register(sig, stop.clone());
     }
+    let rules = crate::rules::load_configured(true, &[]).map_err(|e| fail(exit::FAILURE, e))?;
     let mut view = LiveView::new(start_ms, args.every.as_millis().max(1) as i64);
+    let alert_clock = start_ms;
     let summary = daemon::run(
         DaemonParts {
             config: config.clone(),
+            rules,
+            alert_sink: Some(Box::new(move |tr: &Transition| {
+                let s = (tr.at - alert_clock) / 1000;
+                let mark = if tr.state == "firing" {
+                    "ALERT"
+                } else {
+                    "RESOLVED"
+                };
+                println!(
+                    "[{:02}:{:02}:{:02}] {mark} {} ({}): {}",
+                    s / 3600,
+                    s / 60 % 60,
+                    s % 60,
+                    tr.rule,
+                    tr.severity.as_str(),
+                    tr.summary
+                );
+            })),
             nvml: handle,
             ticker: Box::new(ticker),
             overrides,

@@ -28,8 +28,11 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     if let Some(lib) = args.nvml_library {
         cfg.nvml_library = Some(lib);
     }
+    let rules = crate::rules::load_configured(cfg.rules.default_rules, &cfg.rules.files)
+        .map_err(|e| fail(exit::USAGE, e))?;
     if args.check {
-        println!("configuration OK");
+        let on = rules.iter().filter(|r| r.enabled).count();
+        println!("configuration OK; {on} rules enabled");
         return Ok(());
     }
     let handle = nvml::init(cfg.nvml_library.as_deref()).map_err(|e| fail(exit::NVML, e))?;
@@ -46,6 +49,8 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     let summary = daemon::run(
         DaemonParts {
             config: cfg,
+            rules,
+            alert_sink: None,
             nvml: handle,
             ticker: Box::new(WallTicker::new(interval)),
             overrides: ProcessOverrides::default(),

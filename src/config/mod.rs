@@ -47,6 +47,17 @@ pub struct Config {
     pub http: HttpConfig,
     /// Where training metrics come from; `None` without a `[prometheus]` section.
     pub prometheus: Option<PrometheusConfig>,
+    pub rules: RulesConfig,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RulesConfig {
+    /// Load the shipped default rules (embedded in the binary).
+    pub default_rules: bool,
+    /// Rule files, or directories of `*.toml` rule files, loaded in addition to (or, with
+    /// `default_rules = false`, instead of) the defaults. Relative paths are relative to the
+    /// config file.
+    pub files: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -86,6 +97,10 @@ impl Default for Config {
                 stall_after: Duration::from_secs(10),
             },
             prometheus: None,
+            rules: RulesConfig {
+                default_rules: true,
+                files: Vec::new(),
+            },
         }
     }
 }

@@ -29,6 +29,16 @@ pub struct RawConfig {
     #[serde(default)]
     http: RawHttp,
     prometheus: Option<Spanned<RawPrometheus>>,
+    #[serde(default)]
+    rules: RawRules,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawRules {
+    default_rules: Option<bool>,
+    #[serde(default)]
+    files: Vec<PathBuf>,
 }
 
 /// A size written as a string ("2GiB") or a plain number of bytes.
@@ -268,6 +278,18 @@ impl RawConfig {
                 stall_after,
             },
             prometheus,
+            rules: super::RulesConfig {
+                default_rules: self.rules.default_rules.unwrap_or(true),
+                files: self
+                    .rules
+                    .files
+                    .into_iter()
+                    .map(|f| match origin.parent() {
+                        Some(dir) if f.is_relative() => dir.join(f),
+                        _ => f,
+                    })
+                    .collect(),
+            },
         })
     }
 }

@@ -69,6 +69,28 @@ pub fn load_files(paths: &[PathBuf]) -> Result<Vec<Rule>, RuleErrors> {
     set.finish()
 }
 
+/// Loads the shipped defaults (when `defaults`) and `paths` as one rule set, so names must be
+/// unique across all of them and `inhibits` may name rules of either.
+pub fn load_configured(defaults: bool, paths: &[PathBuf]) -> Result<Vec<Rule>, RuleErrors> {
+    let mut set = Set::default();
+    if defaults {
+        for (origin, text) in super::defaults() {
+            set.add(&origin, &text);
+        }
+    }
+    for path in paths {
+        for file in expand(path, &mut set.errors) {
+            match std::fs::read_to_string(&file) {
+                Ok(text) => set.add(&file.display().to_string(), &text),
+                Err(e) => set
+                    .errors
+                    .push(whole_file(&file, format!("cannot read rule file: {e}"))),
+            }
+        }
+    }
+    set.finish()
+}
+
 fn whole_file(path: &Path, message: String) -> RuleError {
     RuleError {
         file: path.display().to_string(),

@@ -17,7 +17,7 @@ pub mod print;
 pub mod rule;
 pub mod template;
 
-pub use check::{RuleError, RuleErrors, load_files, load_sources, load_str};
+pub use check::{RuleError, RuleErrors, load_configured, load_files, load_sources, load_str};
 pub use lex::ExprError;
 pub use parse::{parse_condition, parse_expr};
 

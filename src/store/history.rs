@@ -197,6 +197,13 @@ pub fn training_points(
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// The first sample time after `after_ms`, if any (lets a reader skip empty stretches).
+pub fn next_sample_after(conn: &Connection, after_ms: TsMs) -> Result<Option<TsMs>, StoreError> {
+    Ok(conn
+        .prepare_cached("SELECT min(ts_ms) FROM samples WHERE ts_ms > ?1")?
+        .query_row(params![after_ms], |r| r.get(0))?)
+}
+
 /// The oldest and newest sample times, `None` for an empty database.
 pub fn sample_span(conn: &Connection) -> Result<Option<(TsMs, TsMs)>, StoreError> {
     let span: (Option<TsMs>, Option<TsMs>) =

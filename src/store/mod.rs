@@ -43,7 +43,9 @@ pub use bounds::MaintenanceStats;
 pub use migrate::{LATEST_VERSION, migrate_to, schema_version};
 pub use rows::labels_json;
 pub use write::WriteStats;
-pub use writer::{SendTickError, TrainingSender, WRITER_QUEUE_CAPACITY, WriterHandle, WriterStats};
+pub use writer::{
+    Committed, SendTickError, TrainingSender, WRITER_QUEUE_CAPACITY, WriterHandle, WriterStats,
+};
 
 /// `PRAGMA application_id` of a gpuwatch database ("GPUW").
 pub const APPLICATION_ID: i32 = 0x4750_5557;

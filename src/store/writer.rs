@@ -87,6 +87,17 @@ impl Shared {
     }
 }
 
+/// Reads how far the writer has committed (the newest tick time written), for readers that
+/// must not run ahead of it (the rule evaluator).
+#[derive(Clone)]
+pub struct Committed(Arc<Shared>);
+
+impl Committed {
+    pub fn get(&self) -> Option<TsMs> {
+        self.0.lock().last_tick_ms
+    }
+}
+
 /// The sampler's side of the writer thread.
 pub struct WriterHandle {
     tx: Option<SyncSender<Command>>,
@@ -153,6 +164,11 @@ impl WriterHandle {
             tx: self.tx.clone()?,
             shared: Arc::clone(&self.shared),
         })
+    }
+
+    /// A handle that tells how far the writer has committed.
+    pub fn committed(&self) -> Committed {
+        Committed(Arc::clone(&self.shared))
     }
 
     /// The counters now, without waiting for the thread.

@@ -1,7 +1,7 @@
 //! The daemon in-process on a simulated clock: the demo scenario end to end into SQLite.
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gpuwatch::config::Config;
@@ -26,9 +26,17 @@ fn the_demo_scenario_lands_in_the_store() {
     config.http.enabled = false;
     config.sample_deadline = Duration::from_secs(2);
     let handle = nvml::init(Some(&sim.library_path())).expect("init");
+    let live: Arc<Mutex<Vec<(i64, String, String, Option<u32>)>>> = Arc::default();
+    let sink = live.clone();
     let summary = daemon::run(
         DaemonParts {
             config,
+            rules: gpuwatch::rules::load_configured(true, &[]).expect("default rules load"),
+            alert_sink: Some(Box::new(move |t| {
+                if let Ok(mut v) = sink.lock() {
+                    v.push((t.at, t.rule.clone(), t.state.to_string(), t.subject.gpu));
+                }
+            })),
             nvml: handle,
             ticker: Box::new(
                 sim.ticker(START_MS, f64::INFINITY, Some(ticks))
@@ -80,4 +88,82 @@ fn the_demo_scenario_lands_in_the_store() {
         )
         .expect("rollup temp");
     assert!(hot >= 85, "overheating is visible in the rollups: {hot}");
+
+    // The shipped rules find every fault of the story, on the right GPU, and nothing else.
+    let live = live.lock().expect("lock").clone();
+    let got: Vec<(String, String, Option<u32>)> = live
+        .iter()
+        .map(|(_, r, s, g)| (r.clone(), s.clone(), *g))
+        .collect();
+    let has = |rule: &str, state: &str, gpu: u32| {
+        got.contains(&(rule.to_string(), state.to_string(), Some(gpu)))
+    };
+    assert!(has("gpu_memory_leak", "firing", 1), "{got:?}");
+    assert!(has("gpu_idle", "firing", 2), "{got:?}");
+    assert!(
+        has("gpu_overheating", "firing", 3) && has("gpu_overheating", "resolved", 3),
+        "{got:?}"
+    );
+    for g in [0, 1] {
+        assert!(
+            has("training_hang", "firing", g) && has("training_hang", "resolved", g),
+            "{got:?}"
+        );
+    }
+    assert!(
+        has("gpu_xid_error", "firing", 2),
+        "XID 48 on GPU 2: {got:?}"
+    );
+    assert!(
+        !got.iter()
+            .any(|(r, _, g)| r == "gpu_xid_error" && *g == Some(3)),
+        "XID 13 is not critical: {got:?}"
+    );
+    let expected_rules = [
+        "gpu_memory_leak",
+        "gpu_idle",
+        "gpu_overheating",
+        "training_hang",
+        "gpu_xid_error",
+        "gpu_ecc_uncorrected",
+    ];
+    let unexpected: Vec<_> = got
+        .iter()
+        .filter(|(r, _, _)| !expected_rules.contains(&r.as_str()))
+        .collect();
+    assert!(unexpected.is_empty(), "false alarms: {unexpected:?}");
+    let hang_at = live
+        .iter()
+        .find(|(_, r, s, _)| r == "training_hang" && s == "firing")
+        .map(|(t, ..)| *t)
+        .expect("hang");
+    let hang_delay_s = (hang_at - (START_MS + 28 * 60_000)) / 1000;
+    assert!(
+        (60..=360).contains(&hang_delay_s),
+        "hang found {hang_delay_s} s after it began"
+    );
+
+    // replay over the same database reports exactly what the live daemon reported.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .args(["replay", "--format", "jsonl", "--db"])
+        .arg(&db)
+        .output()
+        .expect("replay runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let replayed: Vec<(i64, String, String, Option<u32>)> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("jsonl");
+            let at = chrono::DateTime::parse_from_rfc3339(v["at"].as_str().expect("at"))
+                .expect("rfc3339")
+                .timestamp_millis();
+            (
+                at,
+                v["rule"].as_str().expect("rule").to_string(),
+                v["state"].as_str().expect("state").to_string(),
+                v["gpu"].as_u64().map(|g| g as u32),
+            )
+        })
+        .collect();
+    assert_eq!(replayed, live, "one evaluation path: live and replay agree");
 }

@@ -26,6 +26,9 @@ const MIB: f64 = 1024.0 * 1024.0;
 const THERMAL_BITS: u64 = 0x20 | 0x40;
 /// HW slowdown and HW power brake.
 const HW_SLOWDOWN_BITS: u64 = 0x08 | 0x80;
+/// How far back training points are read again on every fetch (they are written by the
+/// Prometheus fetcher after the fact).
+const TRAINING_OVERLAP_MS: i64 = 5 * 60_000;
 /// XIDs that mean a GPU or its memory needs attention (see docs/RULES.md).
 pub const CRITICAL_XIDS: &[i64] = &[48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120];
 
@@ -157,7 +160,9 @@ impl World {
                 .filter(|e| e.kind == "xid"),
         );
         if self.keep(Metric::TrainingStep).is_some() || self.keep(Metric::TrainingLoss).is_some() {
-            let points = history::training_points(conn, after, to)?;
+            // Training points arrive late (scrape and poll lag): read an overlap again; a
+            // series ignores points it already has.
+            let points = history::training_points(conn, after - TRAINING_OVERLAP_MS, to)?;
             if points
                 .iter()
                 .any(|(id, _, _)| !self.training.contains_key(id))
@@ -184,10 +189,16 @@ impl World {
             if from >= limit {
                 return Ok(None);
             }
-            let ahead = self.fetch_ahead_ms.max(60_000);
+            // Skip stretches without samples in one query instead of scanning them.
+            let Some(next) = history::next_sample_after(conn, from)? else {
+                return Ok(None);
+            };
+            if next > limit {
+                return Ok(None);
+            }
             let save = self.fetch_ahead_ms;
             self.fetch_ahead_ms = 0;
-            let r = self.fetch(conn, (from + ahead).min(limit));
+            let r = self.fetch(conn, (next + save).min(limit));
             self.fetch_ahead_ms = save;
             r?;
         }

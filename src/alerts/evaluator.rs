@@ -1,0 +1,80 @@
+//! The live daemon's evaluation thread: follows what the store writer has committed and runs
+//! the [`Engine`] at every stored sample time, exactly as `replay` does.
+//!
+//! Invariants: it reads through its own read-only connection (WAL: it never blocks the
+//! writer); it never does network I/O; it evaluates each sample time once, in order, and only
+//! after the writer committed it; on stop it catches up with what was committed, then ends.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::model::TsMs;
+use crate::rules::rule::Rule;
+use crate::store;
+
+use super::engine::{Engine, EngineOptions, Transition};
+
+/// Called with every transition (the demo prints, the daemon logs; notifiers come later).
+pub type TransitionSink = Box<dyn FnMut(&Transition) + Send>;
+
+/// Starts the thread. `committed` says up to which time the writer has committed.
+pub fn spawn(
+    db: PathBuf,
+    rules: Vec<Rule>,
+    opts: EngineOptions,
+    committed: impl Fn() -> Option<TsMs> + Send + 'static,
+    stop: Arc<AtomicBool>,
+    mut sink: TransitionSink,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new().name("gpuwatch-rules".into()).spawn(move || {
+        let conn = match store::open_read_only(&db) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "rule evaluation disabled: cannot open the database");
+                return;
+            }
+        };
+        // Evaluate from the first tick written from now on, not the whole stored history.
+        let start = committed().unwrap_or(0);
+        let mut engine = Engine::new(rules, opts, start);
+        let mut failures = 0u64;
+        loop {
+            let stopping = stop.load(Ordering::Relaxed);
+            if let Some(upto) = committed() {
+                loop {
+                    match engine.world_mut().next_sample_time(&conn, upto) {
+                        Ok(Some(t)) => {
+                            if let Err(e) = engine.advance(&conn, t) {
+                                log_failure(&mut failures, &e);
+                                break;
+                            }
+                            for tr in engine.evaluate(t) {
+                                tracing::warn!(rule = %tr.rule, state = tr.state, severity = tr.severity.as_str(), host = %tr.subject.host, gpu = ?tr.subject.gpu, "{}", tr.summary);
+                                sink(&tr);
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            log_failure(&mut failures, &e);
+                            break;
+                        }
+                    }
+                }
+            }
+            if stopping {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+}
+
+fn log_failure(failures: &mut u64, e: &store::StoreError) {
+    *failures += 1;
+    if *failures == 1 || failures.is_power_of_two() {
+        tracing::error!(error = %e, failures = *failures, "rule evaluation could not read the store; retrying");
+    }
+}
