@@ -10,6 +10,9 @@ use gpuwatch::sampler::nvml;
 
 use crate::common::{START_MS, sim};
 
+/// A reported transition: (time, rule, state, GPU index).
+type Seen = (i64, String, String, Option<u32>);
+
 #[test]
 fn the_demo_scenario_lands_in_the_store() {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/demo.toml"))
@@ -26,7 +29,7 @@ fn the_demo_scenario_lands_in_the_store() {
     config.http.enabled = false;
     config.sample_deadline = Duration::from_secs(2);
     let handle = nvml::init(Some(&sim.library_path())).expect("init");
-    let live: Arc<Mutex<Vec<(i64, String, String, Option<u32>)>>> = Arc::default();
+    let live: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let sink = live.clone();
     let summary = daemon::run(
         DaemonParts {
@@ -150,7 +153,7 @@ fn the_demo_scenario_lands_in_the_store() {
         .output()
         .expect("replay runs");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let replayed: Vec<(i64, String, String, Option<u32>)> = String::from_utf8_lossy(&o.stdout)
+    let replayed: Vec<Seen> = String::from_utf8_lossy(&o.stdout)
         .lines()
         .map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).expect("jsonl");
