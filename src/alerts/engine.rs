@@ -9,6 +9,7 @@
 //!   data", so its alert follows the rule's `on_no_data`, never hangs forever.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use rusqlite::Connection;
 
@@ -25,7 +26,7 @@ use super::state::{AlertState, Change, Timing, Verdict};
 /// Which alert instance: a rule on a GPU (and a process, for process rules).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AlertKey {
-    pub rule: String,
+    pub rule: Arc<str>,
     pub gpu_id: i64,
     pub process_id: Option<i64>,
 }
@@ -65,6 +66,8 @@ struct Instance {
     state: AlertState,
     reported: bool,
     subject: Subject,
+    /// The last evaluation that saw this instance's target.
+    evaluated_at: TsMs,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -75,6 +78,8 @@ pub struct EngineOptions {
 
 pub struct Engine {
     rules: Vec<Rule>,
+    /// The rules' names, shared by their alert keys.
+    names: Vec<Arc<str>>,
     world: World,
     alerts: BTreeMap<AlertKey, Instance>,
     opts: EngineOptions,
@@ -100,6 +105,7 @@ impl Engine {
             }
         }
         Self {
+            names: rules.iter().map(|r| Arc::from(r.name.as_str())).collect(),
             rules,
             world: World::new(needs, start_after),
             alerts: BTreeMap::new(),
@@ -140,20 +146,26 @@ impl Engine {
             staleness_ms: self.opts.staleness_ms,
         };
         let mut changes: Vec<(AlertKey, Change)> = Vec::new();
-        for rule in self.rules.iter().filter(|r| r.enabled) {
+        for (rule, name) in self
+            .rules
+            .iter()
+            .zip(&self.names)
+            .filter(|(r, _)| r.enabled)
+        {
             let timing = Timing {
                 for_: rule.for_,
                 keep_firing_for: rule.keep_firing_for,
             };
-            let mut seen: HashSet<AlertKey> = HashSet::new();
-            for (key, subject, target) in targets(&self.world, rule, t, self.opts.staleness_ms) {
-                let inst = self.alerts.entry(key.clone()).or_insert_with(|| Instance {
-                    state: AlertState::default(),
-                    reported: false,
-                    subject: subject.clone(),
-                });
-                inst.subject = subject;
-                let firing = inst.state.is_firing();
+            for (gpu_id, process_id, target) in
+                targets(&self.world, rule, t, self.opts.staleness_ms)
+            {
+                let key = AlertKey {
+                    rule: name.clone(),
+                    gpu_id,
+                    process_id,
+                };
+                let existing = self.alerts.get_mut(&key);
+                let firing = existing.as_ref().is_some_and(|i| i.state.is_firing());
                 let verdict = match (&rule.resolve, firing) {
                     (Some(resolve), true) => match verdict(rule, ctx.eval(resolve, target)) {
                         Verdict::True => Verdict::False,
@@ -162,6 +174,18 @@ impl Engine {
                     },
                     _ => verdict(rule, ctx.eval(&rule.condition, target)),
                 };
+                // Nothing can happen to an alert that does not exist and is not triggered.
+                let inst = match existing {
+                    Some(i) => i,
+                    None if verdict != Verdict::True => continue,
+                    None => self.alerts.entry(key.clone()).or_insert_with(|| Instance {
+                        state: AlertState::default(),
+                        reported: false,
+                        subject: subject_of(target),
+                        evaluated_at: t,
+                    }),
+                };
+                inst.evaluated_at = t;
                 let severity = match &rule.critical {
                     Some(c) if matches!(ctx.eval(c, target), Ok(Some(v)) if v != 0.0) => {
                         Severity::Critical
@@ -169,23 +193,21 @@ impl Engine {
                     _ => rule.severity,
                 };
                 if let Some(c) = inst.state.step(t, verdict, severity, timing) {
-                    changes.push((key.clone(), c));
+                    changes.push((key, c));
                 }
-                seen.insert(key);
             }
             // Targets that vanished: no data.
-            let gone: Vec<AlertKey> = self
+            for (key, inst) in self
                 .alerts
-                .keys()
-                .filter(|k| k.rule == rule.name && !seen.contains(*k))
-                .cloned()
-                .collect();
-            for key in gone {
-                if let Some(inst) = self.alerts.get_mut(&key) {
-                    let v = verdict(rule, Ok(None));
-                    if let Some(c) = inst.state.step(t, v, rule.severity, timing) {
-                        changes.push((key, c));
-                    }
+                .iter_mut()
+                .filter(|(k, i)| k.rule == *name && i.evaluated_at != t)
+            {
+                inst.evaluated_at = t;
+                if let Some(c) = inst
+                    .state
+                    .step(t, verdict(rule, Ok(None)), rule.severity, timing)
+                {
+                    changes.push((key.clone(), c));
                 }
             }
         }
@@ -201,7 +223,7 @@ impl Engine {
             .filter_map(|(k, _)| {
                 self.rules
                     .iter()
-                    .find(|r| r.name == k.rule)
+                    .find(|r| *r.name == *k.rule)
                     .map(|r| (r, k.gpu_id))
             })
             .flat_map(|(r, gpu)| r.inhibits.iter().map(move |name| (name.clone(), gpu)))
@@ -209,7 +231,7 @@ impl Engine {
         let mut out = Vec::new();
         let changed: HashSet<AlertKey> = changes.iter().map(|(k, _)| k.clone()).collect();
         for (key, change) in changes {
-            let muted = muting.contains(&(key.rule.clone(), key.gpu_id));
+            let muted = muting.contains(&(key.rule.to_string(), key.gpu_id));
             let Some(inst) = self.alerts.get_mut(&key) else {
                 continue;
             };
@@ -233,7 +255,7 @@ impl Engine {
             if inst.state.is_firing()
                 && !inst.reported
                 && !changed.contains(key)
-                && !muting.contains(&(key.rule.clone(), key.gpu_id))
+                && !muting.contains(&(key.rule.to_string(), key.gpu_id))
             {
                 inst.reported = true;
                 out.push((key.clone(), "firing"));
@@ -250,7 +272,7 @@ impl Engine {
     }
 
     fn transition(&self, t: TsMs, key: &AlertKey, state: &'static str) -> Option<Transition> {
-        let rule = self.rules.iter().find(|r| r.name == key.rule)?;
+        let rule = self.rules.iter().find(|r| *r.name == *key.rule)?;
         let inst = self.alerts.get(key)?;
         let gpu = self.world.gpus.get(&key.gpu_id)?;
         let proc = key.process_id.and_then(|p| gpu.procs.get(&p));
@@ -355,48 +377,37 @@ fn verdict(rule: &Rule, o: Outcome) -> Verdict {
     }
 }
 
-/// The targets a rule is evaluated for at `t`.
+/// Who a target is, for labels and templates.
+fn subject_of(target: Target<'_>) -> Subject {
+    let g = target.gpu;
+    Subject {
+        host: g.host.clone(),
+        gpu: Some(g.inv.index),
+        uuid: Some(g.inv.uuid.clone()),
+        model: g.inv.name.clone(),
+        pid: target.proc.map(|p| p.pid),
+        process: target.proc.and_then(|p| p.name.clone()),
+        user: target.proc.and_then(|p| p.user.clone()),
+        cmdline: target.proc.and_then(|p| p.cmdline.clone()),
+    }
+}
+
+/// The targets a rule is evaluated for at `t`: (gpu id, process id, target).
 fn targets<'a>(
     world: &'a World,
     rule: &Rule,
     t: TsMs,
     staleness_ms: i64,
-) -> Vec<(AlertKey, Subject, Target<'a>)> {
+) -> Vec<(i64, Option<i64>, Target<'a>)> {
     let mut out = Vec::new();
     for g in world.gpus.values().filter(|g| g.last_ts.is_some()) {
-        let base = Subject {
-            host: g.host.clone(),
-            gpu: Some(g.inv.index),
-            uuid: Some(g.inv.uuid.clone()),
-            model: g.inv.name.clone(),
-            ..Subject::default()
-        };
         match rule.scope {
-            Scope::Gpu | Scope::Host => {
-                let key = AlertKey {
-                    rule: rule.name.clone(),
-                    gpu_id: g.gpu_id,
-                    process_id: None,
-                };
-                out.push((key, base, Target { gpu: g, proc: None }));
-            }
+            Scope::Gpu | Scope::Host => out.push((g.gpu_id, None, Target { gpu: g, proc: None })),
             Scope::Process => {
                 for p in g.procs.values().filter(|p| t - p.last_seen <= staleness_ms) {
-                    let key = AlertKey {
-                        rule: rule.name.clone(),
-                        gpu_id: g.gpu_id,
-                        process_id: Some(p.process_id),
-                    };
-                    let subject = Subject {
-                        pid: Some(p.pid),
-                        process: p.name.clone(),
-                        user: p.user.clone(),
-                        cmdline: p.cmdline.clone(),
-                        ..base.clone()
-                    };
                     out.push((
-                        key,
-                        subject,
+                        g.gpu_id,
+                        Some(p.process_id),
                         Target {
                             gpu: g,
                             proc: Some(p),

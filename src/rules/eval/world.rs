@@ -101,6 +101,8 @@ pub struct World {
     pub training_down: HashSet<(String, &'static str)>,
     pending: Pending,
     fetch_ahead_ms: i64,
+    /// The per-sample metrics some rule reads, with their history (from `needs`).
+    sample_metrics: Vec<(Metric, i64)>,
 }
 
 /// Rows read from the store but not yet fed (the evaluation time has not reached them).
@@ -118,7 +120,23 @@ struct Pending {
 impl World {
     pub fn new(needs: Needs, start_after: TsMs) -> Self {
         let longest = needs.values().copied().max().unwrap_or(0);
+        let mut sample_metrics: Vec<(Metric, i64)> = needs
+            .iter()
+            .filter(|(m, _)| {
+                !matches!(
+                    m,
+                    Metric::ProcessMem
+                        | Metric::TrainingStep
+                        | Metric::TrainingLoss
+                        | Metric::Xid
+                        | Metric::XidCritical
+                )
+            })
+            .map(|(m, k)| (*m, *k))
+            .collect();
+        sample_metrics.sort();
         Self {
+            sample_metrics,
             needs,
             fed_to: start_after,
             proc_ttl_ms: longest.max(600_000),
@@ -293,8 +311,7 @@ impl World {
         };
         g.last_ts = Some(s.ts_ms);
         let ok = s.status == SampleStatus::Ok;
-        let metrics: Vec<Metric> = self.needs.keys().copied().collect();
-        for m in metrics {
+        for &(m, keep) in &self.sample_metrics {
             let v = match m {
                 Metric::Lost => Some(f64::from(u8::from(s.status == SampleStatus::Lost))),
                 Metric::Gap => Some(f64::from(u8::from(
@@ -305,7 +322,11 @@ impl World {
                 _ => None,
             };
             if let Some(v) = v {
-                push(g, m, s.ts_ms, v, &self.needs);
+                g.series
+                    .entry(m)
+                    .or_insert_with(|| Tracked::new(keep))
+                    .series
+                    .push(s.ts_ms, v);
             }
         }
     }

@@ -1,0 +1,82 @@
+//! Rule engine cost: one live evaluation cycle of all default rules for 8 GPUs with their
+//! windows full, and a replay of a day of 8 GPUs at 1 s.
+//!
+//!   cargo run --release --example bench_rules [-- HOURS]      # default 24
+//!
+//! Writes HOURS of synthetic 1-s ticks (8 GPUs, 4 processes each, `store::synth`) into a
+//! temporary database, then evaluates the shipped rules over it through the same `Engine`
+//! as `gpuwatch replay` and the daemon: every sample time, in order. Reports the replay's
+//! wall time and the median/p99 of one evaluation cycle (`Engine::evaluate`) after the first
+//! hour (windows full).
+
+use std::time::{Duration, Instant};
+
+use gpuwatch::alerts::engine::{Engine, EngineOptions};
+use gpuwatch::store::{self, StoreConfig, synth::TickGen};
+
+fn main() -> anyhow::Result<()> {
+    let hours: i64 = std::env::args()
+        .nth(1)
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(24);
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("rules-bench.db");
+    let t0: i64 = 1_700_000_000_000;
+    let ticks = hours * 3600;
+    {
+        let mut st = store::open(&path, &StoreConfig::new("bench"))?;
+        let mut tg = TickGen::new(8, 4);
+        let started = Instant::now();
+        let mut batch = Vec::with_capacity(600);
+        for k in 0..ticks {
+            batch.push(tg.tick(t0 + k * 1000));
+            if batch.len() == 600 {
+                st.write_ticks(&batch)?;
+                batch.clear();
+            }
+        }
+        if !batch.is_empty() {
+            st.write_ticks(&batch)?;
+        }
+        println!(
+            "generated {hours} h x 8 GPUs x 1 s in {:.1?}",
+            started.elapsed()
+        );
+    }
+    let rules = gpuwatch::rules::load_configured(true, &[])?;
+    let enabled = rules.iter().filter(|r| r.enabled).count();
+    let conn = store::open_read_only(&path)?;
+    let mut engine = Engine::new(rules, EngineOptions { staleness_ms: 3000 }, t0 - 1);
+    engine.world_mut().set_fetch_ahead(10 * 60_000);
+    let mut cycles: Vec<Duration> = Vec::new();
+    let (mut evals, mut transitions) = (0u64, 0usize);
+    let started = Instant::now();
+    while let Some(t) = engine.world_mut().next_sample_time(&conn, i64::MAX)? {
+        engine.advance(&conn, t)?;
+        let c = Instant::now();
+        transitions += engine.evaluate(t).len();
+        if t - t0 >= 3_600_000 {
+            cycles.push(c.elapsed());
+        }
+        evals += 1;
+    }
+    let replay = started.elapsed();
+    cycles.sort();
+    let pick = |p: f64| {
+        cycles
+            .get(((cycles.len().max(1) - 1) as f64 * p) as usize)
+            .copied()
+            .unwrap_or_default()
+    };
+    println!("rules enabled             {enabled}");
+    println!(
+        "replay                    {evals} evaluations ({hours} h) in {replay:.2?} ({transitions} transitions)"
+    );
+    println!(
+        "one evaluation cycle      median {:?}  p99 {:?}  (8 GPUs, 32 processes, windows full)",
+        pick(0.5),
+        pick(0.99)
+    );
+    Ok(())
+}
