@@ -39,6 +39,8 @@ pub enum DaemonError {
     },
     #[error("cannot start the store writer: {0}")]
     Thread(std::io::Error),
+    #[error("cannot start the training metrics fetcher: {0}")]
+    Training(#[from] crate::training::FetchError),
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
 }
@@ -135,6 +137,28 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         });
     }
 
+    // Training metrics from Prometheus: polled on the runtime, written through the writer,
+    // read by the rules thread like everything else.
+    let (fetch_stop_tx, fetch_stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let fetcher = match (&config.prometheus, writer.training_sender()) {
+        (Some(p), Some(tx)) => {
+            let f = crate::training::TrainingFetcher::new(p, &config.host)?;
+            tracing::info!(url = %p.url, "polling training metrics");
+            let shutdown = async {
+                let _ = fetch_stop_rx.await;
+            };
+            Some(f.spawn(
+                runtime.handle(),
+                crate::clock::now_ms,
+                move |w| {
+                    let _ = tx.send(w);
+                },
+                shutdown,
+            ))
+        }
+        _ => None,
+    };
+
     let mut sampler = Sampler::start(
         &nvml,
         SamplerConfig {
@@ -190,6 +214,10 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     tracing::info!(ticks = summary.ticks, "stopping: flushing the store");
     drop(sampler);
     let _ = http_stop_tx.send(());
+    let _ = fetch_stop_tx.send(());
+    if let Some(f) = fetcher {
+        let _ = runtime.block_on(f);
+    }
     // Let the evaluator see every tick that was written before it stops.
     let _ = writer.flush();
     eval_stop.store(true, Ordering::Relaxed);

@@ -17,6 +17,10 @@ use crate::store;
 
 use super::engine::{Engine, EngineOptions, Transition};
 
+/// How often the training sources' status is re-read (a failing Prometheus turns rules
+/// that read training metrics into evaluation errors: `on_error`, not `on_no_data`).
+const SOURCES_EVERY: Duration = Duration::from_secs(5);
+
 /// Called with every transition (the demo prints, the daemon logs; notifiers come later).
 pub type TransitionSink = Box<dyn FnMut(&Transition) + Send>;
 
@@ -41,8 +45,26 @@ pub fn spawn(
         let start = committed().unwrap_or(0);
         let mut engine = Engine::new(rules, opts, start);
         let mut failures = 0u64;
+        let mut sources_read = std::time::Instant::now() - SOURCES_EVERY;
         loop {
             let stopping = stop.load(Ordering::Relaxed);
+            if sources_read.elapsed() >= SOURCES_EVERY {
+                sources_read = std::time::Instant::now();
+                match store::read::training_sources(&conn, None) {
+                    Ok(rows) => {
+                        engine.world_mut().training_down = rows
+                            .into_iter()
+                            .filter(|r| r.consecutive_failures > 0)
+                            .filter_map(|r| match r.role.as_str() {
+                                "step" => Some((r.host, "step")),
+                                "loss" => Some((r.host, "loss")),
+                                _ => None,
+                            })
+                            .collect();
+                    }
+                    Err(e) => log_failure(&mut failures, &e),
+                }
+            }
             if let Some(upto) = committed() {
                 loop {
                     match engine.world_mut().next_sample_time(&conn, upto) {
