@@ -121,6 +121,9 @@ pub enum WindowFn {
     UnchangedFor,
     /// Seconds since the newest sample with data (staleness).
     Age,
+    /// Seconds from the first to the newest sample in the window: how much history the
+    /// window really holds (a process younger than the window has a short span).
+    Span,
     /// The longest pause in the window: seconds between a value change and the next one,
     /// over runs that have ended (the current run is `unchanged_for`). 0 when the value never
     /// changed twice. Learns a job's normal checkpoint/eval pauses from its step counter.

@@ -75,6 +75,7 @@ const FUNCTIONS: &[(&str, Sig, &str)] = &[
     ("unchanged_for",  Sig::Window(WindowFn::UnchangedFor), "unchanged_for(training_step[30m])"),
     ("max_unchanged_for", Sig::Window(WindowFn::MaxUnchangedFor), "max_unchanged_for(training_step[2h])"),
     ("age",            Sig::Window(WindowFn::Age),          "age(training_step[30m])"),
+    ("span",           Sig::Window(WindowFn::Span),         "span(process_mem[30m])"),
     ("slope",          Sig::Window(WindowFn::Slope),        "slope(mem_used[30m])"),
     ("r2",             Sig::Window(WindowFn::R2),           "r2(mem_used[30m])"),
     ("slope_pvalue",   Sig::Window(WindowFn::SlopePValue),  "slope_pvalue(mem_used[30m])"),

@@ -7,5 +7,6 @@
 mod cli;
 mod common;
 mod daemon;
+mod detection;
 mod pynvml;
 mod sampler;

@@ -52,6 +52,7 @@ pub fn window(s: &Series, f: WindowFn, to: i64, w_ms: i64) -> Option<f64> {
             (to - since) as f64 / 1000.0
         }
         WindowFn::Age => (to - times[n - 1]) as f64 / 1000.0,
+        WindowFn::Span => (times[n - 1] - times[0]) as f64 / 1000.0,
         WindowFn::MaxUnchangedFor => {
             let (mut longest, mut run_start) = (0i64, None::<i64>);
             for k in 1..n {
