@@ -68,6 +68,8 @@ struct Instance {
     subject: Subject,
     /// The last evaluation that saw this instance's target.
     evaluated_at: TsMs,
+    /// The summary as it was rendered when the alert (last) fired.
+    fired_summary: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -183,6 +185,7 @@ impl Engine {
                         reported: false,
                         subject: subject_of(target),
                         evaluated_at: t,
+                        fired_summary: None,
                     }),
                 };
                 inst.evaluated_at = t;
@@ -261,10 +264,22 @@ impl Engine {
                 out.push((key.clone(), "firing"));
             }
         }
-        let transitions: Vec<Transition> = out
+        let mut transitions: Vec<Transition> = out
             .iter()
             .filter_map(|(k, state)| self.transition(t, k, state))
             .collect();
+        // A resolved message repeats what fired (the values now describe the recovery, not
+        // the problem); the firing text is kept for that.
+        for (tr, (key, _)) in transitions.iter_mut().zip(&out) {
+            let Some(inst) = self.alerts.get_mut(key) else {
+                continue;
+            };
+            if tr.state == "firing" {
+                inst.fired_summary = Some(tr.summary.clone());
+            } else if let Some(s) = &inst.fired_summary {
+                tr.summary = s.clone();
+            }
+        }
         // Forget instances that are over (after rendering their resolved message).
         self.alerts
             .retain(|_, i| i.state.phase != super::state::Phase::Inactive);

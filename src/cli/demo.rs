@@ -141,10 +141,13 @@ pub fn run(args: DemoArgs) -> Result<(), Failure> {
             rules,
             alert_sink: Some(Box::new(move |tr: &Transition| {
                 let s = (tr.at - alert_clock) / 1000;
-                let mark = if tr.state == "firing" {
-                    "ALERT"
-                } else {
-                    "RESOLVED"
+                let mark = match (tr.state, tr.active_since) {
+                    ("firing", _) => "ALERT".to_string(),
+                    (_, Some(since)) => format!(
+                        "RESOLVED after {}",
+                        crate::alerts::engine::human(tr.at - since)
+                    ),
+                    _ => "RESOLVED".to_string(),
                 };
                 println!(
                     "[{:02}:{:02}:{:02}] {mark} {} ({}): {}",
