@@ -127,6 +127,29 @@ impl Engine {
         &self.rules
     }
 
+    /// Reads the training-metrics sources' status (the live daemon calls this every few
+    /// seconds; a replay does not, since the status is not historical): a failing source makes
+    /// rules that read training metrics an error, and `training_source_failing` true.
+    pub fn refresh_training_sources(&mut self, conn: &Connection) -> Result<(), StoreError> {
+        let rows = crate::store::read::training_sources(conn, None)?;
+        let w = &mut self.world;
+        w.training_known = rows
+            .iter()
+            .filter(|r| r.last_nonempty_ms.is_some())
+            .map(|r| r.host.clone())
+            .collect();
+        w.training_down = rows
+            .into_iter()
+            .filter(|r| r.consecutive_failures > 0)
+            .filter_map(|r| match r.role.as_str() {
+                "step" => Some((r.host, "step")),
+                "loss" => Some((r.host, "loss")),
+                _ => None,
+            })
+            .collect();
+        Ok(())
+    }
+
     /// Feeds the stored history up to `upto`.
     pub fn advance(&mut self, conn: &Connection, upto: TsMs) -> Result<(), StoreError> {
         self.world.advance(conn, upto)
@@ -183,7 +206,7 @@ impl Engine {
                     None => self.alerts.entry(key.clone()).or_insert_with(|| Instance {
                         state: AlertState::default(),
                         reported: false,
-                        subject: subject_of(target),
+                        subject: subject_of(target, rule.scope),
                         evaluated_at: t,
                         fired_summary: None,
                     }),
@@ -393,8 +416,14 @@ fn verdict(rule: &Rule, o: Outcome) -> Verdict {
 }
 
 /// Who a target is, for labels and templates.
-fn subject_of(target: Target<'_>) -> Subject {
+fn subject_of(target: Target<'_>, scope: Scope) -> Subject {
     let g = target.gpu;
+    if scope == Scope::Host {
+        return Subject {
+            host: g.host.clone(),
+            ..Subject::default()
+        };
+    }
     Subject {
         host: g.host.clone(),
         gpu: Some(g.inv.index),
@@ -415,9 +444,16 @@ fn targets<'a>(
     staleness_ms: i64,
 ) -> Vec<(i64, Option<i64>, Target<'a>)> {
     let mut out = Vec::new();
+    let mut hosts: HashSet<&str> = HashSet::new();
     for g in world.gpus.values().filter(|g| g.last_ts.is_some()) {
         match rule.scope {
-            Scope::Gpu | Scope::Host => out.push((g.gpu_id, None, Target { gpu: g, proc: None })),
+            Scope::Gpu => out.push((g.gpu_id, None, Target { gpu: g, proc: None })),
+            // One alert per host, keyed by (and evaluated with) the host's first GPU.
+            Scope::Host => {
+                if hosts.insert(g.host.as_str()) {
+                    out.push((g.gpu_id, None, Target { gpu: g, proc: None }));
+                }
+            }
             Scope::Process => {
                 for p in g.procs.values().filter(|p| t - p.last_seen <= staleness_ms) {
                     out.push((

@@ -50,19 +50,8 @@ pub fn spawn(
             let stopping = stop.load(Ordering::Relaxed);
             if sources_read.elapsed() >= SOURCES_EVERY {
                 sources_read = std::time::Instant::now();
-                match store::read::training_sources(&conn, None) {
-                    Ok(rows) => {
-                        engine.world_mut().training_down = rows
-                            .into_iter()
-                            .filter(|r| r.consecutive_failures > 0)
-                            .filter_map(|r| match r.role.as_str() {
-                                "step" => Some((r.host, "step")),
-                                "loss" => Some((r.host, "loss")),
-                                _ => None,
-                            })
-                            .collect();
-                    }
-                    Err(e) => log_failure(&mut failures, &e),
+                if let Err(e) = engine.refresh_training_sources(&conn) {
+                    log_failure(&mut failures, &e);
                 }
             }
             if let Some(upto) = committed() {

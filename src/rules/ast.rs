@@ -72,6 +72,10 @@ pub enum Metric {
     // --- training metrics (joined to the GPU by labels) ---
     TrainingStep,
     TrainingLoss,
+    /// 1 while the host's training-metrics source (Prometheus) is failing, 0 while it
+    /// answers; no data for a host that never had training metrics, and in replays (a replay
+    /// cannot know past outages). An instant value only (no windows).
+    TrainingSourceFailing,
 }
 
 /// Inventory facts (constant per GPU; no data when NVML did not report them).

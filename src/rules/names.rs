@@ -48,6 +48,7 @@ pub const METRICS: &[(&str, Metric)] = &[
     ("process_mem", Metric::ProcessMem),
     ("training_step", Metric::TrainingStep),
     ("training_loss", Metric::TrainingLoss),
+    ("training_source_failing", Metric::TrainingSourceFailing),
 ];
 
 /// Inventory constants, by their names in the language.
@@ -107,6 +108,7 @@ pub fn is_flag(m: Metric) -> bool {
             | Metric::RemapPending
             | Metric::Lost
             | Metric::Gap
+            | Metric::TrainingSourceFailing
     )
 }
 

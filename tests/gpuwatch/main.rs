@@ -8,5 +8,6 @@ mod cli;
 mod common;
 mod daemon;
 mod detection;
+mod outage;
 mod pynvml;
 mod sampler;

@@ -83,6 +83,13 @@ impl<'a> EvalCtx<'a> {
         Ok(match e {
             Expr::Number(v) | Expr::Seconds(v) => Some(*v),
             Expr::Static(s) => static_value(*s, target.gpu, self.world),
+            Expr::Current(Metric::TrainingSourceFailing) => {
+                let host = &target.gpu.host;
+                if !self.world.training_known.contains(host) {
+                    return Ok(None);
+                }
+                Some(b(self.world.training_down.iter().any(|(h, _)| h == host)))
+            }
             Expr::Current(m) => {
                 let stale = match m {
                     Metric::TrainingStep | Metric::TrainingLoss => TRAINING_STALENESS_MS,

@@ -99,6 +99,8 @@ pub struct World {
     /// (host, role) whose training-metrics source is failing now (live daemon only: the
     /// store records the fetcher's status; a replay cannot know past outages).
     pub training_down: HashSet<(String, &'static str)>,
+    /// Hosts whose training-metrics source ever answered with data (from the same status).
+    pub training_known: HashSet<String>,
     pending: Pending,
     fetch_ahead_ms: i64,
     /// The per-sample metrics some rule reads, with their history (from `needs`).
@@ -128,6 +130,7 @@ impl World {
                     Metric::ProcessMem
                         | Metric::TrainingStep
                         | Metric::TrainingLoss
+                        | Metric::TrainingSourceFailing
                         | Metric::Xid
                         | Metric::XidCritical
                 )
@@ -463,5 +466,6 @@ pub fn sample_value(m: Metric, s: &GpuSample) -> Option<f64> {
             None
         }
         Metric::ProcessMem | Metric::TrainingStep | Metric::TrainingLoss => None,
+        Metric::TrainingSourceFailing => None,
     }
 }
