@@ -243,7 +243,7 @@ mod tests {
         for (name, s) in STATICS {
             assert_eq!(static_name(*s), *name);
         }
-        assert_eq!(METRICS.len(), 32);
+        assert_eq!(METRICS.len(), 33);
         assert_eq!(STATICS.len(), 9);
     }
 
