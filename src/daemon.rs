@@ -55,6 +55,8 @@ pub struct DaemonParts {
     pub rules: Vec<crate::rules::rule::Rule>,
     /// Called with every alert transition (besides the log line).
     pub alert_sink: Option<crate::alerts::evaluator::TransitionSink>,
+    /// How to reload the rules when asked (SIGHUP).
+    pub reload: Option<crate::alerts::evaluator::Reload>,
     pub nvml: NvmlHandle,
     pub ticker: Box<dyn Ticker>,
     pub overrides: ProcessOverrides,
@@ -75,6 +77,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         config,
         rules,
         alert_sink,
+        reload,
         nvml,
         mut ticker,
         overrides,
@@ -103,6 +106,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
                 move || committed.get(),
                 eval_stop.clone(),
                 alert_sink.unwrap_or_else(|| Box::new(|_| {})),
+                reload,
             )
             .map_err(DaemonError::Thread)?,
         )

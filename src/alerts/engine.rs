@@ -127,6 +127,33 @@ impl Engine {
         &self.rules
     }
 
+    /// Replaces the rules (a reload), keeping what can be kept: the windows are refilled from
+    /// the stored history up to the time already evaluated, and the alerts of rules that still
+    /// exist keep their state (a firing alert is neither lost nor fired again).
+    pub fn reload(&mut self, conn: &Connection, rules: Vec<Rule>) -> Result<(), StoreError> {
+        let t = self.world.fed_to;
+        let mut fresh = Engine::new(rules, self.opts, t);
+        let back = fresh.world.longest_keep();
+        fresh = Engine::new(std::mem::take(&mut fresh.rules), self.opts, t - back);
+        fresh.world.set_fetch_ahead(0);
+        fresh.advance(conn, t)?;
+        fresh.world.training_down = std::mem::take(&mut self.world.training_down);
+        fresh.world.training_known = std::mem::take(&mut self.world.training_known);
+        for (key, inst) in std::mem::take(&mut self.alerts) {
+            if let Some(name) = fresh.names.iter().find(|n| ***n == *key.rule) {
+                fresh.alerts.insert(
+                    AlertKey {
+                        rule: name.clone(),
+                        ..key
+                    },
+                    inst,
+                );
+            }
+        }
+        *self = fresh;
+        Ok(())
+    }
+
     /// Reads the training-metrics sources' status (the live daemon calls this every few
     /// seconds; a replay does not, since the status is not historical): a failing source makes
     /// rules that read training metrics an error, and `training_source_failing` true.

@@ -21,6 +21,15 @@ use super::engine::{Engine, EngineOptions, Transition};
 /// that read training metrics into evaluation errors: `on_error`, not `on_no_data`).
 const SOURCES_EVERY: Duration = Duration::from_secs(5);
 
+/// Loads the rules again (on SIGHUP): `Err` holds every problem, one per line.
+pub type Reloader = Box<dyn Fn() -> Result<Vec<Rule>, String> + Send>;
+
+/// A reload request flag (set by the SIGHUP handler) and how to reload.
+pub struct Reload {
+    pub requested: Arc<AtomicBool>,
+    pub load: Reloader,
+}
+
 /// Called with every transition (the demo prints, the daemon logs; notifiers come later).
 pub type TransitionSink = Box<dyn FnMut(&Transition) + Send>;
 
@@ -32,6 +41,7 @@ pub fn spawn(
     committed: impl Fn() -> Option<TsMs> + Send + 'static,
     stop: Arc<AtomicBool>,
     mut sink: TransitionSink,
+    reload: Option<Reload>,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new().name("gpuwatch-rules".into()).spawn(move || {
         let conn = match store::open_read_only(&db) {
@@ -48,6 +58,22 @@ pub fn spawn(
         let mut sources_read = std::time::Instant::now() - SOURCES_EVERY;
         loop {
             let stopping = stop.load(Ordering::Relaxed);
+            if let Some(r) = reload.as_ref().filter(|r| r.requested.swap(false, Ordering::Relaxed)) {
+                match (r.load)() {
+                    Ok(rules) => {
+                        let n = rules.iter().filter(|r| r.enabled).count();
+                        match engine.reload(&conn, rules) {
+                            Ok(()) => tracing::info!(rules = n, "rules reloaded"),
+                            Err(e) => log_failure(&mut failures, &e),
+                        }
+                    }
+                    Err(errors) => {
+                        for line in errors.lines() {
+                            tracing::error!("rule reload failed, the previous rules keep running: {line}");
+                        }
+                    }
+                }
+            }
             if sources_read.elapsed() >= SOURCES_EVERY {
                 sources_read = std::time::Instant::now();
                 if let Err(e) = engine.refresh_training_sources(&conn) {

@@ -162,6 +162,7 @@ pub fn run(args: DemoArgs) -> Result<(), Failure> {
             nvml: handle,
             ticker: Box::new(ticker),
             overrides,
+            reload: None,
             observer: Some(Box::new(move |b: &TickBatch| view.show(b))),
         },
         stop,

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+use crate::alerts::evaluator::{Reload, Reloader};
 use crate::clock::WallTicker;
 use crate::daemon::{self, DaemonParts};
 use crate::sampler::nvml;
@@ -45,12 +46,31 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
             )
         })?;
     }
+    // SIGHUP reloads the rules (the config's [rules] section and the files it names); a bad
+    // file is reported and the running rules stay.
+    let hup = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone()).map_err(|e| {
+        fail(
+            exit::FAILURE,
+            anyhow::anyhow!("cannot install signal handler: {e}"),
+        )
+    })?;
+    let config_args = args.config.clone();
+    let reloader: Reloader = Box::new(move || {
+        let cfg = config_args.load().map_err(|e| e.to_string())?;
+        crate::rules::load_configured(cfg.rules.default_rules, &cfg.rules.files)
+            .map_err(|e| e.to_string())
+    });
     let interval = cfg.interval;
     let summary = daemon::run(
         DaemonParts {
             config: cfg,
             rules,
             alert_sink: None,
+            reload: Some(Reload {
+                requested: hup,
+                load: reloader,
+            }),
             nvml: handle,
             ticker: Box::new(WallTicker::new(interval)),
             overrides: ProcessOverrides::default(),

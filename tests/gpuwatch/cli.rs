@@ -297,3 +297,70 @@ fn nvml_init_failures_exit_3_with_one_line_naming_cause_and_fix() {
         );
     }
 }
+
+#[test]
+fn sighup_reloads_rules_and_a_broken_file_keeps_the_running_ones() {
+    let sim = sim(WALL_SCENARIO);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules = dir.path().join("r.toml");
+    let rule = |name: &str| {
+        format!(
+            "[[rule]]\nname = \"{name}\"\nseverity = \"info\"\ncondition = \"util_gpu >= 0\"\nsummary = \"{name} on {{gpu}}\"\n"
+        )
+    };
+    std::fs::write(&rules, rule("first_rule")).expect("write");
+    let log = dir.path().join("log.txt");
+    let db = dir.path().join("g.db");
+    let cfg = dir.path().join("g.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "database = \"{}\"\nnvml_library = \"{}\"\ninterval = \"200ms\"\n[rules]\ndefault_rules = false\nfiles = [\"r.toml\"]\n[http]\nenabled = false\n",
+            db.display(),
+            sim.library_path().display()
+        ),
+    )
+    .expect("config");
+    let child = gpuwatch()
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("spawn");
+    let mut d = Daemon(child);
+    let pid = d.0.id() as i32;
+    let logged = |needle: &str| {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains(needle)
+            .then_some(())
+    };
+    wait_for("first_rule fires", Duration::from_secs(20), || {
+        logged("first_rule on 0")
+    });
+
+    std::fs::write(&rules, "[[rule]]\nname = \"broken\"\nseverity = \"info\"\ncondition = \"gpu_util > 1\"\nsummary = \"x\"\n").expect("write");
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(pid, libc::SIGHUP) };
+    wait_for("the reload error", Duration::from_secs(20), || {
+        logged("r.toml:4:14: unknown metric `gpu_util`")
+    });
+    assert!(logged("rule reload failed, the previous rules keep running").is_some());
+    assert!(
+        d.0.try_wait().expect("wait").is_none(),
+        "the daemon keeps running"
+    );
+
+    std::fs::write(&rules, rule("second_rule")).expect("write");
+    unsafe { libc::kill(pid, libc::SIGHUP) };
+    wait_for("second_rule fires", Duration::from_secs(20), || {
+        logged("second_rule on 0")
+    });
+    assert!(logged("rules reloaded").is_some());
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let status = wait_for("exit", Duration::from_secs(10), || {
+        d.0.try_wait().ok().flatten()
+    });
+    assert!(status.success());
+}

@@ -47,6 +47,7 @@ fn the_demo_scenario_lands_in_the_store() {
             ),
             overrides: sim.process_overrides(START_MS),
             observer: None,
+            reload: None,
         },
         Arc::new(AtomicBool::new(false)),
     )

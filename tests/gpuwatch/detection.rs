@@ -43,6 +43,7 @@ fn alerts_for(file: &str) -> Vec<Seen> {
             ticker: Box::new(sim.ticker(START_MS, f64::INFINITY, None).expect("ticker")),
             overrides: sim.process_overrides(START_MS),
             observer: None,
+            reload: None,
         },
         Arc::new(AtomicBool::new(false)),
     )

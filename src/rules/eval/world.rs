@@ -147,6 +147,11 @@ impl World {
         }
     }
 
+    /// The longest history any metric needs.
+    pub fn longest_keep(&self) -> i64 {
+        self.needs.values().copied().max().unwrap_or(0)
+    }
+
     fn keep(&self, m: Metric) -> Option<i64> {
         self.needs.get(&m).copied()
     }
