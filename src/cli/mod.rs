@@ -8,6 +8,7 @@ mod demo;
 mod format;
 mod replay;
 mod rules;
+mod rules_test;
 mod run;
 mod status;
 
@@ -107,7 +108,10 @@ pub fn fail(code: i32, error: impl Into<anyhow::Error>) -> Failure {
 /// Parses the command line, runs the command, prints errors; returns the exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
-    init_logging(cli.log.as_deref(), matches!(cli.command, Command::Demo(_)));
+    init_logging(
+        cli.log.as_deref(),
+        matches!(cli.command, Command::Demo(_) | Command::Rules(_)),
+    );
     let result = match cli.command {
         Command::Run(a) => run::run(a),
         Command::Status(a) => status::run(a),

@@ -22,6 +22,15 @@ pub struct RulesArgs {
 pub enum RulesCommand {
     /// Check rule files and print every error at once (exit code 2 on errors).
     Check(CheckArgs),
+    /// Run rule unit tests: input series, expected alerts (exit 1 on a failure, 2 on a bad file).
+    Test(TestArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TestArgs {
+    /// Test files (`*.test.toml`); see docs/RULES.md, "Testing rules".
+    #[arg(value_name = "FILE", required = true)]
+    pub files: Vec<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -34,6 +43,7 @@ pub struct CheckArgs {
 pub fn run(args: RulesArgs) -> Result<(), Failure> {
     match args.command {
         RulesCommand::Check(a) => check(&a, &crate::rules::defaults()),
+        RulesCommand::Test(a) => super::rules_test::run(&a.files),
     }
 }
 
