@@ -21,7 +21,8 @@ use crate::rules::rule::{Missing, Rule, Scope, Severity};
 use crate::rules::template::TemplateValue;
 use crate::store::StoreError;
 
-use super::state::{AlertState, Change, Timing, Verdict};
+use super::state::{AlertState, Change, Phase, Timing, Verdict};
+use crate::store::alerts::SavedAlert;
 
 /// Which alert instance: a rule on a GPU (and a process, for process rules).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -79,6 +80,10 @@ pub struct EngineOptions {
 }
 
 pub struct Engine {
+    /// Instances whose state changed in this evaluation (to persist).
+    dirty: HashSet<AlertKey>,
+    /// Snapshots of changed instances, until the caller takes them.
+    saves: Vec<SavedAlert>,
     rules: Vec<Rule>,
     /// The rules' names, shared by their alert keys.
     names: Vec<Arc<str>>,
@@ -107,6 +112,8 @@ impl Engine {
             }
         }
         Self {
+            dirty: HashSet::new(),
+            saves: Vec::new(),
             names: rules.iter().map(|r| Arc::from(r.name.as_str())).collect(),
             rules,
             world: World::new(needs, start_after),
@@ -152,6 +159,85 @@ impl Engine {
         }
         *self = fresh;
         Ok(())
+    }
+
+    /// The alert changes of the evaluations since the last call, to persist.
+    pub fn take_saves(&mut self) -> Vec<SavedAlert> {
+        std::mem::take(&mut self.saves)
+    }
+
+    /// An engine whose windows are filled from the stored history up to `t` (nothing is
+    /// evaluated for that history): the daemon starts here, so a restart neither replays old
+    /// alerts nor starts with empty windows.
+    pub fn primed(
+        conn: &Connection,
+        rules: Vec<Rule>,
+        opts: EngineOptions,
+        t: TsMs,
+    ) -> Result<Self, StoreError> {
+        let probe = Engine::new(rules, opts, t);
+        let back = probe.world.longest_keep();
+        let mut e = Engine::new(probe.rules, opts, t - back);
+        e.world.set_fetch_ahead(0);
+        e.advance(conn, t)?;
+        Ok(e)
+    }
+
+    /// Restores live alerts saved before a restart (those of rules that still exist).
+    pub fn restore(&mut self, saved: Vec<SavedAlert>) {
+        for a in saved {
+            let Some(name) = self.names.iter().find(|n| ***n == *a.rule).cloned() else {
+                continue;
+            };
+            let phase = match a.phase.as_str() {
+                "firing" => Phase::Firing,
+                "pending" => Phase::Pending,
+                _ => continue,
+            };
+            let severity = a.severity.as_deref().and_then(severity_from);
+            let key = AlertKey {
+                rule: name,
+                gpu_id: a.gpu_id,
+                process_id: a.process_id,
+            };
+            let scope = self
+                .rules
+                .iter()
+                .find(|r| *r.name == *key.rule)
+                .map_or(Scope::Gpu, |r| r.scope);
+            let subject = self
+                .world
+                .gpus
+                .get(&a.gpu_id)
+                .map(|g| {
+                    subject_of(
+                        Target {
+                            gpu: g,
+                            proc: a.process_id.and_then(|p| g.procs.get(&p)),
+                        },
+                        scope,
+                    )
+                })
+                .unwrap_or_default();
+            let state = AlertState {
+                phase,
+                active_since: a.active_since_ms,
+                fired_at: a.fired_ms,
+                last_true: a.last_true_ms,
+                kept_since: a.kept_since_ms,
+                severity,
+            };
+            self.alerts.insert(
+                key,
+                Instance {
+                    state,
+                    reported: a.reported,
+                    subject,
+                    evaluated_at: 0,
+                    fired_summary: a.summary,
+                },
+            );
+        }
     }
 
     /// Reads the training-metrics sources' status (the live daemon calls this every few
@@ -239,13 +325,18 @@ impl Engine {
                     }),
                 };
                 inst.evaluated_at = t;
+                let before = inst.state;
                 let severity = match &rule.critical {
                     Some(c) if matches!(ctx.eval(c, target), Ok(Some(v)) if v != 0.0) => {
                         Severity::Critical
                     }
                     _ => rule.severity,
                 };
-                if let Some(c) = inst.state.step(t, verdict, severity, timing) {
+                let change = inst.state.step(t, verdict, severity, timing);
+                if inst.state != before || before.phase == Phase::Inactive {
+                    self.dirty.insert(key.clone());
+                }
+                if let Some(c) = change {
                     changes.push((key, c));
                 }
             }
@@ -256,10 +347,14 @@ impl Engine {
                 .filter(|(k, i)| k.rule == *name && i.evaluated_at != t)
             {
                 inst.evaluated_at = t;
-                if let Some(c) = inst
+                let before = inst.state;
+                let change = inst
                     .state
-                    .step(t, verdict(rule, Ok(None)), rule.severity, timing)
-                {
+                    .step(t, verdict(rule, Ok(None)), rule.severity, timing);
+                if inst.state != before {
+                    self.dirty.insert(key.clone());
+                }
+                if let Some(c) = change {
                     changes.push((key.clone(), c));
                 }
             }
@@ -330,9 +425,19 @@ impl Engine {
                 tr.summary = s.clone();
             }
         }
+        for (key, _) in &out {
+            self.dirty.insert(key.clone());
+        }
+        let dirty = std::mem::take(&mut self.dirty);
+        for key in dirty {
+            let Some(inst) = self.alerts.get(&key) else {
+                continue;
+            };
+            let rule = self.rules.iter().find(|r| *r.name == *key.rule);
+            self.saves.push(saved(&key, inst, rule.map(|r| r.scope)));
+        }
         // Forget instances that are over (after rendering their resolved message).
-        self.alerts
-            .retain(|_, i| i.state.phase != super::state::Phase::Inactive);
+        self.alerts.retain(|_, i| i.state.phase != Phase::Inactive);
         transitions
     }
 
@@ -505,5 +610,44 @@ pub fn human(ms: i64) -> String {
         0..=59 => format!("{s}s"),
         60..=3599 => format!("{}m {}s", s / 60, s % 60),
         _ => format!("{}h {}m", s / 3600, s / 60 % 60),
+    }
+}
+
+fn severity_from(s: &str) -> Option<Severity> {
+    match s {
+        "info" => Some(Severity::Info),
+        "warning" => Some(Severity::Warning),
+        "critical" => Some(Severity::Critical),
+        _ => None,
+    }
+}
+
+/// The persisted form of an instance.
+fn saved(key: &AlertKey, inst: &Instance, scope: Option<Scope>) -> SavedAlert {
+    let st = &inst.state;
+    SavedAlert {
+        rule: key.rule.to_string(),
+        gpu_id: key.gpu_id,
+        process_id: key.process_id,
+        scope: match scope {
+            Some(Scope::Process) => "process",
+            Some(Scope::Host) => "host",
+            _ => "gpu",
+        }
+        .into(),
+        phase: match st.phase {
+            Phase::Inactive => "inactive",
+            Phase::Pending => "pending",
+            Phase::Firing => "firing",
+        }
+        .into(),
+        severity: st.severity.map(|s| s.as_str().to_string()),
+        reported: inst.reported,
+        active_since_ms: st.active_since,
+        fired_ms: st.fired_at,
+        last_true_ms: st.last_true,
+        kept_since_ms: st.kept_since,
+        summary: inst.fired_summary.clone(),
+        labels_json: None,
     }
 }

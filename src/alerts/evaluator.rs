@@ -51,9 +51,37 @@ pub fn spawn(
                 return;
             }
         };
-        // Evaluate from the first tick written from now on, not the whole stored history.
-        let start = committed().unwrap_or(0);
-        let mut engine = Engine::new(rules, opts, start);
+        // Start at the newest stored sample with the windows filled from history (a restart
+        // neither replays old alerts nor starts blind), and restore the live alerts.
+        let start = match store::history::sample_span(&conn) {
+            Ok(span) => span.map_or(committed().unwrap_or(0), |(_, last)| last),
+            Err(_) => committed().unwrap_or(0),
+        };
+        let mut engine = match Engine::primed(&conn, rules.clone(), opts, start) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the history to fill rule windows; starting empty");
+                Engine::new(rules, opts, start)
+            }
+        };
+        let mut alert_db = match store::alerts::AlertDb::open(&db) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                tracing::error!(error = %e, "alert state will not survive a restart: cannot open the database for writing");
+                None
+            }
+        };
+        if let Some(a) = &alert_db {
+            match a.load_live() {
+                Ok(saved) => {
+                    if !saved.is_empty() {
+                        tracing::info!(alerts = saved.len(), "restored live alerts");
+                    }
+                    engine.restore(saved);
+                }
+                Err(e) => tracing::error!(error = %e, "cannot restore alert state"),
+            }
+        }
         let mut failures = 0u64;
         let mut sources_read = std::time::Instant::now() - SOURCES_EVERY;
         loop {
@@ -88,7 +116,13 @@ pub fn spawn(
                                 log_failure(&mut failures, &e);
                                 break;
                             }
-                            for tr in engine.evaluate(t) {
+                            let transitions = engine.evaluate(t);
+                            if let Some(a) = alert_db.as_mut()
+                                && let Err(e) = a.save(t, &engine.take_saves())
+                            {
+                                log_failure(&mut failures, &e);
+                            }
+                            for tr in transitions {
                                 tracing::warn!(rule = %tr.rule, state = tr.state, severity = tr.severity.as_str(), host = %tr.subject.host, gpu = ?tr.subject.gpu, "{}", tr.summary);
                                 sink(&tr);
                             }

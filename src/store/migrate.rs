@@ -40,10 +40,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "training_source",
         sql: include_str!("../../migrations/0004_training_source.sql"),
     },
+    Migration {
+        version: 5,
+        name: "alerts",
+        sql: include_str!("../../migrations/0005_alerts.sql"),
+    },
 ];
 
 /// The schema version this binary writes and reads.
-pub const LATEST_VERSION: u32 = 4;
+pub const LATEST_VERSION: u32 = 5;
 
 /// The schema version of the database (`PRAGMA user_version`; 0 for an empty file).
 pub fn schema_version(conn: &Connection) -> Result<u32, StoreError> {

@@ -22,6 +22,7 @@
 //!   cap, and maintenance keeps the used pages below [`HIGH_WATER`] of it.
 //! - Readers use [`open_read_only`]; WAL means they never block the writer.
 
+pub mod alerts;
 mod bounds;
 pub mod history;
 mod migrate;

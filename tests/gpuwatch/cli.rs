@@ -364,3 +364,76 @@ fn sighup_reloads_rules_and_a_broken_file_keeps_the_running_ones() {
     });
     assert!(status.success());
 }
+
+#[test]
+fn a_restart_neither_loses_nor_refires_alerts_and_pending_time_counts() {
+    let sim = sim(WALL_SCENARIO);
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("r.toml"),
+        "[[rule]]\nname = \"always\"\nseverity = \"info\"\ncondition = \"util_gpu >= 0\"\nsummary = \"always on {gpu}\"\n\
+         [[rule]]\nname = \"slow\"\nseverity = \"info\"\ncondition = \"util_gpu >= 0\"\nfor = \"6s\"\nsummary = \"slow on {gpu}\"\n",
+    )
+    .expect("rules");
+    let db = dir.path().join("g.db");
+    let cfg = dir.path().join("g.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "database = \"{}\"\nnvml_library = \"{}\"\ninterval = \"200ms\"\n[rules]\ndefault_rules = false\nfiles = [\"r.toml\"]\n[http]\nenabled = false\n",
+            db.display(),
+            sim.library_path().display()
+        ),
+    )
+    .expect("config");
+    let start = |log: &std::path::Path| {
+        let child = gpuwatch()
+            .args(["run", "--config"])
+            .arg(&cfg)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).expect("log"))
+            .spawn()
+            .expect("spawn");
+        Daemon(child)
+    };
+    let read = |log: &std::path::Path| std::fs::read_to_string(log).unwrap_or_default();
+
+    // First run: `always` fires on both GPUs, `slow` is still pending after ~3 s; then kill -9.
+    let log1 = dir.path().join("1.log");
+    let mut d = start(&log1);
+    wait_for("always fires", Duration::from_secs(20), || {
+        read(&log1).contains("always on 1").then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        !read(&log1).contains("slow on"),
+        "slow must still be pending: {}",
+        read(&log1)
+    );
+    let _ = d.0.kill();
+    let _ = d.0.wait();
+
+    // Second run: the firing alerts are restored, not fired again; `slow` fires soon, its
+    // pending time before the crash counting toward `for`.
+    let log2 = dir.path().join("2.log");
+    let started = Instant::now();
+    let _d2 = start(&log2);
+    wait_for("slow fires", Duration::from_secs(20), || {
+        read(&log2).contains("slow on 1").then_some(())
+    });
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(6),
+        "pending time before the restart counts: fired after {took:?}"
+    );
+    assert!(
+        read(&log2).contains("restored live alerts"),
+        "{}",
+        read(&log2)
+    );
+    assert!(
+        !read(&log2).contains("always on"),
+        "a firing alert is not fired again: {}",
+        read(&log2)
+    );
+}

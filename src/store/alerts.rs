@@ -1,0 +1,155 @@
+//! Alert state in SQLite (`alerts`, migration 0005): the daemon's rules thread saves every
+//! change of an alert's lifecycle and restores the live ones after a restart.
+//!
+//! Invariants: each save is one short transaction on the caller's own read-write connection
+//! (the store writer's transactions and these never wait on each other for long: WAL plus a
+//! busy timeout); at most one live (pending/firing) row per identity (a partial unique index);
+//! an episode that ends keeps its row as `resolved` (history), except one that never fired,
+//! which is deleted (pending that came to nothing is not history).
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+
+use super::StoreError;
+use crate::model::TsMs;
+
+/// One alert's persisted state (primitive fields: the store does not know the engine).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SavedAlert {
+    pub rule: String,
+    pub gpu_id: i64,
+    pub process_id: Option<i64>,
+    /// `gpu`, `process` or `host`.
+    pub scope: String,
+    /// `pending`, `firing`, or `inactive` (the episode ended).
+    pub phase: String,
+    pub severity: Option<String>,
+    pub reported: bool,
+    pub active_since_ms: Option<TsMs>,
+    pub fired_ms: Option<TsMs>,
+    pub last_true_ms: Option<TsMs>,
+    pub kept_since_ms: Option<TsMs>,
+    pub summary: Option<String>,
+    pub labels_json: Option<String>,
+}
+
+/// A read-write connection for alert state.
+pub struct AlertDb {
+    conn: Connection,
+}
+
+impl AlertDb {
+    /// Opens the (already created and migrated) database for alert writes.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(Duration::from_secs(5))?;
+        Ok(Self { conn })
+    }
+
+    /// The live (pending or firing) alerts.
+    pub fn load_live(&self) -> Result<Vec<SavedAlert>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT rule, gpu_id, process_id, scope, state, severity, reported, active_since_ms,
+               fired_ms, last_true_ms, kept_since_ms, summary, labels_json
+             FROM alerts WHERE state IN ('pending', 'firing') ORDER BY id",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(SavedAlert {
+                rule: r.get(0)?,
+                gpu_id: r.get(1)?,
+                process_id: r.get(2)?,
+                scope: r.get(3)?,
+                phase: r.get(4)?,
+                severity: r.get(5)?,
+                reported: r.get(6)?,
+                active_since_ms: r.get(7)?,
+                fired_ms: r.get(8)?,
+                last_true_ms: r.get(9)?,
+                kept_since_ms: r.get(10)?,
+                summary: r.get(11)?,
+                labels_json: r.get(12)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Saves changed alerts in one transaction, at evaluation time `now`.
+    pub fn save(&mut self, now: TsMs, changed: &[SavedAlert]) -> Result<(), StoreError> {
+        if changed.is_empty() {
+            return Ok(());
+        }
+        let tx = self.conn.transaction()?;
+        for a in changed {
+            let live: Option<i64> = tx
+                .prepare_cached(
+                    "SELECT id FROM alerts WHERE rule = ?1 AND gpu_id = ?2 AND ifnull(process_id, -1) = ifnull(?3, -1)
+                       AND state IN ('pending', 'firing')",
+                )?
+                .query_row(params![a.rule, a.gpu_id, a.process_id], |r| r.get(0))
+                .optional()?;
+            match (a.phase.as_str(), live) {
+                ("inactive", None) => {}
+                ("inactive", Some(id)) if a.fired_ms.is_none() => {
+                    tx.prepare_cached("DELETE FROM alerts WHERE id = ?1")?
+                        .execute(params![id])?;
+                }
+                ("inactive", Some(id)) => {
+                    tx.prepare_cached(
+                        "UPDATE alerts SET state = 'resolved', resolved_ms = ?2, reported = ?3, updated_ms = ?2 WHERE id = ?1",
+                    )?
+                    .execute(params![id, now, a.reported])?;
+                }
+                (phase, Some(id)) => {
+                    tx.prepare_cached(
+                        "UPDATE alerts SET state = ?2, severity = ?3, reported = ?4, active_since_ms = ?5, fired_ms = ?6,
+                           last_true_ms = ?7, kept_since_ms = ?8, summary = coalesce(?9, summary),
+                           labels_json = coalesce(?10, labels_json), updated_ms = ?11 WHERE id = ?1",
+                    )?
+                    .execute(params![
+                        id,
+                        phase,
+                        a.severity,
+                        a.reported,
+                        a.active_since_ms.unwrap_or(now),
+                        a.fired_ms,
+                        a.last_true_ms,
+                        a.kept_since_ms,
+                        a.summary,
+                        a.labels_json,
+                        now
+                    ])?;
+                }
+                (phase, None) => {
+                    tx.prepare_cached(
+                        "INSERT INTO alerts (rule, gpu_id, process_id, scope, state, severity, reported, active_since_ms,
+                           fired_ms, last_true_ms, kept_since_ms, summary, labels_json, updated_ms)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                    )?
+                    .execute(params![
+                        a.rule,
+                        a.gpu_id,
+                        a.process_id,
+                        a.scope,
+                        phase,
+                        a.severity,
+                        a.reported,
+                        a.active_since_ms.unwrap_or(now),
+                        a.fired_ms,
+                        a.last_true_ms,
+                        a.kept_since_ms,
+                        a.summary,
+                        a.labels_json,
+                        now
+                    ])?;
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}
