@@ -93,7 +93,41 @@ fn faults_at_5_s_on_other_models_are_found() {
         (20.0..=32.0).contains(&idle),
         "idle found at {idle} min (idle from 5): {seen:?}"
     );
-    let expected = ["training_hang", "gpu_memory_leak", "gpu_idle"];
+    let lost = first(&seen, "gpu_lost", "firing", 4).unwrap_or_else(|| panic!("lost: {seen:?}"));
+    assert!(
+        (20.0..=21.0).contains(&lost),
+        "lost found at {lost} min (lost at 20): {seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .all(|(_, r, _, g)| *g != Some(4) || r == "gpu_lost"),
+        "gpu_lost mutes the rest: {seen:?}"
+    );
+    let wedged = first(&seen, "cuda_driver_error", "firing", 5)
+        .unwrap_or_else(|| panic!("wedged: {seen:?}"));
+    assert!(
+        (12.0..=14.0).contains(&wedged),
+        "driver error found at {wedged} min (from 10): {seen:?}"
+    );
+    let orphaned = first(&seen, "gpu_memory_orphaned", "firing", 6)
+        .unwrap_or_else(|| panic!("orphaned: {seen:?}"));
+    assert_eq!(
+        first(&seen, "gpu_idle", "firing", 6),
+        None,
+        "orphaned memory is not an idle job: {seen:?}"
+    );
+    assert!(
+        (45.0..=52.0).contains(&orphaned),
+        "orphaned memory found at {orphaned} min (from 40): {seen:?}"
+    );
+    let expected = [
+        "training_hang",
+        "gpu_memory_leak",
+        "gpu_idle",
+        "gpu_lost",
+        "cuda_driver_error",
+        "gpu_memory_orphaned",
+    ];
     let others: Vec<_> = seen
         .iter()
         .filter(|(_, r, _, _)| !expected.contains(&r.as_str()))
