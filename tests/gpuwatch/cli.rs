@@ -310,25 +310,8 @@ fn sighup_reloads_rules_and_a_broken_file_keeps_the_running_ones() {
     };
     std::fs::write(&rules, rule("first_rule")).expect("write");
     let log = dir.path().join("log.txt");
-    let db = dir.path().join("g.db");
-    let cfg = dir.path().join("g.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "database = \"{}\"\nnvml_library = \"{}\"\ninterval = \"200ms\"\n[rules]\ndefault_rules = false\nfiles = [\"r.toml\"]\n[http]\nenabled = false\n",
-            db.display(),
-            sim.library_path().display()
-        ),
-    )
-    .expect("config");
-    let child = gpuwatch()
-        .args(["run", "--config"])
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("spawn");
-    let mut d = Daemon(child);
+    let cfg = rules_config(dir.path(), &sim.library_path());
+    let mut d = run_logging(&cfg, &log);
     let pid = d.0.id() as i32;
     let logged = |needle: &str| {
         std::fs::read_to_string(&log)
@@ -375,27 +358,8 @@ fn a_restart_neither_loses_nor_refires_alerts_and_pending_time_counts() {
          [[rule]]\nname = \"slow\"\nseverity = \"info\"\ncondition = \"util_gpu >= 0\"\nfor = \"6s\"\nsummary = \"slow on {gpu}\"\n",
     )
     .expect("rules");
-    let db = dir.path().join("g.db");
-    let cfg = dir.path().join("g.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "database = \"{}\"\nnvml_library = \"{}\"\ninterval = \"200ms\"\n[rules]\ndefault_rules = false\nfiles = [\"r.toml\"]\n[http]\nenabled = false\n",
-            db.display(),
-            sim.library_path().display()
-        ),
-    )
-    .expect("config");
-    let start = |log: &std::path::Path| {
-        let child = gpuwatch()
-            .args(["run", "--config"])
-            .arg(&cfg)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).expect("log"))
-            .spawn()
-            .expect("spawn");
-        Daemon(child)
-    };
+    let cfg = rules_config(dir.path(), &sim.library_path());
+    let start = |log: &std::path::Path| run_logging(&cfg, log);
     let read = |log: &std::path::Path| std::fs::read_to_string(log).unwrap_or_default();
 
     // First run: `always` fires on both GPUs, `slow` is still pending after ~3 s; then kill -9.
@@ -436,4 +400,32 @@ fn a_restart_neither_loses_nor_refires_alerts_and_pending_time_counts() {
         "a firing alert is not fired again: {}",
         read(&log2)
     );
+}
+
+/// A daemon config in `dir` on the simulated library `lib`, with only the rules of
+/// `dir/r.toml`, sampling every 200 ms, without HTTP.
+fn rules_config(dir: &Path, lib: &Path) -> std::path::PathBuf {
+    let cfg = dir.join("g.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "database = \"{}\"\nnvml_library = \"{}\"\ninterval = \"200ms\"\n[rules]\ndefault_rules = false\nfiles = [\"r.toml\"]\n[http]\nenabled = false\n",
+            dir.join("g.db").display(),
+            lib.display()
+        ),
+    )
+    .expect("config");
+    cfg
+}
+
+/// `gpuwatch run --config cfg` with its log in `log`.
+fn run_logging(cfg: &Path, log: &Path) -> Daemon {
+    let child = gpuwatch()
+        .args(["run", "--config"])
+        .arg(cfg)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).expect("log"))
+        .spawn()
+        .expect("spawn");
+    Daemon(child)
 }
