@@ -54,7 +54,7 @@ pub struct Config {
 pub struct RulesConfig {
     /// Load the shipped default rules (embedded in the binary).
     pub default_rules: bool,
-    /// Rule files, or directories of `*.toml` rule files, loaded in addition to (or, with
+    /// Rule files, directories of `*.toml` rule files, or globs, loaded in addition to (or, with
     /// `default_rules = false`, instead of) the defaults. Relative paths are relative to the
     /// config file.
     pub files: Vec<PathBuf>,

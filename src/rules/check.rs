@@ -102,6 +102,26 @@ fn whole_file(path: &Path, message: String) -> RuleError {
 
 /// A file, or the `*.toml` files of a directory.
 fn expand(path: &Path, errors: &mut Vec<RuleError>) -> Vec<PathBuf> {
+    let text = path.to_string_lossy();
+    if text.contains(['*', '?', '[']) {
+        // A glob: every match, in name order; matching nothing is an error (a typo would
+        // otherwise silently load no rules).
+        let mut files: Vec<PathBuf> = match glob::glob(&text) {
+            Ok(paths) => paths
+                .filter_map(Result::ok)
+                .filter(|p| p.is_file())
+                .collect(),
+            Err(e) => {
+                errors.push(whole_file(path, format!("invalid glob pattern: {e}")));
+                return Vec::new();
+            }
+        };
+        files.sort();
+        if files.is_empty() {
+            errors.push(whole_file(path, "the pattern matches no rule file".into()));
+        }
+        return files;
+    }
     if !path.is_dir() {
         return vec![path.to_path_buf()];
     }

@@ -322,3 +322,27 @@ fn truncated_and_damaged_files_never_panic() {
         }
     }
 }
+
+#[test]
+fn globs_expand_to_their_matches_in_order_and_an_empty_match_is_an_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (file, name) in [
+        ("b.toml", "b_rule"),
+        ("a.toml", "a_rule"),
+        ("c.txt", "c_rule"),
+    ] {
+        let text = format!(
+            "[[rule]]\nname = \"{name}\"\nseverity = \"info\"\ncondition = \"temp > 1\"\nsummary = \"x\"\n"
+        );
+        std::fs::write(dir.path().join(file), text).expect("write");
+    }
+    let rules = load_files(&[dir.path().join("*.toml")]).expect("glob loads");
+    let names: Vec<&str> = rules.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["a_rule", "b_rule"]);
+    let err = load_files(&[dir.path().join("*.yaml")]).expect_err("no match");
+    assert!(
+        err.to_string()
+            .ends_with("*.yaml: the pattern matches no rule file"),
+        "{err}"
+    );
+}
