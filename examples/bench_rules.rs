@@ -47,7 +47,7 @@ fn main() -> anyhow::Result<()> {
     let rules = gpuwatch::rules::load_configured(true, &[])?;
     let enabled = rules.iter().filter(|r| r.enabled).count();
     let conn = store::open_read_only(&path)?;
-    let mut engine = Engine::new(rules, EngineOptions { staleness_ms: 3000 }, t0 - 1);
+    let mut engine = Engine::new(rules, EngineOptions::default(), t0 - 1);
     engine.world_mut().set_fetch_ahead(10 * 60_000);
     let mut cycles: Vec<Duration> = Vec::new();
     let (mut evals, mut transitions) = (0u64, 0usize);

@@ -102,6 +102,10 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
                 rules,
                 crate::alerts::engine::EngineOptions {
                     staleness_ms: 3 * ticker.interval().as_millis() as i64,
+                    eval_every_ms: config
+                        .rules
+                        .eval_interval
+                        .map_or(0, |d| d.as_millis() as i64),
                 },
                 move || committed.get(),
                 eval_stop.clone(),

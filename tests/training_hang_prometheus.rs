@@ -219,13 +219,8 @@ async fn a_hang_seen_through_prometheus_is_found_and_an_outage_is_not_a_hang() {
     drop(st);
     let conn = store::open_read_only(&db).expect("read-only");
     let rules = gpuwatch::rules::load_configured(true, &[]).expect("rules");
-    let mut e = Engine::primed(
-        &conn,
-        rules,
-        EngineOptions { staleness_ms: 3000 },
-        t0 + 29 * 60_000,
-    )
-    .expect("primed");
+    let mut e =
+        Engine::primed(&conn, rules, EngineOptions::default(), t0 + 29 * 60_000).expect("primed");
     e.refresh_training_sources(&conn).expect("sources");
     let mut firing = Vec::new();
     while let Some(t) = e.world_mut().next_sample_time(&conn, t_end).expect("next") {

@@ -77,9 +77,23 @@ struct Instance {
 pub struct EngineOptions {
     /// An instant metric older than this is no data (3 sample intervals).
     pub staleness_ms: i64,
+    /// Evaluate at a sample time only when at least this long has passed since the last
+    /// evaluation (`[rules] eval_interval`; 0 = at every sample time).
+    pub eval_every_ms: i64,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            staleness_ms: 3000,
+            eval_every_ms: 0,
+        }
+    }
 }
 
 pub struct Engine {
+    /// The last evaluation time (for `eval_every_ms`).
+    last_eval: Option<TsMs>,
     /// Instances whose state changed in this evaluation (to persist).
     dirty: HashSet<AlertKey>,
     /// Snapshots of changed instances, until the caller takes them.
@@ -112,6 +126,7 @@ impl Engine {
             }
         }
         Self {
+            last_eval: None,
             dirty: HashSet::new(),
             saves: Vec::new(),
             names: rules.iter().map(|r| Arc::from(r.name.as_str())).collect(),
@@ -278,6 +293,13 @@ impl Engine {
 
     /// Evaluates every rule at `t` and returns what changed, in rule then target order.
     pub fn evaluate(&mut self, t: TsMs) -> Vec<Transition> {
+        if self
+            .last_eval
+            .is_some_and(|l| t < l + self.opts.eval_every_ms)
+        {
+            return Vec::new();
+        }
+        self.last_eval = Some(t);
         let ctx = EvalCtx {
             world: &self.world,
             t,

@@ -38,6 +38,10 @@ pub struct ReplayArgs {
     pub to: Option<i64>,
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
+    /// Evaluate at most this often, like a daemon with `[rules] eval_interval` [default: at
+    /// every stored sample].
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub eval_interval: Option<std::time::Duration>,
 }
 
 /// RFC 3339 or unix seconds (fractions allowed) → epoch milliseconds.
@@ -87,7 +91,14 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
     let from = args.from.unwrap_or(first);
     let to = args.to.unwrap_or(last);
     let staleness_ms = 3 * estimate_interval(&conn, from)?;
-    let mut engine = Engine::new(rules, EngineOptions { staleness_ms }, from - 1);
+    let mut engine = Engine::new(
+        rules,
+        EngineOptions {
+            staleness_ms,
+            eval_every_ms: args.eval_interval.map_or(0, |d| d.as_millis() as i64),
+        },
+        from - 1,
+    );
     engine.world_mut().set_fetch_ahead(10 * 60_000);
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if matches!(args.format, Format::Table) {

@@ -58,6 +58,8 @@ pub struct RulesConfig {
     /// `default_rules = false`, instead of) the defaults. Relative paths are relative to the
     /// config file.
     pub files: Vec<PathBuf>,
+    /// Evaluate the rules at most this often (`None`: at every sample, the default).
+    pub eval_interval: Option<Duration>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -100,6 +102,7 @@ impl Default for Config {
             rules: RulesConfig {
                 default_rules: true,
                 files: Vec::new(),
+                eval_interval: None,
             },
         }
     }

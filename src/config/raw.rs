@@ -37,6 +37,7 @@ pub struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawRules {
     default_rules: Option<bool>,
+    eval_interval: Option<Spanned<String>>,
     #[serde(default)]
     files: Vec<PathBuf>,
 }
@@ -250,6 +251,15 @@ impl RawConfig {
             ms(100),
             s(day),
         );
+        let eval_interval = self.rules.eval_interval.as_ref().map(|_| {
+            c.duration(
+                "rules.eval_interval",
+                &self.rules.eval_interval,
+                interval,
+                interval,
+                s(3600),
+            )
+        });
         let prometheus = self.prometheus.and_then(|p| {
             let span = p.span();
             p.into_inner().compile(&mut c, span, interval)
@@ -280,6 +290,7 @@ impl RawConfig {
             prometheus,
             rules: super::RulesConfig {
                 default_rules: self.rules.default_rules.unwrap_or(true),
+                eval_interval,
                 files: self
                     .rules
                     .files

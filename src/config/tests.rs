@@ -107,3 +107,17 @@ fn line_col_counts_characters() {
     assert_eq!(error::line_col("ab\ncdé f", 8), (2, 5));
     assert_eq!(error::line_col("", 0), (1, 1));
 }
+
+#[test]
+fn rules_section() {
+    let c = parse("interval = \"2s\"\n[rules]\ndefault_rules = false\nfiles = [\"r.d/*.toml\"]\neval_interval = \"10s\"\n")
+        .expect("valid");
+    assert!(!c.rules.default_rules);
+    assert_eq!(c.rules.files, vec![std::path::PathBuf::from("r.d/*.toml")]);
+    assert_eq!(c.rules.eval_interval, Some(Duration::from_secs(10)));
+    let e = err("interval = \"2s\"\n[rules]\neval_interval = \"1s\"\n");
+    assert!(
+        e.starts_with("g.toml:3:17: `rules.eval_interval` = \"1s\" is out of range"),
+        "{e}"
+    );
+}

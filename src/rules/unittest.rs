@@ -71,6 +71,7 @@ pub fn run_file(path: &Path) -> Result<Vec<String>, UnitTestError> {
     let end = batches.last().map_or(T0, |b| b.ts_ms);
     let options = EngineOptions {
         staleness_ms: 3 * test.interval_ms,
+        ..EngineOptions::default()
     };
     let mut engine = Engine::new(rules, options, T0 - 1);
     engine.world_mut().set_fetch_ahead(10 * 60_000);

@@ -71,7 +71,7 @@ fn firing(
     live: bool,
 ) -> Vec<String> {
     let conn = store::open_read_only(path).expect("read-only");
-    let mut e = Engine::new(rules, EngineOptions { staleness_ms: 3000 }, T0 - 1);
+    let mut e = Engine::new(rules, EngineOptions::default(), T0 - 1);
     if live {
         e.refresh_training_sources(&conn).expect("sources");
     }
