@@ -161,15 +161,20 @@ impl Engine {
         fresh.advance(conn, t)?;
         fresh.world.training_down = std::mem::take(&mut self.world.training_down);
         fresh.world.training_known = std::mem::take(&mut self.world.training_known);
-        for (key, inst) in std::mem::take(&mut self.alerts) {
-            if let Some(name) = fresh.names.iter().find(|n| ***n == *key.rule) {
-                fresh.alerts.insert(
-                    AlertKey {
+        for (key, mut inst) in std::mem::take(&mut self.alerts) {
+            match fresh.names.iter().find(|n| ***n == *key.rule) {
+                Some(name) => {
+                    let key = AlertKey {
                         rule: name.clone(),
                         ..key
-                    },
-                    inst,
-                );
+                    };
+                    fresh.alerts.insert(key, inst);
+                }
+                // The rule is gone: its alert ends (recorded as such, not left live).
+                None => {
+                    inst.state.phase = Phase::Inactive;
+                    fresh.saves.push(saved(&key, &inst, None));
+                }
             }
         }
         *self = fresh;
@@ -202,6 +207,11 @@ impl Engine {
     pub fn restore(&mut self, saved: Vec<SavedAlert>) {
         for a in saved {
             let Some(name) = self.names.iter().find(|n| ***n == *a.rule).cloned() else {
+                // The rule no longer exists: the alert ends, recorded through `take_saves`.
+                self.saves.push(SavedAlert {
+                    phase: "inactive".into(),
+                    ..a
+                });
                 continue;
             };
             let phase = match a.phase.as_str() {

@@ -78,6 +78,12 @@ pub fn spawn(
                         tracing::info!(alerts = saved.len(), "restored live alerts");
                     }
                     engine.restore(saved);
+                    let ended = engine.take_saves();
+                    if let Some(a) = alert_db.as_mut()
+                        && let Err(e) = a.save(start, &ended)
+                    {
+                        tracing::error!(error = %e, "cannot record the end of alerts of removed rules");
+                    }
                 }
                 Err(e) => tracing::error!(error = %e, "cannot restore alert state"),
             }

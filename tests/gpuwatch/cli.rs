@@ -346,6 +346,23 @@ fn sighup_reloads_rules_and_a_broken_file_keeps_the_running_ones() {
         d.0.try_wait().ok().flatten()
     });
     assert!(status.success());
+    // The alerts of the rule the reload removed ended; they are not left live in the store.
+    let conn = rusqlite::Connection::open(dir.path().join("g.db")).expect("open");
+    let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).expect(sql) };
+    assert_eq!(
+        count(
+            "SELECT count(*) FROM alerts WHERE rule = 'first_rule' AND state IN ('pending', 'firing')"
+        ),
+        0
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM alerts WHERE rule = 'first_rule' AND state = 'resolved'"),
+        2
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM alerts WHERE rule = 'second_rule' AND state = 'firing'"),
+        2
+    );
 }
 
 #[test]
