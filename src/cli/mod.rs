@@ -6,6 +6,7 @@
 
 mod demo;
 mod format;
+mod record;
 mod replay;
 mod rules;
 mod rules_test;
@@ -53,6 +54,15 @@ pub enum Command {
     Rules(rules::RulesArgs),
     /// Evaluate rules over stored history as the live daemon would; print every transition.
     Replay(replay::ReplayArgs),
+    /// Scenario files for the simulated NVML library.
+    #[command(subcommand)]
+    Scenario(ScenarioCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ScenarioCommand {
+    /// Sample the GPUs for a while and write what was seen as a scenario file.
+    Record(record::RecordArgs),
 }
 
 /// Options shared by commands that read the configuration.
@@ -118,6 +128,7 @@ pub fn main() -> i32 {
         Command::Demo(a) => demo::run(a),
         Command::Rules(a) => rules::run(a),
         Command::Replay(a) => replay::run(a),
+        Command::Scenario(ScenarioCommand::Record(a)) => record::run(a),
     };
     match result {
         Ok(()) => exit::OK,

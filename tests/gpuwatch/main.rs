@@ -10,4 +10,5 @@ mod daemon;
 mod detection;
 mod outage;
 mod pynvml;
+mod record;
 mod sampler;
