@@ -259,6 +259,9 @@ fn gpu(out: &mut String, inv: &GpuInventory, samples: &[&GpuSample], ms: i64, t0
     }
 }
 
+/// A process on a GPU: first and last tick time, memory sum and count, the process.
+type Seen<'a> = (TsMs, TsMs, f64, f64, &'a ProcessSample);
+
 fn processes(
     out: &mut String,
     inventory: &[GpuInventory],
