@@ -214,8 +214,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         if writer.send_tick(batch, ticker.interval()).is_err() {
             health.write_errors.fetch_add(1, Ordering::Relaxed);
         }
-        let progress = batch_progress;
-        health.tick_done(tick.ts_ms, progress);
+        health.tick_done(tick.ts_ms, batch_progress);
         summary.ticks += 1;
     }
 

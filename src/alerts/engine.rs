@@ -153,12 +153,9 @@ impl Engine {
     /// the stored history up to the time already evaluated, and the alerts of rules that still
     /// exist keep their state (a firing alert is neither lost nor fired again).
     pub fn reload(&mut self, conn: &Connection, rules: Vec<Rule>) -> Result<(), StoreError> {
-        let t = self.world.fed_to;
-        let mut fresh = Engine::new(rules, self.opts, t);
-        let back = fresh.world.longest_keep();
-        fresh = Engine::new(std::mem::take(&mut fresh.rules), self.opts, t - back);
-        fresh.world.set_fetch_ahead(0);
-        fresh.advance(conn, t)?;
+        let mut fresh = Engine::primed(conn, rules, self.opts, self.world.fed_to)?;
+        fresh.last_eval = self.last_eval;
+        fresh.saves = std::mem::take(&mut self.saves);
         fresh.world.training_down = std::mem::take(&mut self.world.training_down);
         fresh.world.training_known = std::mem::take(&mut self.world.training_known);
         for (key, mut inst) in std::mem::take(&mut self.alerts) {

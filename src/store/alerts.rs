@@ -104,31 +104,20 @@ impl AlertDb {
                     )?
                     .execute(params![id, now, a.reported])?;
                 }
-                (phase, Some(id)) => {
-                    tx.prepare_cached(
-                        "UPDATE alerts SET state = ?2, severity = ?3, reported = ?4, active_since_ms = ?5, fired_ms = ?6,
-                           last_true_ms = ?7, kept_since_ms = ?8, summary = coalesce(?9, summary),
-                           labels_json = coalesce(?10, labels_json), updated_ms = ?11 WHERE id = ?1",
-                    )?
-                    .execute(params![
-                        id,
-                        phase,
-                        a.severity,
-                        a.reported,
-                        a.active_since_ms.unwrap_or(now),
-                        a.fired_ms,
-                        a.last_true_ms,
-                        a.kept_since_ms,
-                        a.summary,
-                        a.labels_json,
-                        now
-                    ])?;
-                }
-                (phase, None) => {
+                // A live episode: insert it, or update its live row (the partial unique index).
+                (phase, _) => {
                     tx.prepare_cached(
                         "INSERT INTO alerts (rule, gpu_id, process_id, scope, state, severity, reported, active_since_ms,
                            fired_ms, last_true_ms, kept_since_ms, summary, labels_json, updated_ms)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+                         ON CONFLICT (rule, gpu_id, ifnull(process_id, -1)) WHERE state IN ('pending', 'firing')
+                         DO UPDATE SET state = excluded.state, severity = excluded.severity,
+                           reported = excluded.reported, active_since_ms = excluded.active_since_ms,
+                           fired_ms = excluded.fired_ms, last_true_ms = excluded.last_true_ms,
+                           kept_since_ms = excluded.kept_since_ms,
+                           summary = coalesce(excluded.summary, summary),
+                           labels_json = coalesce(excluded.labels_json, labels_json),
+                           updated_ms = excluded.updated_ms",
                     )?
                     .execute(params![
                         a.rule,
