@@ -28,16 +28,23 @@ fi
 # A real Prometheus and promtool (Debian's `prometheus` package) for
 # tests/training_prometheus.rs: backfilled training series served over a loopback port, over
 # HTTP and over HTTPS with a test CA made by the openssl CLI.
-if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1 \
-  || ! command -v openssl >/dev/null 2>&1; then
+#
+# Alert delivery tests (tests/notify_*.rs) start Debian's Alertmanager
+# (`prometheus-alertmanager`) and a real SMTP server, aiosmtpd run by the system Python
+# (`python3-aiosmtpd`), on loopback ports.
+need_apt=()
+command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
+command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
+/usr/bin/python3 -c 'import aiosmtpd' 2>/dev/null || need_apt+=(python3-aiosmtpd)
+if [ "${#need_apt[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    say "installing prometheus, promtool and openssl (apt-get)"
+    say "installing ${need_apt[*]} (apt-get)"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus openssl
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
   else
-    echo "WARNING: prometheus, promtool or openssl is missing and this is not root (or not" \
-      "Debian): tests/training_prometheus.rs will fail. Install them:" \
-      "sudo apt-get install prometheus openssl" >&2
+    echo "WARNING: missing ${need_apt[*]} and this is not root (or not Debian): the tests" \
+      "that start them will fail. Install them: sudo apt-get install ${need_apt[*]}" >&2
   fi
 fi
 if [ "$lint" = 1 ]; then

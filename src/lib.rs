@@ -12,6 +12,7 @@ pub mod config;
 pub mod daemon;
 pub mod http;
 pub mod model;
+pub mod notify;
 pub mod rules;
 pub mod sampler;
 pub mod sim;

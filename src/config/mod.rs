@@ -9,10 +9,15 @@
 //! of env vars and `*_file` paths to read them from (see [`SecretSource`]).
 
 mod error;
+mod notify;
 mod prometheus;
 mod raw;
 
 pub use error::{ConfigError, ConfigErrors};
+pub use notify::{
+    AlertmanagerConfig, EmailConfig, GroupTiming, NotifyConfig, ReceiverConfig, ReceiverKind,
+    RouteConfig, SlackConfig, SmtpTls, UrlSource, WebhookConfig, is_loopback_host,
+};
 pub use prometheus::{
     DEFAULT_LOSS_QUERY, DEFAULT_STEP_QUERY, PrometheusAuth, PrometheusConfig, QueryMethod,
     SecretSource, TrainingQueries,
@@ -48,6 +53,8 @@ pub struct Config {
     /// Where training metrics come from; `None` without a `[prometheus]` section.
     pub prometheus: Option<PrometheusConfig>,
     pub rules: RulesConfig,
+    /// Receivers, routes and delivery timing (no receivers: alerts are only logged).
+    pub notify: NotifyConfig,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -99,6 +106,7 @@ impl Default for Config {
                 stall_after: Duration::from_secs(10),
             },
             prometheus: None,
+            notify: NotifyConfig::default(),
             rules: RulesConfig {
                 default_rules: true,
                 files: Vec::new(),

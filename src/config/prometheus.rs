@@ -223,8 +223,13 @@ impl RawPrometheus {
     }
 
     fn auth(&self, c: &mut Checker<'_>) -> PrometheusAuth {
-        let token = secret(c, "token", &self.token_env, &self.token_file);
-        let password = secret(c, "password", &self.password_env, &self.password_file);
+        let token = secret(c, "prometheus.token", &self.token_env, &self.token_file);
+        let password = secret(
+            c,
+            "prometheus.password",
+            &self.password_env,
+            &self.password_file,
+        );
         let username = self
             .username
             .as_ref()
@@ -273,8 +278,9 @@ impl RawPrometheus {
     }
 }
 
-/// `{what}_env` / `{what}_file`: at most one, neither empty. Returns the span of the key used.
-fn secret(
+/// `{key}_env` / `{key}_file` (`key` is the dotted key without the suffix, e.g.
+/// `prometheus.token`): at most one, neither empty. Returns the span of the key used.
+pub(super) fn secret(
     c: &mut Checker<'_>,
     what: &str,
     env: &Option<Spanned<String>>,
@@ -285,7 +291,7 @@ fn secret(
         (Some(_), Some(f)) => {
             c.error(
                 f.span(),
-                format!("`prometheus.{what}_env` and `prometheus.{what}_file` are both set"),
+                format!("`{what}_env` and `{what}_file` are both set"),
                 "keep one of them",
             );
             None
@@ -294,7 +300,7 @@ fn secret(
             let key = if env.is_some() { "env" } else { "file" };
             c.error(
                 v.span(),
-                format!("`prometheus.{what}_{key}` is empty"),
+                format!("`{what}_{key}` is empty"),
                 "name an environment variable or a file, or remove the key",
             );
             None

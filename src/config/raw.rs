@@ -9,6 +9,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::error::{ConfigError, ConfigErrors};
+use super::notify::RawNotify;
 use super::prometheus::RawPrometheus;
 use super::{Config, HttpConfig, ProcessesConfig};
 
@@ -31,6 +32,8 @@ pub struct RawConfig {
     prometheus: Option<Spanned<RawPrometheus>>,
     #[serde(default)]
     rules: RawRules,
+    #[serde(default)]
+    notify: RawNotify,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -264,6 +267,7 @@ impl RawConfig {
             let span = p.span();
             p.into_inner().compile(&mut c, span, interval)
         });
+        let notify = self.notify.compile(&mut c);
 
         if !c.errors.is_empty() {
             return Err(ConfigErrors(c.errors));
@@ -288,6 +292,7 @@ impl RawConfig {
                 stall_after,
             },
             prometheus,
+            notify,
             rules: super::RulesConfig {
                 default_rules: self.rules.default_rules.unwrap_or(true),
                 eval_interval,

@@ -1,0 +1,896 @@
+//! The `[notify]` section: receivers (Slack, email, webhook, Alertmanager), routes, and the
+//! timing of groups, repeats and retries.
+//!
+//! Invariants:
+//! - Secrets never live here: Slack webhook URLs, SMTP passwords, webhook URLs with tokens and
+//!   HMAC keys are named by `*_env` / `*_file` keys ([`SecretSource`]). `Debug` is safe to log.
+//! - Receiver names are unique and every route names existing receivers.
+//! - Plaintext SMTP with credentials to a non-loopback host is refused unless
+//!   `allow_insecure_auth = true`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::SecretSource;
+use super::prometheus::secret;
+use super::raw::Checker;
+use crate::notify::matcher::Matcher;
+
+/// Alertmanager's defaults.
+pub const DEFAULT_GROUP_WAIT: Duration = Duration::from_secs(30);
+pub const DEFAULT_GROUP_INTERVAL: Duration = Duration::from_secs(300);
+pub const DEFAULT_REPEAT_INTERVAL: Duration = Duration::from_secs(4 * 3600);
+
+/// The validated `[notify]` section. Empty (no receivers) when absent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NotifyConfig {
+    pub receivers: Vec<ReceiverConfig>,
+    /// Tried in order; the first match wins unless it says `continue = true`.
+    pub routes: Vec<RouteConfig>,
+    /// Receivers of alerts no route matched (default: every receiver).
+    pub default_receivers: Vec<String>,
+    /// Grouping of the default route (and of routes that do not set their own).
+    pub group_by: Vec<String>,
+    pub timing: GroupTiming,
+    /// A notification still undelivered after this long raises `gpuwatch_notify_backlog`
+    /// (sent to the other receivers) and shows in `gpuwatch status`.
+    pub backlog_alert_after: Duration,
+    /// Retries of transient failures back off exponentially (with jitter) up to this.
+    pub retry_max_backoff: Duration,
+}
+
+impl Default for NotifyConfig {
+    fn default() -> Self {
+        Self {
+            receivers: Vec::new(),
+            routes: Vec::new(),
+            default_receivers: Vec::new(),
+            group_by: vec!["rule".into(), "host".into()],
+            timing: GroupTiming::default(),
+            backlog_alert_after: Duration::from_secs(600),
+            retry_max_backoff: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Alertmanager's grouping clocks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GroupTiming {
+    /// How long a new group waits to collect more alerts before its first message.
+    pub group_wait: Duration,
+    /// How long after a group's last message a change in it is sent.
+    pub group_interval: Duration,
+    /// How long after a group's last message alerts still firing are sent again.
+    pub repeat_interval: Duration,
+}
+
+impl Default for GroupTiming {
+    fn default() -> Self {
+        Self {
+            group_wait: DEFAULT_GROUP_WAIT,
+            group_interval: DEFAULT_GROUP_INTERVAL,
+            repeat_interval: DEFAULT_REPEAT_INTERVAL,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReceiverConfig {
+    pub name: String,
+    /// Send a message when an alert ends (default true).
+    pub send_resolved: bool,
+    /// Deadline of one delivery attempt.
+    pub timeout: Duration,
+    pub kind: ReceiverKind,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReceiverKind {
+    Slack(SlackConfig),
+    Email(EmailConfig),
+    Webhook(WebhookConfig),
+    Alertmanager(AlertmanagerConfig),
+}
+
+impl ReceiverKind {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            ReceiverKind::Slack(_) => "slack",
+            ReceiverKind::Email(_) => "email",
+            ReceiverKind::Webhook(_) => "webhook",
+            ReceiverKind::Alertmanager(_) => "alertmanager",
+        }
+    }
+}
+
+/// A Slack incoming webhook.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlackConfig {
+    /// The webhook URL (it is the secret: whoever has it can post).
+    pub webhook_url: SecretSource,
+    /// At most one message per this interval per webhook (Slack: about one per second).
+    pub min_interval: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmtpTls {
+    /// Plain connection upgraded with STARTTLS (required; port 587).
+    StartTls,
+    /// TLS from the first byte (port 465).
+    Tls,
+    /// No TLS (loopback relays; with credentials only if `allow_insecure_auth`).
+    None,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmailConfig {
+    pub smtp_host: String,
+    pub smtp_port: u16,
+    pub tls: SmtpTls,
+    pub username: Option<String>,
+    pub password: Option<SecretSource>,
+    pub from: String,
+    pub to: Vec<String>,
+    /// Extra CA certificate(s) (PEM) trusted for the SMTP server.
+    pub ca_file: Option<PathBuf>,
+    /// Send credentials over a plaintext connection to a non-loopback host.
+    pub allow_insecure_auth: bool,
+    /// Attach a PNG chart of the metric that fired (last hour) to the HTML part.
+    pub chart: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum UrlSource {
+    /// A URL without credentials, written in the config.
+    Plain(String),
+    /// A URL that carries a token: read from env or a file.
+    Secret(SecretSource),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebhookConfig {
+    pub url: UrlSource,
+    /// HMAC-SHA256 key; when set, requests carry `X-Gpuwatch-Signature: sha256=<hex>`.
+    pub hmac_secret: Option<SecretSource>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertmanagerConfig {
+    /// Base URLs of every Alertmanager of the HA cluster (all are sent to).
+    pub urls: Vec<String>,
+    /// Active alerts are re-sent this often with `endsAt` = now + 4 × this.
+    pub resend_every: Duration,
+    /// Also send `gpuwatch_heartbeat`, an alert that always fires (the Watchdog pattern).
+    pub heartbeat: bool,
+    pub bearer_token: Option<SecretSource>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteConfig {
+    /// All must match the alert's labels (`rule`, `severity`, `host`, `gpu`, `uuid`, ...).
+    pub matchers: Vec<Matcher>,
+    pub receivers: Vec<String>,
+    pub group_by: Vec<String>,
+    pub timing: GroupTiming,
+    /// Go on to the next routes after this one matched.
+    pub continue_: bool,
+}
+
+// ---------------------------------------------------------------------------------------
+// Raw form
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawNotify {
+    #[serde(default)]
+    slack: Vec<Spanned<RawSlack>>,
+    #[serde(default)]
+    email: Vec<Spanned<RawEmail>>,
+    #[serde(default)]
+    webhook: Vec<Spanned<RawWebhook>>,
+    #[serde(default)]
+    alertmanager: Vec<Spanned<RawAlertmanager>>,
+    #[serde(default)]
+    route: Vec<Spanned<RawRoute>>,
+    default_receivers: Option<Vec<Spanned<String>>>,
+    group_by: Option<Vec<Spanned<String>>>,
+    group_wait: Option<Spanned<String>>,
+    group_interval: Option<Spanned<String>>,
+    repeat_interval: Option<Spanned<String>>,
+    backlog_alert_after: Option<Spanned<String>>,
+    retry_max_backoff: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCommon {
+    name: Option<Spanned<String>>,
+    send_resolved: Option<bool>,
+    timeout: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSlack {
+    name: Option<Spanned<String>>,
+    send_resolved: Option<bool>,
+    timeout: Option<Spanned<String>>,
+    webhook_url: Option<Spanned<String>>,
+    webhook_url_env: Option<Spanned<String>>,
+    webhook_url_file: Option<Spanned<String>>,
+    min_interval: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEmail {
+    name: Option<Spanned<String>>,
+    send_resolved: Option<bool>,
+    timeout: Option<Spanned<String>>,
+    smtp_host: Option<Spanned<String>>,
+    smtp_port: Option<Spanned<i64>>,
+    tls: Option<Spanned<String>>,
+    username: Option<Spanned<String>>,
+    password: Option<Spanned<String>>,
+    password_env: Option<Spanned<String>>,
+    password_file: Option<Spanned<String>>,
+    from: Option<Spanned<String>>,
+    #[serde(default)]
+    to: Vec<Spanned<String>>,
+    ca_file: Option<PathBuf>,
+    allow_insecure_auth: Option<bool>,
+    chart: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWebhook {
+    name: Option<Spanned<String>>,
+    send_resolved: Option<bool>,
+    timeout: Option<Spanned<String>>,
+    url: Option<Spanned<String>>,
+    url_env: Option<Spanned<String>>,
+    url_file: Option<Spanned<String>>,
+    hmac_secret: Option<Spanned<String>>,
+    hmac_secret_env: Option<Spanned<String>>,
+    hmac_secret_file: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAlertmanager {
+    name: Option<Spanned<String>>,
+    send_resolved: Option<bool>,
+    timeout: Option<Spanned<String>>,
+    #[serde(default)]
+    urls: Vec<Spanned<String>>,
+    resend_every: Option<Spanned<String>>,
+    heartbeat: Option<bool>,
+    bearer_token_env: Option<Spanned<String>>,
+    bearer_token_file: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    #[serde(rename = "match", default)]
+    matchers: Vec<Spanned<String>>,
+    #[serde(default)]
+    receivers: Vec<Spanned<String>>,
+    group_by: Option<Vec<Spanned<String>>>,
+    group_wait: Option<Spanned<String>>,
+    group_interval: Option<Spanned<String>>,
+    repeat_interval: Option<Spanned<String>>,
+    #[serde(rename = "continue")]
+    continue_: Option<bool>,
+}
+
+type Span = std::ops::Range<usize>;
+
+impl RawNotify {
+    pub(super) fn compile(self, c: &mut Checker<'_>) -> NotifyConfig {
+        let d = NotifyConfig::default();
+        let s = Duration::from_secs;
+        let timing = GroupTiming {
+            group_wait: c.duration(
+                "notify.group_wait",
+                &self.group_wait,
+                d.timing.group_wait,
+                s(0),
+                s(86_400),
+            ),
+            group_interval: c.duration(
+                "notify.group_interval",
+                &self.group_interval,
+                d.timing.group_interval,
+                s(0),
+                s(86_400),
+            ),
+            repeat_interval: c.duration(
+                "notify.repeat_interval",
+                &self.repeat_interval,
+                d.timing.repeat_interval,
+                s(60),
+                s(30 * 86_400),
+            ),
+        };
+        let backlog_alert_after = c.duration(
+            "notify.backlog_alert_after",
+            &self.backlog_alert_after,
+            d.backlog_alert_after,
+            s(1),
+            s(30 * 86_400),
+        );
+        let retry_max_backoff = c.duration(
+            "notify.retry_max_backoff",
+            &self.retry_max_backoff,
+            d.retry_max_backoff,
+            Duration::from_millis(100),
+            s(86_400),
+        );
+        let group_by = self
+            .group_by
+            .as_ref()
+            .map_or(d.group_by.clone(), |g| label_list(c, "notify.group_by", g));
+
+        let mut receivers: Vec<(Span, ReceiverConfig)> = Vec::new();
+        for r in self.slack {
+            let span = r.span();
+            receivers.extend(r.into_inner().compile(c, span.clone()).map(|x| (span, x)));
+        }
+        for r in self.email {
+            let span = r.span();
+            receivers.extend(r.into_inner().compile(c, span.clone()).map(|x| (span, x)));
+        }
+        for r in self.webhook {
+            let span = r.span();
+            receivers.extend(r.into_inner().compile(c, span.clone()).map(|x| (span, x)));
+        }
+        for r in self.alertmanager {
+            let span = r.span();
+            receivers.extend(r.into_inner().compile(c, span.clone()).map(|x| (span, x)));
+        }
+        for (i, (span, r)) in receivers.iter().enumerate() {
+            if receivers[..i].iter().any(|(_, o)| o.name == r.name) {
+                c.error(
+                    span.clone(),
+                    format!("receiver name {:?} is used twice", r.name),
+                    "give every receiver its own `name`",
+                );
+            }
+        }
+        let names: Vec<String> = receivers.iter().map(|(_, r)| r.name.clone()).collect();
+        let known = |c: &mut Checker<'_>, key: &str, list: &[Spanned<String>]| -> Vec<String> {
+            let mut out = Vec::new();
+            for n in list {
+                if names.iter().any(|x| x == n.get_ref()) {
+                    out.push(n.get_ref().clone());
+                } else {
+                    c.error(
+                        n.span(),
+                        format!("`{key}` names {:?}, which is not a receiver", n.get_ref()),
+                        &format!(
+                            "receivers are: {}",
+                            if names.is_empty() {
+                                "none (add [[notify.slack]], [[notify.email]], ...)".to_string()
+                            } else {
+                                names.join(", ")
+                            }
+                        ),
+                    );
+                }
+            }
+            out
+        };
+        let default_receivers = match &self.default_receivers {
+            None => names.clone(),
+            Some(list) => known(c, "notify.default_receivers", list),
+        };
+        let mut routes = Vec::new();
+        for r in self.route {
+            let span = r.span();
+            let r = r.into_inner();
+            if r.receivers.is_empty() {
+                c.error(
+                    span.clone(),
+                    "a `[[notify.route]]` has no `receivers`".into(),
+                    "add receivers = [\"name\", ...]",
+                );
+            }
+            let receivers = known(c, "notify.route.receivers", &r.receivers);
+            let mut matchers = Vec::new();
+            for m in &r.matchers {
+                match Matcher::parse(m.get_ref()) {
+                    Ok(x) => matchers.push(x),
+                    Err(e) => c.error(
+                        m.span(),
+                        format!("`notify.route.match`: {e}"),
+                        "write label=value, label!=value, label=~regex or label!~regex",
+                    ),
+                }
+            }
+            let group_by = r.group_by.as_ref().map_or(group_by.clone(), |g| {
+                label_list(c, "notify.route.group_by", g)
+            });
+            let route_timing = GroupTiming {
+                group_wait: c.duration(
+                    "notify.route.group_wait",
+                    &r.group_wait,
+                    timing.group_wait,
+                    s(0),
+                    s(86_400),
+                ),
+                group_interval: c.duration(
+                    "notify.route.group_interval",
+                    &r.group_interval,
+                    timing.group_interval,
+                    s(0),
+                    s(86_400),
+                ),
+                repeat_interval: c.duration(
+                    "notify.route.repeat_interval",
+                    &r.repeat_interval,
+                    timing.repeat_interval,
+                    s(60),
+                    s(30 * 86_400),
+                ),
+            };
+            routes.push(RouteConfig {
+                matchers,
+                receivers,
+                group_by,
+                timing: route_timing,
+                continue_: r.continue_.unwrap_or(false),
+            });
+        }
+        NotifyConfig {
+            receivers: receivers.into_iter().map(|(_, r)| r).collect(),
+            routes,
+            default_receivers,
+            group_by,
+            timing,
+            backlog_alert_after,
+            retry_max_backoff,
+        }
+    }
+}
+
+fn label_list(c: &mut Checker<'_>, key: &str, list: &[Spanned<String>]) -> Vec<String> {
+    let mut out = Vec::new();
+    for l in list {
+        let v = l.get_ref().trim();
+        let ok = v == "..."
+            || (!v.is_empty()
+                && v.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+                && !v.starts_with(|ch: char| ch.is_ascii_digit()));
+        if ok {
+            out.push(v.to_string());
+        } else {
+            c.error(
+                l.span(),
+                format!("`{key}` has {v:?}, which is not a label name"),
+                "use label names such as \"rule\", \"host\", \"gpu\", \"severity\", or \"...\" for every label",
+            );
+        }
+    }
+    out
+}
+
+fn common(
+    c: &mut Checker<'_>,
+    kind: &str,
+    section: Span,
+    raw: RawCommon,
+    default_timeout: Duration,
+) -> (String, bool, Duration) {
+    let name = match &raw.name {
+        Some(n) if !n.get_ref().trim().is_empty() => n.get_ref().trim().to_string(),
+        Some(n) => {
+            c.error(
+                n.span(),
+                format!("`notify.{kind}.name` is empty"),
+                "name the receiver, e.g. name = \"oncall\"",
+            );
+            String::new()
+        }
+        None => {
+            c.error(
+                section,
+                format!("a `[[notify.{kind}]]` has no `name`"),
+                "add name = \"...\" (routes and `notify test --receiver` use it)",
+            );
+            String::new()
+        }
+    };
+    let timeout = c.duration(
+        &format!("notify.{kind}.timeout"),
+        &raw.timeout,
+        default_timeout,
+        Duration::from_millis(100),
+        Duration::from_secs(600),
+    );
+    (name, raw.send_resolved.unwrap_or(true), timeout)
+}
+
+fn plain_secret_refused(c: &mut Checker<'_>, key: &str, v: &Option<Spanned<String>>) {
+    if let Some(v) = v {
+        c.error(
+            v.span(),
+            format!("`{key}` would put a secret in the config file"),
+            &format!("use {key}_env = \"VAR\" or {key}_file = \"PATH\" instead"),
+        );
+    }
+}
+
+impl RawSlack {
+    fn compile(self, c: &mut Checker<'_>, section: Span) -> Option<ReceiverConfig> {
+        let before = c.errors.len();
+        let (name, send_resolved, timeout) = common(
+            c,
+            "slack",
+            section.clone(),
+            RawCommon {
+                name: self.name,
+                send_resolved: self.send_resolved,
+                timeout: self.timeout,
+            },
+            Duration::from_secs(10),
+        );
+        plain_secret_refused(c, "notify.slack.webhook_url", &self.webhook_url);
+        let url = secret(
+            c,
+            "notify.slack.webhook_url",
+            &self.webhook_url_env,
+            &self.webhook_url_file,
+        );
+        if url.is_none() && self.webhook_url.is_none() {
+            c.error(
+                section,
+                "a `[[notify.slack]]` has no webhook URL".into(),
+                "add webhook_url_env = \"VAR\" or webhook_url_file = \"PATH\"",
+            );
+        }
+        let min_interval = c.duration(
+            "notify.slack.min_interval",
+            &self.min_interval,
+            Duration::from_secs(1),
+            Duration::ZERO,
+            Duration::from_secs(3600),
+        );
+        let (_, webhook_url) = url?;
+        (c.errors.len() == before).then_some(ReceiverConfig {
+            name,
+            send_resolved,
+            timeout,
+            kind: ReceiverKind::Slack(SlackConfig {
+                webhook_url,
+                min_interval,
+            }),
+        })
+    }
+}
+
+impl RawEmail {
+    fn compile(self, c: &mut Checker<'_>, section: Span) -> Option<ReceiverConfig> {
+        let before = c.errors.len();
+        let (name, send_resolved, timeout) = common(
+            c,
+            "email",
+            section.clone(),
+            RawCommon {
+                name: self.name,
+                send_resolved: self.send_resolved,
+                timeout: self.timeout,
+            },
+            Duration::from_secs(30),
+        );
+        let smtp_host = match &self.smtp_host {
+            Some(h) if !h.get_ref().trim().is_empty() => h.get_ref().trim().to_string(),
+            _ => {
+                c.error(
+                    self.smtp_host
+                        .as_ref()
+                        .map_or(section.clone(), |h| h.span()),
+                    "`notify.email.smtp_host` is missing or empty".into(),
+                    "add smtp_host = \"smtp.example.com\"",
+                );
+                String::new()
+            }
+        };
+        let tls = match self.tls.as_ref().map(|t| (t.span(), t.get_ref().as_str())) {
+            None | Some((_, "starttls")) => SmtpTls::StartTls,
+            Some((_, "tls")) => SmtpTls::Tls,
+            Some((_, "none")) => SmtpTls::None,
+            Some((span, other)) => {
+                c.error(
+                    span,
+                    format!("`notify.email.tls` = {other:?} is not starttls, tls or none"),
+                    "use \"starttls\" (port 587, default), \"tls\" (port 465) or \"none\" (a local relay)",
+                );
+                SmtpTls::StartTls
+            }
+        };
+        let smtp_port = match &self.smtp_port {
+            None => match tls {
+                SmtpTls::StartTls => 587,
+                SmtpTls::Tls => 465,
+                SmtpTls::None => 25,
+            },
+            Some(p) => u16::try_from(*p.get_ref())
+                .ok()
+                .filter(|p| *p > 0)
+                .unwrap_or_else(|| {
+                    c.error(
+                        p.span(),
+                        format!("`notify.email.smtp_port` = {} is not a port", p.get_ref()),
+                        "use 1..65535 (587 for STARTTLS, 465 for TLS)",
+                    );
+                    0
+                }),
+        };
+        plain_secret_refused(c, "notify.email.password", &self.password);
+        let password = secret(
+            c,
+            "notify.email.password",
+            &self.password_env,
+            &self.password_file,
+        )
+        .map(|(_, s)| s);
+        let username = self
+            .username
+            .as_ref()
+            .map(|u| u.get_ref().trim().to_string());
+        match (&username, &password) {
+            (Some(_), None) => c.error(
+                self.username.as_ref().map_or(0..0, |u| u.span()),
+                "`notify.email.username` is set without a password".into(),
+                "add password_env = \"VAR\" or password_file = \"PATH\"",
+            ),
+            (None, Some(_)) => c.error(
+                section.clone(),
+                "a password is set without `notify.email.username`".into(),
+                "add username = \"...\"",
+            ),
+            _ => {}
+        }
+        let allow_insecure_auth = self.allow_insecure_auth.unwrap_or(false);
+        if tls == SmtpTls::None
+            && username.is_some()
+            && !allow_insecure_auth
+            && !is_loopback_host(&smtp_host)
+        {
+            c.error(
+                self.tls.as_ref().map_or(section.clone(), |t| t.span()),
+                format!(
+                    "`notify.email` would send the SMTP password unencrypted to {smtp_host}"
+                ),
+                "use tls = \"starttls\" or \"tls\"; or set allow_insecure_auth = true if you accept that",
+            );
+        }
+        let from =
+            match &self.from {
+                Some(f) if looks_like_address(f.get_ref()) => f.get_ref().trim().to_string(),
+                Some(f) => {
+                    c.error(
+                    f.span(),
+                    format!("`notify.email.from` = {:?} is not an email address", f.get_ref()),
+                    "write e.g. \"gpuwatch@example.com\" or \"GPU watch <gpuwatch@example.com>\"",
+                );
+                    String::new()
+                }
+                None => {
+                    c.error(
+                        section.clone(),
+                        "`notify.email.from` is missing".into(),
+                        "add from = \"gpuwatch@example.com\"",
+                    );
+                    String::new()
+                }
+            };
+        if self.to.is_empty() {
+            c.error(
+                section,
+                "`notify.email.to` is missing or empty".into(),
+                "add to = [\"oncall@example.com\"]",
+            );
+        }
+        let mut to = Vec::new();
+        for t in &self.to {
+            if looks_like_address(t.get_ref()) {
+                to.push(t.get_ref().trim().to_string());
+            } else {
+                c.error(
+                    t.span(),
+                    format!(
+                        "`notify.email.to` has {:?}, not an email address",
+                        t.get_ref()
+                    ),
+                    "write e.g. \"oncall@example.com\"",
+                );
+            }
+        }
+        (c.errors.len() == before).then_some(ReceiverConfig {
+            name,
+            send_resolved,
+            timeout,
+            kind: ReceiverKind::Email(EmailConfig {
+                smtp_host,
+                smtp_port,
+                tls,
+                username,
+                password,
+                from,
+                to,
+                ca_file: self.ca_file,
+                allow_insecure_auth,
+                chart: self.chart.unwrap_or(true),
+            }),
+        })
+    }
+}
+
+impl RawWebhook {
+    fn compile(self, c: &mut Checker<'_>, section: Span) -> Option<ReceiverConfig> {
+        let before = c.errors.len();
+        let (name, send_resolved, timeout) = common(
+            c,
+            "webhook",
+            section.clone(),
+            RawCommon {
+                name: self.name,
+                send_resolved: self.send_resolved,
+                timeout: self.timeout,
+            },
+            Duration::from_secs(10),
+        );
+        let secret_url = secret(c, "notify.webhook.url", &self.url_env, &self.url_file);
+        let url = match (&self.url, secret_url) {
+            (Some(u), None) => check_url(c, "notify.webhook.url", u).map(UrlSource::Plain),
+            (None, Some((_, s))) => Some(UrlSource::Secret(s)),
+            (Some(u), Some(_)) => {
+                c.error(
+                    u.span(),
+                    "`notify.webhook.url` and `url_env`/`url_file` are both set".into(),
+                    "keep one of them",
+                );
+                None
+            }
+            (None, None) => {
+                c.error(
+                    section,
+                    "a `[[notify.webhook]]` has no URL".into(),
+                    "add url = \"https://...\" (or url_env / url_file when it carries a token)",
+                );
+                None
+            }
+        };
+        plain_secret_refused(c, "notify.webhook.hmac_secret", &self.hmac_secret);
+        let hmac_secret = secret(
+            c,
+            "notify.webhook.hmac_secret",
+            &self.hmac_secret_env,
+            &self.hmac_secret_file,
+        )
+        .map(|(_, s)| s);
+        let url = url?;
+        (c.errors.len() == before).then_some(ReceiverConfig {
+            name,
+            send_resolved,
+            timeout,
+            kind: ReceiverKind::Webhook(WebhookConfig { url, hmac_secret }),
+        })
+    }
+}
+
+impl RawAlertmanager {
+    fn compile(self, c: &mut Checker<'_>, section: Span) -> Option<ReceiverConfig> {
+        let before = c.errors.len();
+        let (name, send_resolved, timeout) = common(
+            c,
+            "alertmanager",
+            section.clone(),
+            RawCommon {
+                name: self.name,
+                send_resolved: self.send_resolved,
+                timeout: self.timeout,
+            },
+            Duration::from_secs(10),
+        );
+        if self.urls.is_empty() {
+            c.error(
+                section,
+                "a `[[notify.alertmanager]]` has no `urls`".into(),
+                "add urls = [\"http://alertmanager:9093\"] (every member of an HA cluster)",
+            );
+        }
+        let urls: Vec<String> = self
+            .urls
+            .iter()
+            .filter_map(|u| check_url(c, "notify.alertmanager.urls", u))
+            .map(|u| u.trim_end_matches('/').to_string())
+            .collect();
+        let resend_every = c.duration(
+            "notify.alertmanager.resend_every",
+            &self.resend_every,
+            Duration::from_secs(60),
+            Duration::from_secs(1),
+            Duration::from_secs(3600),
+        );
+        let bearer_token = secret(
+            c,
+            "notify.alertmanager.bearer_token",
+            &self.bearer_token_env,
+            &self.bearer_token_file,
+        )
+        .map(|(_, s)| s);
+        (c.errors.len() == before).then_some(ReceiverConfig {
+            name,
+            send_resolved,
+            timeout,
+            kind: ReceiverKind::Alertmanager(AlertmanagerConfig {
+                urls,
+                resend_every,
+                heartbeat: self.heartbeat.unwrap_or(false),
+                bearer_token,
+            }),
+        })
+    }
+}
+
+/// An http(s) URL without credentials (they would end up in logs).
+fn check_url(c: &mut Checker<'_>, key: &str, u: &Spanned<String>) -> Option<String> {
+    let text = u.get_ref().trim();
+    match reqwest::Url::parse(text) {
+        Err(e) => {
+            c.error(
+                u.span(),
+                format!("`{key}` is not a URL: {e}"),
+                "write e.g. \"https://hooks.example.com/gpuwatch\"",
+            );
+            None
+        }
+        Ok(p) if !matches!(p.scheme(), "http" | "https") => {
+            c.error(
+                u.span(),
+                format!("`{key}` must be http or https"),
+                "write http://... or https://...",
+            );
+            None
+        }
+        Ok(p) if !p.username().is_empty() || p.password().is_some() => {
+            c.error(
+                u.span(),
+                format!("`{key}` contains credentials, which would end up in logs"),
+                "remove them; put a URL with a token in url_env / url_file instead",
+            );
+            None
+        }
+        Ok(_) => Some(text.to_string()),
+    }
+}
+
+fn looks_like_address(s: &str) -> bool {
+    let s = s.trim();
+    let addr = match (s.rfind('<'), s.ends_with('>')) {
+        (Some(i), true) => &s[i + 1..s.len() - 1],
+        _ => s,
+    };
+    match addr.split_once('@') {
+        Some((local, domain)) => {
+            !local.is_empty() && !domain.is_empty() && !addr.contains(char::is_whitespace)
+        }
+        None => false,
+    }
+}
+
+/// `localhost` or a loopback IP literal.
+pub fn is_loopback_host(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_matches(|c| c == '[' || c == ']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
