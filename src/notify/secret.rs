@@ -37,8 +37,10 @@ fn remember(value: &str) {
     };
     add(value);
     // A URL's path + query is what makes it secret (Slack: /services/T../B../XXXX).
-    if let Ok(u) = reqwest::Url::parse(value) {
-        let tail = &value[u.path().as_ptr() as usize - value.as_ptr() as usize..];
+    if let Some(after_scheme) = value.find("://").map(|i| &value[i + 3..])
+        && let Some(slash) = after_scheme.find('/')
+    {
+        let tail = &after_scheme[slash..];
         if tail.len() > 1 {
             add(tail);
         }
