@@ -24,7 +24,15 @@ pub trait Ticker: Send {
     fn next(&mut self, stop: &AtomicBool) -> Option<Tick>;
     /// The time between ticks, in the ticker's own time.
     fn interval(&self) -> Duration;
+    /// "Now" on this ticker's clock (what alert delivery times group waits with): the wall
+    /// clock, or a simulated clock that runs with the ticks.
+    fn clock(&self) -> Clock {
+        std::sync::Arc::new(now_ms)
+    }
 }
+
+/// A shareable source of "now", in milliseconds since the epoch.
+pub type Clock = std::sync::Arc<dyn Fn() -> TsMs + Send + Sync>;
 
 /// Milliseconds since the Unix epoch, now.
 pub fn now_ms() -> TsMs {

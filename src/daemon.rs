@@ -111,6 +111,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
                 eval_stop.clone(),
                 alert_sink.unwrap_or_else(|| Box::new(|_| {})),
                 reload,
+                crate::notify::route::Router::new(&config.notify),
             )
             .map_err(DaemonError::Thread)?,
         )

@@ -150,6 +150,8 @@ pub struct SimTicker {
     pace: Duration,
     next: u64,
     end: u64,
+    /// The last tick's simulated time (the simulated clock's "now").
+    now: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl std::fmt::Debug for SimTicker {
@@ -186,6 +188,7 @@ impl SimTicker {
             pace,
             next: 0,
             end: ticks,
+            now: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(start_ms)),
         })
     }
 
@@ -208,6 +211,8 @@ impl Ticker for SimTicker {
         // SAFETY: plain function of the fake library taking a u64.
         unsafe { (self.set_tick)(n) };
         let ts_ms = self.time_of(n);
+        self.now
+            .store(ts_ms, std::sync::atomic::Ordering::Relaxed);
         let training = self
             .scenario
             .training_at(n)
@@ -224,5 +229,10 @@ impl Ticker for SimTicker {
 
     fn interval(&self) -> Duration {
         Duration::from_millis(self.scenario.tick_ms())
+    }
+
+    fn clock(&self) -> crate::clock::Clock {
+        let now = self.now.clone();
+        std::sync::Arc::new(move || now.load(std::sync::atomic::Ordering::Relaxed))
     }
 }

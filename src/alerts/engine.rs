@@ -60,6 +60,14 @@ pub struct Transition {
     pub description: Option<String>,
     /// When the condition started to hold.
     pub active_since: Option<TsMs>,
+    /// When it was reported firing (this episode).
+    pub fired_at: Option<TsMs>,
+    /// The alert's identity in the store.
+    pub gpu_id: i64,
+    pub process_id: Option<i64>,
+    pub scope: Scope,
+    /// The first metric of the rule's condition (what a chart of the alert shows).
+    pub metric: Option<&'static str>,
 }
 
 #[derive(Debug, Clone)]
@@ -98,6 +106,8 @@ pub struct Engine {
     dirty: HashSet<AlertKey>,
     /// Snapshots of changed instances, until the caller takes them.
     saves: Vec<SavedAlert>,
+    /// Resolved transitions of reported alerts whose rule was removed (reload, restart).
+    ended: Vec<Transition>,
     rules: Vec<Rule>,
     /// The rules' names, shared by their alert keys.
     names: Vec<Arc<str>>,
@@ -129,6 +139,7 @@ impl Engine {
             last_eval: None,
             dirty: HashSet::new(),
             saves: Vec::new(),
+            ended: Vec::new(),
             names: rules.iter().map(|r| Arc::from(r.name.as_str())).collect(),
             rules,
             world: World::new(needs, start_after),
@@ -156,6 +167,8 @@ impl Engine {
         let mut fresh = Engine::primed(conn, rules, self.opts, self.world.fed_to)?;
         fresh.last_eval = self.last_eval;
         fresh.saves = std::mem::take(&mut self.saves);
+        fresh.ended = std::mem::take(&mut self.ended);
+        let at = self.last_eval.unwrap_or(self.world.fed_to);
         fresh.world.training_down = std::mem::take(&mut self.world.training_down);
         fresh.world.training_known = std::mem::take(&mut self.world.training_known);
         for (key, mut inst) in std::mem::take(&mut self.alerts) {
@@ -169,6 +182,17 @@ impl Engine {
                 }
                 // The rule is gone: its alert ends (recorded as such, not left live).
                 None => {
+                    if inst.reported && inst.state.is_firing() {
+                        fresh.ended.push(removed(
+                            at,
+                            &key,
+                            inst.subject.clone(),
+                            inst.state.severity,
+                            inst.fired_summary.clone(),
+                            inst.state.active_since,
+                            inst.state.fired_at,
+                        ));
+                    }
                     inst.state.phase = Phase::Inactive;
                     fresh.saves.push(saved(&key, &inst, None));
                 }
@@ -181,6 +205,12 @@ impl Engine {
     /// The alert changes of the evaluations since the last call, to persist.
     pub fn take_saves(&mut self) -> Vec<SavedAlert> {
         std::mem::take(&mut self.saves)
+    }
+
+    /// Resolved transitions of reported alerts whose rule no longer exists (after a reload
+    /// or a restore), to notify.
+    pub fn take_ended(&mut self) -> Vec<Transition> {
+        std::mem::take(&mut self.ended)
     }
 
     /// An engine whose windows are filled from the stored history up to `t` (nothing is
@@ -204,7 +234,39 @@ impl Engine {
     pub fn restore(&mut self, saved: Vec<SavedAlert>) {
         for a in saved {
             let Some(name) = self.names.iter().find(|n| ***n == *a.rule).cloned() else {
-                // The rule no longer exists: the alert ends, recorded through `take_saves`.
+                // The rule no longer exists: the alert ends, recorded through `take_saves`
+                // (and reported through `take_ended` when it was reported firing).
+                if a.reported && a.phase == "firing" {
+                    let key = AlertKey {
+                        rule: Arc::from(a.rule.as_str()),
+                        gpu_id: a.gpu_id,
+                        process_id: a.process_id,
+                    };
+                    let subject = self
+                        .world
+                        .gpus
+                        .get(&a.gpu_id)
+                        .map(|g| {
+                            let proc = a.process_id.and_then(|p| g.procs.get(&p));
+                            let scope = match a.scope.as_str() {
+                                "process" => Scope::Process,
+                                "host" => Scope::Host,
+                                _ => Scope::Gpu,
+                            };
+                            subject_of(Target { gpu: g, proc }, scope)
+                        })
+                        .unwrap_or_default();
+                    let at = self.world.fed_to;
+                    self.ended.push(removed(
+                        at,
+                        &key,
+                        subject,
+                        a.severity.as_deref().and_then(severity_from),
+                        a.summary.clone(),
+                        a.active_since_ms,
+                        a.fired_ms,
+                    ));
+                }
                 self.saves.push(SavedAlert {
                     phase: "inactive".into(),
                     ..a
@@ -547,6 +609,8 @@ impl Engine {
         if let Some(p) = s.pid {
             labels.insert("pid".into(), p.to_string());
         }
+        let mut metrics = Vec::new();
+        rule.condition.metrics(&mut metrics);
         Some(Transition {
             at: t,
             state,
@@ -557,6 +621,13 @@ impl Engine {
             summary: rule.summary.render(&vars),
             description: rule.description.as_ref().map(|d| d.render(&vars)),
             active_since: since,
+            fired_at: inst.state.fired_at,
+            gpu_id: key.gpu_id,
+            process_id: key.process_id,
+            scope: rule.scope,
+            metric: metrics
+                .first()
+                .map(|m| crate::rules::names::metric_name(*m)),
         })
     }
 }
@@ -652,6 +723,49 @@ fn severity_from(s: &str) -> Option<Severity> {
 }
 
 /// The persisted form of an instance.
+/// The resolved transition of a reported alert whose rule was removed.
+fn removed(
+    at: TsMs,
+    key: &AlertKey,
+    subject: Subject,
+    severity: Option<Severity>,
+    summary: Option<String>,
+    active_since: Option<TsMs>,
+    fired_at: Option<TsMs>,
+) -> Transition {
+    let mut labels = BTreeMap::new();
+    labels.insert("host".to_string(), subject.host.clone());
+    if let Some(g) = subject.gpu {
+        labels.insert("gpu".into(), g.to_string());
+    }
+    if let Some(u) = &subject.uuid {
+        labels.insert("uuid".into(), u.clone());
+    }
+    if let Some(p) = subject.pid {
+        labels.insert("pid".into(), p.to_string());
+    }
+    Transition {
+        at,
+        state: "resolved",
+        rule: key.rule.to_string(),
+        severity: severity.unwrap_or(Severity::Warning),
+        scope: if key.process_id.is_some() {
+            Scope::Process
+        } else {
+            Scope::Gpu
+        },
+        subject,
+        labels,
+        summary: summary.unwrap_or_else(|| key.rule.to_string()),
+        description: Some("the rule was removed from the configuration".into()),
+        active_since,
+        fired_at,
+        gpu_id: key.gpu_id,
+        process_id: key.process_id,
+        metric: None,
+    }
+}
+
 fn saved(key: &AlertKey, inst: &Instance, scope: Option<Scope>) -> SavedAlert {
     let st = &inst.state;
     SavedAlert {

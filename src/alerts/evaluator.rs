@@ -1,6 +1,9 @@
 //! The live daemon's evaluation thread: follows what the store writer has committed and runs
 //! the [`Engine`] at every stored sample time, exactly as `replay` does.
 //!
+//! Transitions are routed ([`Router`]) into outbox rows saved in the transaction that saves
+//! the alert state; the sender thread ([`crate::notify::sender`]) delivers them.
+//!
 //! Invariants: it reads through its own read-only connection (WAL: it never blocks the
 //! writer); it never does network I/O; it evaluates each sample time once, in order, and only
 //! after the writer committed it; on stop it catches up with what was committed, then ends.
@@ -12,6 +15,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::model::TsMs;
+use crate::notify::route::Router;
+use crate::store::outbox::NewNotification;
 use crate::rules::rule::Rule;
 use crate::store;
 
@@ -30,7 +35,7 @@ pub struct Reload {
     pub load: Reloader,
 }
 
-/// Called with every transition (the demo prints, the daemon logs; notifiers come later).
+/// Called with every transition (the demo prints; the daemon logs and enqueues them).
 pub type TransitionSink = Box<dyn FnMut(&Transition) + Send>;
 
 /// Starts the thread. `committed` says up to which time the writer has committed.
@@ -42,6 +47,7 @@ pub fn spawn(
     stop: Arc<AtomicBool>,
     mut sink: TransitionSink,
     reload: Option<Reload>,
+    router: Router,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new().name("gpuwatch-rules".into()).spawn(move || {
         let conn = match store::open_read_only(&db) {
@@ -79,8 +85,9 @@ pub fn spawn(
                     }
                     engine.restore(saved);
                     let ended = engine.take_saves();
+                    let outbox = enqueue(&router, &engine.take_ended(), &mut sink);
                     if let Some(a) = alert_db.as_mut()
-                        && let Err(e) = a.save(start, &ended)
+                        && let Err(e) = a.save(start, &ended, &outbox)
                     {
                         tracing::error!(error = %e, "cannot record the end of alerts of removed rules");
                     }
@@ -97,7 +104,20 @@ pub fn spawn(
                     Ok(rules) => {
                         let n = rules.iter().filter(|r| r.enabled).count();
                         match engine.reload(&conn, rules) {
-                            Ok(()) => tracing::info!(rules = n, "rules reloaded"),
+                            Ok(()) => {
+                                tracing::info!(rules = n, "rules reloaded");
+                                // Alerts of removed rules end: save and notify that now.
+                                let outbox = enqueue(&router, &engine.take_ended(), &mut sink);
+                                if let Some(a) = alert_db.as_mut()
+                                    && let Err(e) = a.save(
+                                        engine.world().fed_to,
+                                        &engine.take_saves(),
+                                        &outbox,
+                                    )
+                                {
+                                    log_failure(&mut failures, &e);
+                                }
+                            }
                             Err(e) => log_failure(&mut failures, &e),
                         }
                     }
@@ -123,14 +143,15 @@ pub fn spawn(
                                 break;
                             }
                             let transitions = engine.evaluate(t);
-                            if let Some(a) = alert_db.as_mut()
-                                && let Err(e) = a.save(t, &engine.take_saves())
-                            {
-                                log_failure(&mut failures, &e);
-                            }
-                            for tr in transitions {
-                                tracing::warn!(rule = %tr.rule, state = tr.state, severity = tr.severity.as_str(), host = %tr.subject.host, gpu = ?tr.subject.gpu, "{}", tr.summary);
-                                sink(&tr);
+                            let outbox = enqueue(&router, &transitions, &mut sink);
+                            if let Some(a) = alert_db.as_mut() {
+                                match a.save(t, &engine.take_saves(), &outbox) {
+                                    Ok(()) if !outbox.is_empty() => {
+                                        crate::notify::pause_point("after_enqueue");
+                                    }
+                                    Ok(()) => {}
+                                    Err(e) => log_failure(&mut failures, &e),
+                                }
                             }
                         }
                         Ok(None) => break,
@@ -147,6 +168,21 @@ pub fn spawn(
             std::thread::sleep(Duration::from_millis(20));
         }
     })
+}
+
+/// Logs and reports transitions, and routes them into outbox rows.
+fn enqueue(
+    router: &Router,
+    transitions: &[Transition],
+    sink: &mut TransitionSink,
+) -> Vec<NewNotification> {
+    let mut rows = Vec::new();
+    for tr in transitions {
+        tracing::warn!(rule = %tr.rule, state = tr.state, severity = tr.severity.as_str(), host = %tr.subject.host, gpu = ?tr.subject.gpu, "{}", tr.summary);
+        sink(tr);
+        rows.extend(router.enqueue(tr));
+    }
+    rows
 }
 
 fn log_failure(failures: &mut u64, e: &store::StoreError) {

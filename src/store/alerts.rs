@@ -1,7 +1,8 @@
 //! Alert state in SQLite (`alerts`, migration 0005): the daemon's rules thread saves every
 //! change of an alert's lifecycle and restores the live ones after a restart.
 //!
-//! Invariants: each save is one short transaction on the caller's own read-write connection
+//! Invariants: notifications of a transition are enqueued in the transaction that saves it;
+//! each save is one short transaction on the caller's own read-write connection
 //! (the store writer's transactions and these never wait on each other for long: WAL plus a
 //! busy timeout); at most one live (pending/firing) row per identity (a partial unique index);
 //! an episode that ends keeps its row as `resolved` (history), except one that never fired,
@@ -13,6 +14,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use super::StoreError;
+use super::outbox::NewNotification;
 use crate::model::TsMs;
 
 /// One alert's persisted state (primitive fields: the store does not know the engine).
@@ -78,9 +80,15 @@ impl AlertDb {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Saves changed alerts in one transaction, at evaluation time `now`.
-    pub fn save(&mut self, now: TsMs, changed: &[SavedAlert]) -> Result<(), StoreError> {
-        if changed.is_empty() {
+    /// Saves changed alerts and enqueues the notifications that report them, in one
+    /// transaction, at evaluation time `now` (so a crash loses neither or both).
+    pub fn save(
+        &mut self,
+        now: TsMs,
+        changed: &[SavedAlert],
+        outbox: &[NewNotification],
+    ) -> Result<(), StoreError> {
+        if changed.is_empty() && outbox.is_empty() {
             return Ok(());
         }
         let tx = self.conn.transaction()?;
@@ -138,6 +146,7 @@ impl AlertDb {
                 }
             }
         }
+        super::outbox::insert(&tx, outbox)?;
         tx.commit()?;
         Ok(())
     }

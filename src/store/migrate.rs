@@ -45,10 +45,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "alerts",
         sql: include_str!("../../migrations/0005_alerts.sql"),
     },
+    Migration {
+        version: 6,
+        name: "notify",
+        sql: include_str!("../../migrations/0006_notify.sql"),
+    },
 ];
 
 /// The schema version this binary writes and reads.
-pub const LATEST_VERSION: u32 = 5;
+pub const LATEST_VERSION: u32 = 6;
 
 /// The schema version of the database (`PRAGMA user_version`; 0 for an empty file).
 pub fn schema_version(conn: &Connection) -> Result<u32, StoreError> {

@@ -1,0 +1,41 @@
+-- Alert delivery: the durable outbox and silences.
+--
+-- `notifications` is written by the rules thread in the same transaction that changes the
+-- alert's state (one row per routed receiver), and by the sender (repeats, self alerts);
+-- the sender delivers pending rows in id order per receiver and marks them. A row is never
+-- deleted while pending: the backlog is bounded only by the database size bound.
+
+CREATE TABLE notifications (
+    id                 INTEGER PRIMARY KEY,  -- enqueue order = delivery order per receiver
+    receiver           TEXT    NOT NULL,     -- [[notify.*]] name
+    group_key          TEXT    NOT NULL,     -- route + group_by label values
+    alert_id           INTEGER,              -- alerts.id (NULL: self alerts)
+    kind               TEXT    NOT NULL,     -- firing | resolved | repeat | self
+    payload_json       TEXT    NOT NULL,     -- the alert as notified (notify::AlertMsg)
+    created_ms         INTEGER NOT NULL,     -- when the transition happened
+    group_wait_ms      INTEGER NOT NULL,
+    group_interval_ms  INTEGER NOT NULL,
+    repeat_interval_ms INTEGER NOT NULL,
+    status             TEXT    NOT NULL DEFAULT 'pending',
+                       -- pending | sent | dead (permanent error) | silenced | skipped
+    attempts           INTEGER NOT NULL DEFAULT 0,
+    next_attempt_ms    INTEGER NOT NULL DEFAULT 0,
+    last_error         TEXT,                 -- scrubbed of secrets
+    done_ms            INTEGER,              -- when it left `pending`
+    batch_id           INTEGER               -- rows delivered in one message share it
+);
+CREATE INDEX notifications_pending ON notifications (receiver, id) WHERE status = 'pending';
+CREATE INDEX notifications_group ON notifications (receiver, group_key, done_ms);
+CREATE INDEX notifications_alert ON notifications (alert_id);
+
+CREATE TABLE silences (
+    id          INTEGER PRIMARY KEY,
+    matchers    TEXT    NOT NULL,  -- e.g. rule=gpu_idle,gpu=3 (notify::matcher syntax)
+    starts_ms   INTEGER NOT NULL,
+    ends_ms     INTEGER NOT NULL,
+    comment     TEXT    NOT NULL DEFAULT '',
+    created_by  TEXT,
+    created_ms  INTEGER NOT NULL,
+    expired_ms  INTEGER            -- set by `gpuwatch silence expire`
+);
+CREATE INDEX silences_active ON silences (ends_ms);

@@ -1,0 +1,234 @@
+//! Routing: which receivers get an alert, in which group, with which timing — decided when
+//! the transition is enqueued, from the alert's labels (`rule`, `severity`, `host`, `gpu`,
+//! `uuid`, `pid` and the rule's own labels).
+//!
+//! Invariants: routes are tried in order, the first match wins unless it says `continue`;
+//! an alert no route takes goes to `default_receivers`; a receiver gets an alert at most once
+//! per transition (the first route that sends it there decides its group); the group key
+//! names the route and the values of its `group_by` labels, so the same labels always land
+//! in the same group.
+
+use std::collections::BTreeMap;
+
+use crate::alerts::engine::Transition;
+use crate::config::{GroupTiming, NotifyConfig, ReceiverKind};
+use crate::rules::rule::Scope;
+use crate::store::outbox::NewNotification;
+
+use super::AlertMsg;
+use super::matcher::all_match;
+
+/// Where one alert goes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Destination {
+    pub receiver: String,
+    pub group_key: String,
+    pub timing: GroupTiming,
+}
+
+#[derive(Debug, Clone)]
+pub struct Router {
+    cfg: NotifyConfig,
+}
+
+impl Router {
+    pub fn new(cfg: &NotifyConfig) -> Self {
+        Self { cfg: cfg.clone() }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cfg.receivers.is_empty()
+    }
+
+    /// The destinations of an alert with these labels.
+    pub fn route(&self, labels: &BTreeMap<String, String>) -> Vec<Destination> {
+        let mut out: Vec<Destination> = Vec::new();
+        let push = |out: &mut Vec<Destination>,
+                        idx: String,
+                        receivers: &[String],
+                        group_by: &[String],
+                        timing: GroupTiming| {
+            for r in receivers {
+                if out.iter().any(|d| d.receiver == *r) {
+                    continue;
+                }
+                let am = self
+                    .cfg
+                    .receivers
+                    .iter()
+                    .find(|x| x.name == *r)
+                    .is_some_and(|x| matches!(x.kind, ReceiverKind::Alertmanager(_)));
+                out.push(Destination {
+                    receiver: r.clone(),
+                    group_key: group_key(&idx, group_by, labels),
+                    // Alertmanager groups by itself: send at once.
+                    timing: if am {
+                        GroupTiming {
+                            group_wait: std::time::Duration::ZERO,
+                            group_interval: std::time::Duration::ZERO,
+                            ..timing
+                        }
+                    } else {
+                        timing
+                    },
+                });
+            }
+        };
+        let mut matched = false;
+        for (i, route) in self.cfg.routes.iter().enumerate() {
+            if !all_match(&route.matchers, labels) {
+                continue;
+            }
+            matched = true;
+            push(
+                &mut out,
+                format!("route{i}"),
+                &route.receivers,
+                &route.group_by,
+                route.timing,
+            );
+            if !route.continue_ {
+                break;
+            }
+        }
+        if !matched {
+            push(
+                &mut out,
+                "default".into(),
+                &self.cfg.default_receivers,
+                &self.cfg.group_by,
+                self.cfg.timing,
+            );
+        }
+        out
+    }
+
+    /// The outbox rows reporting a transition (none without receivers).
+    pub fn enqueue(&self, tr: &Transition) -> Vec<NewNotification> {
+        if self.is_empty() {
+            return Vec::new();
+        }
+        let msg = alert_msg(tr);
+        let payload = match serde_json::to_string(&msg) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot encode a notification");
+                return Vec::new();
+            }
+        };
+        self.route(&msg.labels)
+            .into_iter()
+            .map(|d| NewNotification {
+                receiver: d.receiver,
+                group_key: d.group_key,
+                alert: Some((tr.rule.clone(), tr.gpu_id, tr.process_id)),
+                alert_id: None,
+                kind: tr.state.to_string(),
+                payload_json: payload.clone(),
+                created_ms: tr.at,
+                group_wait_ms: d.timing.group_wait.as_millis() as i64,
+                group_interval_ms: d.timing.group_interval.as_millis() as i64,
+                repeat_interval_ms: d.timing.repeat_interval.as_millis() as i64,
+            })
+            .collect()
+    }
+}
+
+/// `route0|host=node-7,rule=gpu_idle`; `...` groups by every label (one alert per group).
+fn group_key(route: &str, group_by: &[String], labels: &BTreeMap<String, String>) -> String {
+    let parts: Vec<String> = if group_by.iter().any(|g| g == "...") {
+        labels.iter().map(|(k, v)| format!("{k}={v}")).collect()
+    } else {
+        let mut g: Vec<&String> = group_by.iter().collect();
+        g.sort();
+        g.dedup();
+        g.into_iter()
+            .map(|k| format!("{k}={}", labels.get(k).map_or("", String::as_str)))
+            .collect()
+    };
+    format!("{route}|{}", parts.join(","))
+}
+
+/// The notification form of a transition; its labels are the routing labels.
+pub fn alert_msg(tr: &Transition) -> AlertMsg {
+    let mut labels = tr.labels.clone();
+    labels.insert("rule".into(), tr.rule.clone());
+    labels.insert("severity".into(), tr.severity.as_str().into());
+    let s = &tr.subject;
+    AlertMsg {
+        id: 0,
+        state: tr.state.to_string(),
+        rule: tr.rule.clone(),
+        severity: tr.severity.as_str().into(),
+        labels,
+        summary: tr.summary.clone(),
+        description: tr.description.clone(),
+        host: s.host.clone(),
+        gpu: s.gpu,
+        uuid: s.uuid.clone(),
+        model: s.model.clone(),
+        pid: s.pid,
+        process: s.process.clone(),
+        user: s.user.clone(),
+        starts_ms: tr.active_since.or(tr.fired_at).unwrap_or(tr.at),
+        fired_ms: tr.fired_at.unwrap_or(tr.at),
+        ends_ms: (tr.state == "resolved").then_some(tr.at),
+        metric: tr.metric.map(str::to_string),
+        gpu_id: (tr.scope != Scope::Host).then_some(tr.gpu_id),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use std::path::Path;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn first_match_wins_continue_goes_on_default_catches_the_rest() {
+        let cfg = Config::parse(
+            r#"
+[[notify.webhook]]
+name = "a"
+url = "http://127.0.0.1:1/a"
+[[notify.webhook]]
+name = "b"
+url = "http://127.0.0.1:1/b"
+[[notify.webhook]]
+name = "c"
+url = "http://127.0.0.1:1/c"
+[notify]
+default_receivers = ["c"]
+[[notify.route]]
+match = ["severity=critical"]
+receivers = ["a"]
+group_by = ["host"]
+continue = true
+[[notify.route]]
+match = ["rule=~gpu_.*"]
+receivers = ["b", "a"]
+group_wait = "5s"
+"#,
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        let r = Router::new(&cfg.notify);
+        let crit = r.route(&labels(&[("rule", "gpu_lost"), ("severity", "critical"), ("host", "n1")]));
+        let names: Vec<&str> = crit.iter().map(|d| d.receiver.as_str()).collect();
+        assert_eq!(names, ["a", "b"], "a once, from the first route");
+        assert_eq!(crit[0].group_key, "route0|host=n1");
+        assert_eq!(crit[1].group_key, "route1|host=n1,rule=gpu_lost");
+        assert_eq!(crit[1].timing.group_wait.as_secs(), 5);
+        let other = r.route(&labels(&[("rule", "training_hang"), ("severity", "warning")]));
+        assert_eq!(other.len(), 1);
+        assert_eq!(other[0].receiver, "c");
+        assert_eq!(other[0].group_key, "default|host=,rule=training_hang");
+    }
+}

@@ -1,0 +1,590 @@
+//! The sender thread: delivers the outbox. Every cycle it reads the active silences, then for
+//! each receiver takes the pending rows in enqueue order, groups them, and sends each group
+//! that is due (`group_wait` after its first alert, `group_interval` after its last message);
+//! it also enqueues reminders (`repeat_interval`), re-sends live alerts to Alertmanager, and
+//! raises `gpuwatch_notify_backlog` when a receiver's backlog gets old.
+//!
+//! Invariants:
+//! - Rows are marked only after the receiver's answer: `sent` after success (a crash between
+//!   the two re-sends that message once), `dead` after a permanent error, and on a transient
+//!   error they stay pending with a backoff (exponential with jitter, at least the server's
+//!   Retry-After, at most `retry_max_backoff`). Nothing is ever dropped.
+//! - Per receiver, delivery follows enqueue order: while its oldest failed row waits for its
+//!   retry, nothing newer is sent to it (the other receivers go on).
+//! - Silenced alerts are marked `silenced`, not sent; a resolved message goes only to a
+//!   receiver that was told the alert fired (and that wants resolved messages).
+//! - Group timing runs on the daemon's clock (simulated in the demo); retry backoff on the
+//!   wall clock.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::clock::Clock;
+use crate::config::{NotifyConfig, ReceiverConfig};
+use crate::model::TsMs;
+use crate::store::outbox::{NewNotification, Outbox, PendingRow};
+use crate::store::{self, StoreError};
+
+use super::matcher::{Matcher, all_match};
+use super::{AlertMsg, BuildCtx, Notification, Receiver, SendError, secret};
+
+/// How often the sender looks at the outbox.
+const CYCLE: Duration = Duration::from_millis(200);
+/// How often reminders and backlog ages are checked.
+const HOUSEKEEPING: Duration = Duration::from_secs(2);
+/// How long a stopping daemon keeps trying to deliver what is due.
+const FLUSH_FOR: Duration = Duration::from_secs(10);
+/// The self alert's rule name.
+pub const BACKLOG_RULE: &str = "gpuwatch_notify_backlog";
+
+pub struct SenderParts {
+    pub db: PathBuf,
+    pub config: NotifyConfig,
+    pub host: String,
+    /// The daemon's clock (group timing; created_ms of rows is on this clock).
+    pub now: Clock,
+    pub stop: Arc<AtomicBool>,
+}
+
+struct Slot {
+    cfg: ReceiverConfig,
+    receiver: Result<Receiver, String>,
+    /// Failures in a row (for log throttling).
+    failures: u64,
+    /// When Alertmanager last got the live alerts (daemon clock).
+    last_resend: Option<TsMs>,
+    /// Backlog self alert raised for this receiver (the message that raised it).
+    backlog_raised: Option<AlertMsg>,
+}
+
+/// Starts the sender thread (nothing to do without receivers: returns `None`).
+pub fn spawn(parts: SenderParts) -> std::io::Result<Option<JoinHandle<()>>> {
+    if parts.config.receivers.is_empty() {
+        return Ok(None);
+    }
+    std::thread::Builder::new()
+        .name("gpuwatch-notify".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!(error = %e, "alert delivery disabled: cannot start its runtime");
+                    return;
+                }
+            };
+            rt.block_on(run(parts));
+        })
+        .map(Some)
+}
+
+async fn run(parts: SenderParts) {
+    let ctx = BuildCtx {
+        db: Some(parts.db.clone()),
+        host: parts.host.clone(),
+    };
+    let mut slots: Vec<Slot> = parts
+        .config
+        .receivers
+        .iter()
+        .map(|cfg| {
+            let receiver = Receiver::build(cfg, &ctx).map_err(|e| secret::scrub(&e));
+            if let Err(e) = &receiver {
+                tracing::error!(receiver = %cfg.name, "cannot set up the receiver; its notifications wait: {e}");
+            }
+            Slot {
+                cfg: cfg.clone(),
+                receiver,
+                failures: 0,
+                last_resend: None,
+                backlog_raised: None,
+            }
+        })
+        .collect();
+    let outbox = loop {
+        match Outbox::open(&parts.db) {
+            Ok(o) => break o,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot open the outbox; retrying");
+                if parts.stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    };
+    let mut s = Sender {
+        outbox,
+        cfg: parts.config.clone(),
+        host: parts.host.clone(),
+    };
+    let mut housekeeping = Instant::now() - HOUSEKEEPING;
+    let mut flush_until: Option<Instant> = None;
+    loop {
+        let stopping = parts.stop.load(Ordering::Relaxed);
+        if stopping && flush_until.is_none() {
+            flush_until = Some(Instant::now() + FLUSH_FOR);
+        }
+        let now = (parts.now)();
+        if housekeeping.elapsed() >= HOUSEKEEPING {
+            housekeeping = Instant::now();
+            if let Err(e) = s.housekeeping(&mut slots, now).await {
+                tracing::error!(error = %e, "alert delivery housekeeping failed; retrying");
+            }
+        }
+        let left = match s.cycle(&mut slots, now, stopping).await {
+            Ok(left) => left,
+            Err(e) => {
+                tracing::error!(error = %e, "alert delivery could not read the outbox; retrying");
+                true
+            }
+        };
+        if let Some(until) = flush_until
+            && (!left || Instant::now() >= until)
+        {
+            if left {
+                tracing::warn!("stopping with undelivered notifications; they go out after the next start");
+            }
+            return;
+        }
+        tokio::time::sleep(CYCLE).await;
+    }
+}
+
+struct Sender {
+    outbox: Outbox,
+    cfg: NotifyConfig,
+    host: String,
+}
+
+/// What a group's rows become.
+enum Fate {
+    Send(AlertMsg),
+    Silenced,
+    Skipped,
+    Dead(String),
+}
+
+impl Sender {
+    /// One pass over every receiver. Returns whether sendable rows are left (for the flush
+    /// at shutdown, where group waits no longer apply).
+    async fn cycle(
+        &mut self,
+        slots: &mut [Slot],
+        now: TsMs,
+        flush: bool,
+    ) -> Result<bool, StoreError> {
+        let silences = self.silences(now)?;
+        let mut left = false;
+        for slot in slots.iter_mut() {
+            left |= self.deliver(slot, now, flush, &silences).await?;
+        }
+        Ok(left)
+    }
+
+    fn silences(&self, now: TsMs) -> Result<Vec<Vec<Matcher>>, StoreError> {
+        Ok(store::silences::list(self.outbox.conn(), now, false)?
+            .into_iter()
+            .filter(|s| s.is_active(now))
+            .filter_map(|s| Matcher::parse_list(&s.matchers).ok())
+            .collect())
+    }
+
+    /// Delivers what is due for one receiver; true when rows that could go are left.
+    async fn deliver(
+        &mut self,
+        slot: &mut Slot,
+        now: TsMs,
+        flush: bool,
+        silences: &[Vec<Matcher>],
+    ) -> Result<bool, StoreError> {
+        let rows = self.outbox.pending(&slot.cfg.name)?;
+        if rows.is_empty() {
+            return Ok(false);
+        }
+        let wall = crate::clock::now_ms();
+        // Order: while the oldest failed row waits for its retry, nothing newer goes.
+        if rows
+            .iter()
+            .any(|r| r.attempts > 0 && r.next_attempt_ms > wall)
+        {
+            return Ok(!flush);
+        }
+        let Ok(receiver) = &slot.receiver else {
+            return Ok(false);
+        };
+        let mut groups: Vec<(String, Vec<PendingRow>)> = Vec::new();
+        for r in rows {
+            match groups.iter_mut().find(|(k, _)| *k == r.group_key) {
+                Some((_, g)) => g.push(r),
+                None => groups.push((r.group_key.clone(), vec![r])),
+            }
+        }
+        let mut left = false;
+        for (key, rows) in groups {
+            let head = &rows[0];
+            let due = match self.outbox.last_delivered(&slot.cfg.name, &key)? {
+                Some(last) => (head.created_ms + head.group_wait_ms).max(last + head.group_interval_ms),
+                None => head.created_ms + head.group_wait_ms,
+            };
+            if due > now && !flush {
+                continue;
+            }
+            let mut send: Vec<(i64, AlertMsg)> = Vec::new();
+            let (mut silenced, mut skipped) = (Vec::new(), Vec::new());
+            for r in &rows {
+                match self.fate(slot, r, &rows, silences)? {
+                    Fate::Send(m) => send.push((r.id, m)),
+                    Fate::Silenced => silenced.push(r.id),
+                    Fate::Skipped => skipped.push(r.id),
+                    Fate::Dead(e) => self.outbox.mark(&[r.id], "dead", now, Some(&e))?,
+                }
+            }
+            self.outbox.mark(&silenced, "silenced", now, None)?;
+            self.outbox.mark(&skipped, "skipped", now, None)?;
+            if send.is_empty() {
+                continue;
+            }
+            let ids: Vec<i64> = send.iter().map(|(id, _)| *id).collect();
+            let n = self.notification(&slot.cfg.name, &key, &rows, send, now);
+            let attempt = tokio::time::timeout(
+                slot.cfg.timeout + Duration::from_secs(5),
+                receiver.send(&n),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(SendError::transient(format!(
+                    "no answer within {}",
+                    humantime::format_duration(slot.cfg.timeout)
+                )))
+            });
+            match attempt {
+                Ok(()) => {
+                    super::pause_point("after_send");
+                    self.outbox.mark(&ids, "sent", now, None)?;
+                    if slot.failures > 0 {
+                        tracing::info!(receiver = %slot.cfg.name, "delivering again");
+                    }
+                    slot.failures = 0;
+                    tracing::info!(receiver = %slot.cfg.name, alerts = n.alerts.len(), "notification delivered");
+                }
+                Err(SendError::Permanent(m)) => {
+                    let m = secret::scrub(&m);
+                    tracing::error!(receiver = %slot.cfg.name, alerts = n.alerts.len(), "notification rejected, kept as a dead letter (see gpuwatch status): {m}");
+                    self.outbox.mark(&ids, "dead", now, Some(&m))?;
+                }
+                Err(SendError::Transient {
+                    message,
+                    retry_after,
+                }) => {
+                    let m = secret::scrub(&message);
+                    slot.failures += 1;
+                    let delay = backoff(head.attempts + 1, self.cfg.retry_max_backoff)
+                        .max(retry_after.unwrap_or_default());
+                    if slot.failures == 1 || slot.failures.is_power_of_two() {
+                        tracing::warn!(receiver = %slot.cfg.name, failures = slot.failures, retry_in = ?delay, "notification not delivered, will retry: {m}");
+                    }
+                    let next = crate::clock::now_ms() + delay.as_millis() as i64;
+                    self.outbox.retry_later(&ids, &m, next)?;
+                    // Hold this receiver's queue: order is kept.
+                    return Ok(true);
+                }
+            }
+            left |= false;
+        }
+        Ok(left)
+    }
+
+    fn fate(
+        &self,
+        slot: &Slot,
+        r: &PendingRow,
+        group: &[PendingRow],
+        silences: &[Vec<Matcher>],
+    ) -> Result<Fate, StoreError> {
+        let mut msg: AlertMsg = match serde_json::from_str(&r.payload_json) {
+            Ok(m) => m,
+            Err(e) => return Ok(Fate::Dead(format!("unreadable payload: {e}"))),
+        };
+        if let Some(id) = r.alert_id {
+            msg.id = id;
+        }
+        if r.kind != "self" && silences.iter().any(|m| all_match(m, &msg.labels)) {
+            return Ok(Fate::Silenced);
+        }
+        if msg.is_firing() || r.kind == "self" {
+            if msg.is_firing() || slot.cfg.send_resolved {
+                return Ok(Fate::Send(msg));
+            }
+            return Ok(Fate::Skipped);
+        }
+        if !slot.cfg.send_resolved {
+            return Ok(Fate::Skipped);
+        }
+        // A resolved message only where the firing one went (or goes now).
+        let told = match r.alert_id {
+            Some(id) => {
+                group
+                    .iter()
+                    .any(|o| o.alert_id == Some(id) && o.id < r.id && o.kind != "resolved")
+                    || self.outbox.firing_delivered(&slot.cfg.name, id)?
+            }
+            None => true,
+        };
+        Ok(if told { Fate::Send(msg) } else { Fate::Skipped })
+    }
+
+    /// One message: each alert once (its latest state), firing first.
+    fn notification(
+        &self,
+        receiver: &str,
+        key: &str,
+        rows: &[PendingRow],
+        send: Vec<(i64, AlertMsg)>,
+        now: TsMs,
+    ) -> Notification {
+        let repeat = send
+            .iter()
+            .all(|(id, _)| rows.iter().any(|r| r.id == *id && r.kind == "repeat"));
+        let mut latest: Vec<AlertMsg> = Vec::new();
+        for (_, m) in send {
+            match latest
+                .iter_mut()
+                .find(|x| x.id != 0 && x.id == m.id && x.rule == m.rule)
+            {
+                Some(x) => *x = m,
+                None => latest.push(m),
+            }
+        }
+        latest.sort_by_key(|m| !m.is_firing());
+        let group_labels: BTreeMap<String, String> = key
+            .split_once('|')
+            .map(|(_, labels)| {
+                labels
+                    .split(',')
+                    .filter_map(|kv| kv.split_once('='))
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Notification {
+            receiver: receiver.to_string(),
+            group_key: key.to_string(),
+            group_labels,
+            alerts: latest,
+            repeat,
+            test: false,
+            sender_host: self.host.clone(),
+            now_ms: now,
+        }
+    }
+
+    /// Reminders, Alertmanager re-sends and the backlog self alert.
+    async fn housekeeping(&mut self, slots: &mut [Slot], now: TsMs) -> Result<(), StoreError> {
+        for slot in slots.iter_mut() {
+            let is_am = slot.receiver.as_ref().is_ok_and(Receiver::is_alertmanager);
+            if is_am {
+                self.alertmanager_resend(slot, now).await?;
+            } else {
+                self.reminders(slot, now)?;
+            }
+        }
+        self.backlog_alerts(slots, now)
+    }
+
+    /// Enqueues a reminder for groups whose alerts still fire `repeat_interval` after the
+    /// group's last message (and that have nothing pending).
+    fn reminders(&mut self, slot: &Slot, now: TsMs) -> Result<(), StoreError> {
+        let delivered = self.outbox.delivered_firing(&slot.cfg.name)?;
+        if delivered.is_empty() {
+            return Ok(());
+        }
+        let pending: Vec<String> = self
+            .outbox
+            .pending(&slot.cfg.name)?
+            .into_iter()
+            .map(|r| r.group_key)
+            .collect();
+        let mut by_group: HashMap<&str, Vec<&crate::store::outbox::Delivered>> = HashMap::new();
+        for d in &delivered {
+            by_group.entry(d.group_key.as_str()).or_default().push(d);
+        }
+        let mut rows = Vec::new();
+        for (key, alerts) in by_group {
+            if pending.iter().any(|p| p == key) {
+                continue;
+            }
+            let Some(last) = self.outbox.last_delivered(&slot.cfg.name, key)? else {
+                continue;
+            };
+            let repeat = alerts[0].repeat_interval_ms;
+            if now - last < repeat {
+                continue;
+            }
+            for d in alerts {
+                rows.push(NewNotification {
+                    receiver: slot.cfg.name.clone(),
+                    group_key: d.group_key.clone(),
+                    alert: None,
+                    alert_id: Some(d.alert_id),
+                    kind: "repeat".into(),
+                    payload_json: d.payload_json.clone(),
+                    created_ms: now,
+                    group_wait_ms: 0,
+                    group_interval_ms: 0,
+                    repeat_interval_ms: d.repeat_interval_ms,
+                });
+            }
+        }
+        if !rows.is_empty() {
+            tracing::info!(receiver = %slot.cfg.name, alerts = rows.len(), "still firing: sending a reminder");
+            self.outbox.enqueue(&rows)?;
+        }
+        Ok(())
+    }
+
+    /// Alertmanager forgets alerts whose `endsAt` passed: re-send every live one (and the
+    /// heartbeat) every `resend_every`. A failure here is only logged: the next re-send
+    /// repeats it, and transitions travel through the outbox anyway.
+    async fn alertmanager_resend(&mut self, slot: &mut Slot, now: TsMs) -> Result<(), StoreError> {
+        let Ok(Receiver::Alertmanager(am)) = &slot.receiver else {
+            return Ok(());
+        };
+        let every = am.resend_every().as_millis() as i64;
+        if slot.last_resend.is_some_and(|l| now - l < every) {
+            return Ok(());
+        }
+        slot.last_resend = Some(now);
+        let mut alerts: Vec<AlertMsg> = Vec::new();
+        for d in self.outbox.delivered_firing(&slot.cfg.name)? {
+            if let Ok(mut m) = serde_json::from_str::<AlertMsg>(&d.payload_json) {
+                m.id = d.alert_id;
+                alerts.push(m);
+            }
+        }
+        if !alerts.is_empty() {
+            let n = Notification {
+                receiver: slot.cfg.name.clone(),
+                alerts,
+                sender_host: self.host.clone(),
+                now_ms: now,
+                ..Default::default()
+            };
+            if let Err(e) = am.send(&n).await {
+                tracing::warn!(receiver = %slot.cfg.name, "re-sending live alerts failed: {}", secret::scrub(e.message()));
+            }
+        }
+        if am.heartbeat_enabled()
+            && let Err(e) = am.send_heartbeat(&self.host, now).await
+        {
+            tracing::warn!(receiver = %slot.cfg.name, "heartbeat failed: {}", secret::scrub(e.message()));
+        }
+        Ok(())
+    }
+
+    /// Raises (and ends) `gpuwatch_notify_backlog` for receivers whose oldest undelivered
+    /// notification is older than `backlog_alert_after`, sent to the other receivers.
+    fn backlog_alerts(&mut self, slots: &mut [Slot], now: TsMs) -> Result<(), StoreError> {
+        let limit = self.cfg.backlog_alert_after.as_millis() as i64;
+        let names: Vec<String> = slots.iter().map(|s| s.cfg.name.clone()).collect();
+        for slot in slots.iter_mut() {
+            let rows = self.outbox.pending(&slot.cfg.name)?;
+            let stuck: Vec<&PendingRow> = rows.iter().filter(|r| r.kind != "self").collect();
+            let oldest = stuck.first().map(|r| r.created_ms);
+            let old = oldest.is_some_and(|o| now - o > limit);
+            let msg = match (&slot.backlog_raised, old) {
+                (None, true) => {
+                    let head = stuck[0];
+                    let m = AlertMsg {
+                        state: "firing".into(),
+                        rule: BACKLOG_RULE.into(),
+                        severity: "warning".into(),
+                        labels: [
+                            ("rule".to_string(), BACKLOG_RULE.to_string()),
+                            ("severity".to_string(), "warning".to_string()),
+                            ("host".to_string(), self.host.clone()),
+                            ("receiver".to_string(), slot.cfg.name.clone()),
+                        ]
+                        .into(),
+                        summary: format!(
+                            "{} notification(s) for receiver {} are undelivered since {}{}",
+                            stuck.len(),
+                            slot.cfg.name,
+                            super::text::utc(head.created_ms),
+                            head.last_error
+                                .as_ref()
+                                .map(|e| format!("; last error: {e}"))
+                                .unwrap_or_default()
+                        ),
+                        host: self.host.clone(),
+                        starts_ms: head.created_ms,
+                        fired_ms: now,
+                        ..Default::default()
+                    };
+                    slot.backlog_raised = Some(m.clone());
+                    m
+                }
+                (Some(raised), false) => {
+                    let mut m = raised.clone();
+                    m.state = "resolved".into();
+                    m.ends_ms = Some(now);
+                    slot.backlog_raised = None;
+                    m
+                }
+                _ => continue,
+            };
+            tracing::warn!(receiver = %slot.cfg.name, state = %msg.state, "{}", msg.summary);
+            let payload = serde_json::to_string(&msg).unwrap_or_default();
+            let rows: Vec<NewNotification> = names
+                .iter()
+                .filter(|n| **n != slot.cfg.name)
+                .map(|n| NewNotification {
+                    receiver: n.clone(),
+                    group_key: format!("self|receiver={}", slot.cfg.name),
+                    alert: None,
+                    alert_id: None,
+                    kind: "self".into(),
+                    payload_json: payload.clone(),
+                    created_ms: now,
+                    group_wait_ms: 0,
+                    group_interval_ms: 0,
+                    repeat_interval_ms: self.cfg.timing.repeat_interval.as_millis() as i64,
+                })
+                .collect();
+            self.outbox.enqueue(&rows)?;
+        }
+        Ok(())
+    }
+}
+
+/// Exponential backoff with full jitter in [d/2, d]: 1 s, 2 s, 4 s ... up to `max`.
+fn backoff(attempt: i64, max: Duration) -> Duration {
+    let exp = attempt.clamp(1, 30) as u32 - 1;
+    let base = Duration::from_secs(1)
+        .saturating_mul(1u32 << exp.min(20))
+        .min(max);
+    base.mul_f64(0.5 + fastrand::f64() * 0.5)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let max = Duration::from_secs(60);
+        for _ in 0..50 {
+            let b1 = backoff(1, max);
+            assert!(b1 >= Duration::from_millis(500) && b1 <= Duration::from_secs(1));
+            let b4 = backoff(4, max);
+            assert!(b4 >= Duration::from_secs(4) && b4 <= Duration::from_secs(8));
+            assert!(backoff(40, max) <= max);
+        }
+    }
+}
