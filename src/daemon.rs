@@ -5,7 +5,9 @@
 //!   batch (bounded by the sample deadline) and hands it to the store writer;
 //! - one **NVML thread per GPU** and one **event thread** (in [`crate::sampler`]);
 //! - the **store writer thread** (in [`crate::store`]) owns the write connection;
-//! - a small **tokio runtime** serves HTTP.
+//! - a small **tokio runtime** serves HTTP;
+//! - the **rules thread** (in [`crate::alerts::evaluator`]) and the **sender thread** (in
+//!   [`crate::notify::sender`]) that delivers the outbox.
 //!
 //! Invariants: stopping (`stop` set by SIGINT/SIGTERM or the caller) ends the loop within a
 //! tick, then every batch already produced is written before `run` returns; nothing in the
@@ -118,6 +120,16 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     } else {
         None
     };
+    // Alert delivery: its own thread, reading the outbox the rules thread fills.
+    let notify_stop = Arc::new(AtomicBool::new(false));
+    let sender = crate::notify::sender::spawn(crate::notify::sender::SenderParts {
+        db: config.database.clone(),
+        config: config.notify.clone(),
+        host: config.host.clone(),
+        now: ticker.clock(),
+        stop: notify_stop.clone(),
+    })
+    .map_err(DaemonError::Thread)?;
     let health = Health::new(config.http.stall_after);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -231,6 +243,11 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     eval_stop.store(true, Ordering::Relaxed);
     if let Some(e) = evaluator {
         let _ = e.join();
+    }
+    // Then deliver what is due (bounded); the rest waits in the outbox for the next start.
+    notify_stop.store(true, Ordering::Relaxed);
+    if let Some(s) = sender {
+        let _ = s.join();
     }
     let stats = writer.shutdown();
     tracing::info!(?stats, "store closed");

@@ -32,9 +32,11 @@ pub fn run(args: StatusArgs) -> Result<(), Failure> {
     let rows = store::read::latest_per_gpu(&conn, args.host.as_deref(), now)?;
     let errors = store::read::metric_error_summary(&conn, args.host.as_deref())?;
     let stale = cfg.http.stall_after.as_millis() as i64;
+    let delivery = delivery(&conn, &cfg, now)?;
     match args.format {
         Format::Table if rows.is_empty() => {
             println!("no GPUs recorded in {} yet", cfg.database.display());
+            print_delivery(&delivery, now);
         }
         Format::Table => {
             print!("{}", format::table(&rows, stale));
@@ -52,6 +54,7 @@ pub fn run(args: StatusArgs) -> Result<(), Failure> {
                     );
                 }
             }
+            print_delivery(&delivery, now);
         }
         Format::Json => {
             let mut v = format::json(&rows, stale);
@@ -71,8 +74,119 @@ pub fn run(args: StatusArgs) -> Result<(), Failure> {
                     .collect();
                 gpu["read_errors"] = serde_json::Value::Array(failing);
             }
-            println!("{v}");
+            let out = serde_json::json!({ "gpus": v, "notify": delivery });
+            println!("{out}");
         }
     }
     Ok(())
+}
+
+/// Alert delivery as `status` shows it: per receiver, and the silences in force.
+#[derive(Debug, serde::Serialize)]
+struct Delivery {
+    receivers: Vec<ReceiverState>,
+    silences_active: usize,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct ReceiverState {
+    #[serde(flatten)]
+    backlog: store::outbox::ReceiverBacklog,
+    /// `slack`, `email`, ... (absent for receivers no longer configured).
+    kind: Option<&'static str>,
+    /// The oldest pending notification is older than `backlog_alert_after`.
+    backlog_alert: bool,
+}
+
+fn delivery(
+    conn: &rusqlite::Connection,
+    cfg: &crate::config::Config,
+    now: i64,
+) -> Result<Delivery, Failure> {
+    let mut rows = store::outbox::backlog(conn)?;
+    for r in &cfg.notify.receivers {
+        if !rows.iter().any(|b| b.receiver == r.name) {
+            rows.push(store::outbox::ReceiverBacklog {
+                receiver: r.name.clone(),
+                ..Default::default()
+            });
+        }
+    }
+    let limit = cfg.notify.backlog_alert_after.as_millis() as i64;
+    let receivers = rows
+        .into_iter()
+        .map(|b| ReceiverState {
+            kind: cfg
+                .notify
+                .receivers
+                .iter()
+                .find(|r| r.name == b.receiver)
+                .map(|r| r.kind.type_name()),
+            backlog_alert: b.oldest_pending_ms.is_some_and(|o| now - o > limit),
+            backlog: b,
+        })
+        .collect();
+    let silences_active = store::silences::list(conn, now, false)?
+        .iter()
+        .filter(|s| s.is_active(now))
+        .count();
+    Ok(Delivery {
+        receivers,
+        silences_active,
+    })
+}
+
+fn print_delivery(d: &Delivery, now: i64) {
+    if d.receivers.is_empty() {
+        return;
+    }
+    println!("\nAlert delivery:");
+    for r in &d.receivers {
+        let b = &r.backlog;
+        let mut line = format!(
+            "  {} ({}): {} delivered",
+            b.receiver,
+            r.kind.unwrap_or("not configured"),
+            b.delivered
+        );
+        if let Some(t) = b.last_delivered_ms {
+            line.push_str(&format!(" (last {} ago)", format::age(now - t)));
+        }
+        if b.pending > 0 {
+            line.push_str(&format!(
+                ", {} pending{}",
+                b.pending,
+                b.oldest_pending_ms
+                    .map(|o| format!(" (oldest {} old)", format::age(now - o)))
+                    .unwrap_or_default()
+            ));
+            if b.head_attempts > 0 {
+                line.push_str(&format!(
+                    ", {} failed attempts, last error: {}",
+                    b.head_attempts,
+                    b.head_error.as_deref().unwrap_or("?")
+                ));
+            }
+        }
+        if b.silenced > 0 {
+            line.push_str(&format!(", {} silenced", b.silenced));
+        }
+        if r.backlog_alert {
+            line.push_str("  BACKLOG");
+        }
+        println!("{line}");
+        if b.dead > 0 {
+            println!(
+                "    {} dead letter(s) (permanent errors, not retried); last: {}",
+                b.dead,
+                b.last_dead_error.as_deref().unwrap_or("?")
+            );
+        }
+    }
+    if d.silences_active > 0 {
+        println!(
+            "  {} silence(s) in force (gpuwatch silence list)",
+            d.silences_active
+        );
+    }
 }

@@ -197,7 +197,8 @@ fn run_serves_healthz_stores_samples_and_stops_cleanly_on_sigterm() {
             .output()
             .ok()?;
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
-        (v.as_array()?.len() == 2 && v[1]["processes"].as_array()?.len() == 1).then_some(())
+        let gpus = &v["gpus"];
+        (gpus.as_array()?.len() == 2 && gpus[1]["processes"].as_array()?.len() == 1).then_some(())
     });
     std::thread::sleep(Duration::from_millis(1500));
     // SAFETY: plain kill(2) on our own child.
@@ -220,6 +221,8 @@ fn run_serves_healthz_stores_samples_and_stops_cleanly_on_sigterm() {
         .output()
         .expect("status");
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["notify"]["receivers"], serde_json::json!([]));
+    let v = &v["gpus"];
     assert_eq!(v[0]["host"], "testhost");
     assert_eq!(v[0]["uuid"], sim.scenario.gpu(0).uuid.as_str());
     assert_eq!(v[1]["processes"][0]["pid"], 4000000);
