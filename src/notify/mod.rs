@@ -17,6 +17,7 @@
 
 pub mod alertmanager;
 pub mod email;
+pub mod http;
 pub mod matcher;
 pub mod secret;
 pub mod slack;
