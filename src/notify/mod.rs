@@ -19,7 +19,9 @@ pub mod alertmanager;
 pub mod email;
 pub mod http;
 pub mod matcher;
+pub mod route;
 pub mod secret;
+pub mod sender;
 pub mod slack;
 pub mod text;
 pub mod webhook;
@@ -197,5 +199,20 @@ impl Receiver {
     /// Alertmanager groups and de-duplicates by itself and wants every alert at once.
     pub fn is_alertmanager(&self) -> bool {
         matches!(self, Receiver::Alertmanager(_))
+    }
+}
+
+/// A crash-test hook: when the environment variable `GPUWATCH_TEST_PAUSE_AT` names this
+/// point (`after_enqueue`, `after_send`), the whole process stops itself (SIGSTOP) right
+/// there, so a test can `kill -9` it at exactly that moment. Unset, it costs one load.
+pub fn pause_point(name: &str) {
+    static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let at = AT.get_or_init(|| std::env::var("GPUWATCH_TEST_PAUSE_AT").ok());
+    if at.as_deref() == Some(name) {
+        eprintln!("gpuwatch: test pause point {name} reached; stopping");
+        // SAFETY: raising a signal at our own process has no memory-safety preconditions.
+        unsafe {
+            libc::raise(libc::SIGSTOP);
+        }
     }
 }
