@@ -29,6 +29,7 @@ mod migrate;
 pub mod read;
 mod rollup;
 mod rows;
+pub mod series;
 mod size;
 pub mod synth;
 mod training;
