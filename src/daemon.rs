@@ -111,9 +111,11 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
                 },
                 move || committed.get(),
                 eval_stop.clone(),
-                alert_sink.unwrap_or_else(|| Box::new(|_| {})),
-                reload,
-                crate::notify::route::Router::new(&config.notify),
+                crate::alerts::evaluator::Outputs {
+                    sink: alert_sink.unwrap_or_else(|| Box::new(|_| {})),
+                    reload,
+                    router: crate::notify::route::Router::new(&config.notify),
+                },
             )
             .map_err(DaemonError::Thread)?,
         )

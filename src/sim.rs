@@ -211,8 +211,7 @@ impl Ticker for SimTicker {
         // SAFETY: plain function of the fake library taking a u64.
         unsafe { (self.set_tick)(n) };
         let ts_ms = self.time_of(n);
-        self.now
-            .store(ts_ms, std::sync::atomic::Ordering::Relaxed);
+        self.now.store(ts_ms, std::sync::atomic::Ordering::Relaxed);
         let training = self
             .scenario
             .training_at(n)

@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use crate::model::TsMs;
 use crate::notify::route::Router;
-use crate::store::outbox::NewNotification;
 use crate::rules::rule::Rule;
 use crate::store;
+use crate::store::outbox::NewNotification;
 
 use super::engine::{Engine, EngineOptions, Transition};
 
@@ -38,6 +38,16 @@ pub struct Reload {
 /// Called with every transition (the demo prints; the daemon logs and enqueues them).
 pub type TransitionSink = Box<dyn FnMut(&Transition) + Send>;
 
+/// Where transitions go, and how rules are reloaded.
+pub struct Outputs {
+    /// Called with every transition (besides the log line).
+    pub sink: TransitionSink,
+    /// How to reload the rules when asked (SIGHUP).
+    pub reload: Option<Reload>,
+    /// Routes transitions into the outbox (no receivers: nothing is enqueued).
+    pub router: Router,
+}
+
 /// Starts the thread. `committed` says up to which time the writer has committed.
 pub fn spawn(
     db: PathBuf,
@@ -45,10 +55,13 @@ pub fn spawn(
     opts: EngineOptions,
     committed: impl Fn() -> Option<TsMs> + Send + 'static,
     stop: Arc<AtomicBool>,
-    mut sink: TransitionSink,
-    reload: Option<Reload>,
-    router: Router,
+    outputs: Outputs,
 ) -> std::io::Result<JoinHandle<()>> {
+    let Outputs {
+        mut sink,
+        reload,
+        router,
+    } = outputs;
     std::thread::Builder::new().name("gpuwatch-rules".into()).spawn(move || {
         let conn = match store::open_read_only(&db) {
             Ok(c) => c,

@@ -6,11 +6,13 @@
 
 mod demo;
 mod format;
+mod notify;
 mod record;
 mod replay;
 mod rules;
 mod rules_test;
 mod run;
+mod silence;
 mod status;
 
 use std::path::PathBuf;
@@ -54,6 +56,10 @@ pub enum Command {
     Rules(rules::RulesArgs),
     /// Evaluate rules over stored history as the live daemon would; print every transition.
     Replay(replay::ReplayArgs),
+    /// Alert delivery: `notify test` sends a test message through the receivers.
+    Notify(notify::NotifyArgs),
+    /// Silence alerts (`add`, `list`, `expire`): recorded, not sent.
+    Silence(silence::SilenceArgs),
     /// Scenario files for the simulated NVML library.
     #[command(subcommand)]
     Scenario(ScenarioCommand),
@@ -120,7 +126,10 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     init_logging(
         cli.log.as_deref(),
-        matches!(cli.command, Command::Demo(_) | Command::Rules(_)),
+        matches!(
+            cli.command,
+            Command::Demo(_) | Command::Rules(_) | Command::Notify(_) | Command::Silence(_)
+        ),
     );
     let result = match cli.command {
         Command::Run(a) => run::run(a),
@@ -129,6 +138,8 @@ pub fn main() -> i32 {
         Command::Rules(a) => rules::run(a),
         Command::Replay(a) => replay::run(a),
         Command::Scenario(ScenarioCommand::Record(a)) => record::run(a),
+        Command::Notify(a) => notify::run(a),
+        Command::Silence(a) => silence::run(a),
     };
     match result {
         Ok(()) => exit::OK,

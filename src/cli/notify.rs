@@ -53,7 +53,12 @@ fn test(a: TestArgs) -> Result<(), Failure> {
         .filter(|r| a.receiver.as_ref().is_none_or(|n| *n == r.name))
         .collect();
     if chosen.is_empty() {
-        let names: Vec<&str> = cfg.notify.receivers.iter().map(|r| r.name.as_str()).collect();
+        let names: Vec<&str> = cfg
+            .notify
+            .receivers
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
         return Err(fail(
             exit::USAGE,
             anyhow::anyhow!(
@@ -78,7 +83,11 @@ fn test(a: TestArgs) -> Result<(), Failure> {
             Ok(r) => r,
             Err(e) => {
                 failed += 1;
-                println!("{} ({kind}): FAILED to set up: {}", rc.name, secret::scrub(&e));
+                println!(
+                    "{} ({kind}): FAILED to set up: {}",
+                    rc.name,
+                    secret::scrub(&e)
+                );
                 continue;
             }
         };
@@ -111,9 +120,12 @@ fn test(a: TestArgs) -> Result<(), Failure> {
         };
         let started = Instant::now();
         let result = rt.block_on(async {
-            tokio::time::timeout(rc.timeout + std::time::Duration::from_secs(5), receiver.send(&n))
-                .await
-                .unwrap_or_else(|_| Err(SendError::transient("no answer in time")))
+            tokio::time::timeout(
+                rc.timeout + std::time::Duration::from_secs(5),
+                receiver.send(&n),
+            )
+            .await
+            .unwrap_or_else(|_| Err(SendError::transient("no answer in time")))
         });
         match result {
             Ok(()) => println!(
@@ -123,7 +135,11 @@ fn test(a: TestArgs) -> Result<(), Failure> {
             ),
             Err(e) => {
                 failed += 1;
-                println!("{} ({kind}): FAILED: {}", rc.name, secret::scrub(&e.to_string()));
+                println!(
+                    "{} ({kind}): FAILED: {}",
+                    rc.name,
+                    secret::scrub(&e.to_string())
+                );
             }
         }
     }

@@ -89,11 +89,17 @@ fn add(a: AddArgs) -> Result<(), Failure> {
     let matchers = Matcher::parse_list(&a.matchers).map_err(|e| {
         fail(
             exit::USAGE,
-            anyhow::anyhow!("--match {:?}: {e}\nwrite e.g. --match rule=gpu_idle,gpu=3", a.matchers),
+            anyhow::anyhow!(
+                "--match {:?}: {e}\nwrite e.g. --match rule=gpu_idle,gpu=3",
+                a.matchers
+            ),
         )
     })?;
     if a.duration.is_zero() {
-        return Err(fail(exit::USAGE, anyhow::anyhow!("--for must be longer than 0")));
+        return Err(fail(
+            exit::USAGE,
+            anyhow::anyhow!("--for must be longer than 0"),
+        ));
     }
     let text: Vec<String> = matchers.iter().map(ToString::to_string).collect();
     let text = text.join(",");
@@ -130,7 +136,10 @@ fn list(a: ListArgs) -> Result<(), Failure> {
         println!("no silences{}", if a.all { "" } else { " in force" });
         return Ok(());
     }
-    println!("{:>4}  {:<10} {:<36} {:<24} COMMENT", "ID", "STATE", "MATCHERS", "ENDS");
+    println!(
+        "{:>4}  {:<10} {:<36} {:<24} COMMENT",
+        "ID", "STATE", "MATCHERS", "ENDS"
+    );
     for s in rows {
         let state = if s.expired_ms.is_some() {
             "expired"

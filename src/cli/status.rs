@@ -144,10 +144,11 @@ fn print_delivery(d: &Delivery, now: i64) {
     for r in &d.receivers {
         let b = &r.backlog;
         let mut line = format!(
-            "  {} ({}): {} delivered",
+            "  {} ({}): {} alert notification(s) delivered in {} message(s)",
             b.receiver,
             r.kind.unwrap_or("not configured"),
-            b.delivered
+            b.delivered,
+            b.messages
         );
         if let Some(t) = b.last_delivered_ms {
             line.push_str(&format!(" (last {} ago)", format::age(now - t)));

@@ -44,10 +44,10 @@ impl Router {
     pub fn route(&self, labels: &BTreeMap<String, String>) -> Vec<Destination> {
         let mut out: Vec<Destination> = Vec::new();
         let push = |out: &mut Vec<Destination>,
-                        idx: String,
-                        receivers: &[String],
-                        group_by: &[String],
-                        timing: GroupTiming| {
+                    idx: String,
+                    receivers: &[String],
+                    group_by: &[String],
+                    timing: GroupTiming| {
             for r in receivers {
                 if out.iter().any(|d| d.receiver == *r) {
                     continue;
@@ -220,13 +220,20 @@ group_wait = "5s"
         )
         .unwrap();
         let r = Router::new(&cfg.notify);
-        let crit = r.route(&labels(&[("rule", "gpu_lost"), ("severity", "critical"), ("host", "n1")]));
+        let crit = r.route(&labels(&[
+            ("rule", "gpu_lost"),
+            ("severity", "critical"),
+            ("host", "n1"),
+        ]));
         let names: Vec<&str> = crit.iter().map(|d| d.receiver.as_str()).collect();
         assert_eq!(names, ["a", "b"], "a once, from the first route");
         assert_eq!(crit[0].group_key, "route0|host=n1");
         assert_eq!(crit[1].group_key, "route1|host=n1,rule=gpu_lost");
         assert_eq!(crit[1].timing.group_wait.as_secs(), 5);
-        let other = r.route(&labels(&[("rule", "training_hang"), ("severity", "warning")]));
+        let other = r.route(&labels(&[
+            ("rule", "training_hang"),
+            ("severity", "warning"),
+        ]));
         assert_eq!(other.len(), 1);
         assert_eq!(other[0].receiver, "c");
         assert_eq!(other[0].group_key, "default|host=,rule=training_hang");

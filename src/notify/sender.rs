@@ -149,7 +149,9 @@ async fn run(parts: SenderParts) {
             && (!left || Instant::now() >= until)
         {
             if left {
-                tracing::warn!("stopping with undelivered notifications; they go out after the next start");
+                tracing::warn!(
+                    "stopping with undelivered notifications; they go out after the next start"
+                );
             }
             return;
         }
@@ -165,7 +167,7 @@ struct Sender {
 
 /// What a group's rows become.
 enum Fate {
-    Send(AlertMsg),
+    Send(Box<AlertMsg>),
     Silenced,
     Skipped,
     Dead(String),
@@ -228,9 +230,18 @@ impl Sender {
         }
         let mut left = false;
         for (key, rows) in groups {
+            // One message carries each alert once: a later change of an alert already in
+            // it (resolved after firing, during an outage) goes in the next message, in order.
+            let mut seen = std::collections::HashSet::new();
+            let rows: Vec<PendingRow> = rows
+                .into_iter()
+                .take_while(|r| r.alert_id.is_none_or(|id| seen.insert(id)))
+                .collect();
             let head = &rows[0];
             let due = match self.outbox.last_delivered(&slot.cfg.name, &key)? {
-                Some(last) => (head.created_ms + head.group_wait_ms).max(last + head.group_interval_ms),
+                Some(last) => {
+                    (head.created_ms + head.group_wait_ms).max(last + head.group_interval_ms)
+                }
                 None => head.created_ms + head.group_wait_ms,
             };
             if due > now && !flush {
@@ -240,7 +251,7 @@ impl Sender {
             let (mut silenced, mut skipped) = (Vec::new(), Vec::new());
             for r in &rows {
                 match self.fate(slot, r, &rows, silences)? {
-                    Fate::Send(m) => send.push((r.id, m)),
+                    Fate::Send(m) => send.push((r.id, *m)),
                     Fate::Silenced => silenced.push(r.id),
                     Fate::Skipped => skipped.push(r.id),
                     Fate::Dead(e) => self.outbox.mark(&[r.id], "dead", now, Some(&e))?,
@@ -253,17 +264,15 @@ impl Sender {
             }
             let ids: Vec<i64> = send.iter().map(|(id, _)| *id).collect();
             let n = self.notification(&slot.cfg.name, &key, &rows, send, now);
-            let attempt = tokio::time::timeout(
-                slot.cfg.timeout + Duration::from_secs(5),
-                receiver.send(&n),
-            )
-            .await
-            .unwrap_or_else(|_| {
-                Err(SendError::transient(format!(
-                    "no answer within {}",
-                    humantime::format_duration(slot.cfg.timeout)
-                )))
-            });
+            let attempt =
+                tokio::time::timeout(slot.cfg.timeout + Duration::from_secs(5), receiver.send(&n))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(SendError::transient(format!(
+                            "no answer within {}",
+                            humantime::format_duration(slot.cfg.timeout)
+                        )))
+                    });
             match attempt {
                 Ok(()) => {
                     super::pause_point("after_send");
@@ -296,7 +305,7 @@ impl Sender {
                     return Ok(true);
                 }
             }
-            left |= false;
+            left = true;
         }
         Ok(left)
     }
@@ -320,7 +329,7 @@ impl Sender {
         }
         if msg.is_firing() || r.kind == "self" {
             if msg.is_firing() || slot.cfg.send_resolved {
-                return Ok(Fate::Send(msg));
+                return Ok(Fate::Send(Box::new(msg)));
             }
             return Ok(Fate::Skipped);
         }
@@ -337,7 +346,11 @@ impl Sender {
             }
             None => true,
         };
-        Ok(if told { Fate::Send(msg) } else { Fate::Skipped })
+        Ok(if told {
+            Fate::Send(Box::new(msg))
+        } else {
+            Fate::Skipped
+        })
     }
 
     /// One message: each alert once (its latest state), firing first.

@@ -73,7 +73,9 @@ pub struct ReceiverBacklog {
     /// Attempts of the oldest pending row (0: not tried yet).
     pub head_attempts: i64,
     pub head_error: Option<String>,
+    /// Alert notifications delivered, and the messages that carried them.
     pub delivered: i64,
+    pub messages: i64,
     pub last_delivered_ms: Option<TsMs>,
     pub dead: i64,
     pub last_dead_error: Option<String>,
@@ -170,7 +172,11 @@ impl Outbox {
     }
 
     /// When the group last got a message.
-    pub fn last_delivered(&self, receiver: &str, group_key: &str) -> Result<Option<TsMs>, StoreError> {
+    pub fn last_delivered(
+        &self,
+        receiver: &str,
+        group_key: &str,
+    ) -> Result<Option<TsMs>, StoreError> {
         Ok(self
             .conn
             .prepare_cached(
@@ -268,7 +274,8 @@ pub fn backlog(conn: &Connection) -> Result<Vec<ReceiverBacklog>, StoreError> {
         "SELECT receiver,
            sum(status = 'pending'), min(CASE WHEN status = 'pending' THEN created_ms END),
            sum(status = 'sent'), max(CASE WHEN status = 'sent' THEN done_ms END),
-           sum(status = 'dead'), sum(status = 'silenced')
+           sum(status = 'dead'), sum(status = 'silenced'),
+           count(DISTINCT CASE WHEN status = 'sent' THEN batch_id END)
          FROM notifications GROUP BY receiver ORDER BY receiver",
     )?;
     let mut out: Vec<ReceiverBacklog> = stmt
@@ -281,6 +288,7 @@ pub fn backlog(conn: &Connection) -> Result<Vec<ReceiverBacklog>, StoreError> {
                 last_delivered_ms: r.get(4)?,
                 dead: r.get(5)?,
                 silenced: r.get(6)?,
+                messages: r.get(7)?,
                 ..Default::default()
             })
         })?
