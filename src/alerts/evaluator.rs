@@ -99,10 +99,8 @@ pub fn spawn(
                     engine.restore(saved);
                     let ended = engine.take_saves();
                     let outbox = enqueue(&router, &engine.take_ended(), &mut sink);
-                    if let Some(a) = alert_db.as_mut()
-                        && let Err(e) = a.save(start, &ended, &outbox)
-                    {
-                        tracing::error!(error = %e, "cannot record the end of alerts of removed rules");
+                    if let Some(a) = alert_db.as_mut() {
+                        persist(a, start, &ended, &outbox, &stop);
                     }
                 }
                 Err(e) => tracing::error!(error = %e, "cannot restore alert state"),
@@ -121,14 +119,9 @@ pub fn spawn(
                                 tracing::info!(rules = n, "rules reloaded");
                                 // Alerts of removed rules end: save and notify that now.
                                 let outbox = enqueue(&router, &engine.take_ended(), &mut sink);
-                                if let Some(a) = alert_db.as_mut()
-                                    && let Err(e) = a.save(
-                                        engine.world().fed_to,
-                                        &engine.take_saves(),
-                                        &outbox,
-                                    )
-                                {
-                                    log_failure(&mut failures, &e);
+                                if let Some(a) = alert_db.as_mut() {
+                                    let at = engine.world().fed_to;
+                                    persist(a, at, &engine.take_saves(), &outbox, &stop);
                                 }
                             }
                             Err(e) => log_failure(&mut failures, &e),
@@ -157,14 +150,11 @@ pub fn spawn(
                             }
                             let transitions = engine.evaluate(t);
                             let outbox = enqueue(&router, &transitions, &mut sink);
-                            if let Some(a) = alert_db.as_mut() {
-                                match a.save(t, &engine.take_saves(), &outbox) {
-                                    Ok(()) if !outbox.is_empty() => {
-                                        crate::notify::pause_point("after_enqueue");
-                                    }
-                                    Ok(()) => {}
-                                    Err(e) => log_failure(&mut failures, &e),
-                                }
+                            if let Some(a) = alert_db.as_mut()
+                                && persist(a, t, &engine.take_saves(), &outbox, &stop)
+                                && !outbox.is_empty()
+                            {
+                                crate::notify::pause_point("after_enqueue");
                             }
                         }
                         Ok(None) => break,
@@ -181,6 +171,39 @@ pub fn spawn(
             std::thread::sleep(Duration::from_millis(20));
         }
     })
+}
+
+/// Saves alert state and its notifications, retrying until it worked: the engine has moved
+/// on, so giving up would lose notifications. Gives up only when stopping (after a few more
+/// tries), with an error naming what is lost. Returns whether the save happened.
+fn persist(
+    db: &mut store::alerts::AlertDb,
+    t: TsMs,
+    saves: &[store::alerts::SavedAlert],
+    outbox: &[NewNotification],
+    stop: &AtomicBool,
+) -> bool {
+    let mut tries = 0u64;
+    loop {
+        match db.save(t, saves, outbox) {
+            Ok(()) => return true,
+            Err(e) => {
+                tries += 1;
+                if tries == 1 || tries.is_power_of_two() {
+                    tracing::error!(error = %e, tries, "cannot save alert state and notifications; retrying");
+                }
+                if stop.load(Ordering::Relaxed) && tries >= 20 {
+                    tracing::error!(
+                        alerts = saves.len(),
+                        notifications = outbox.len(),
+                        "giving up saving alert state at shutdown: these changes are lost"
+                    );
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
 }
 
 /// Logs and reports transitions, and routes them into outbox rows.

@@ -43,6 +43,11 @@ pub struct DemoArgs {
     /// Stop after this much simulated time (default: the scenario's duration).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub duration: Option<Duration>,
+    /// Deliver the demo's alerts through the receivers and routes of this config file's
+    /// `[notify]` section (Slack, email, webhook, Alertmanager; see docs/ALERTING.md). Group
+    /// timing runs on the simulated clock.
+    #[arg(long, short = 'c', value_name = "PATH")]
+    pub config: Option<PathBuf>,
     /// Path of the simulated NVML library [default: next to this binary, or $GPUWATCH_FAKE_NVML].
     #[arg(long, value_name = "PATH")]
     pub fake_nvml: Option<PathBuf>,
@@ -108,6 +113,9 @@ pub fn run(args: DemoArgs) -> Result<(), Failure> {
         ..Config::default()
     };
     config.http.listen = ([127, 0, 0, 1], 0).into();
+    if let Some(path) = &args.config {
+        config.notify = Config::load(path).map_err(|e| fail(exit::USAGE, e))?.notify;
+    }
 
     println!(
         "gpuwatch demo: scenario \"{}\", {} simulated GPUs, {} of simulated time at {}x (about {}s).",
@@ -177,6 +185,22 @@ pub fn run(args: DemoArgs) -> Result<(), Failure> {
         db.display()
     );
     print!("{}", format::table(&rows, 10 * tick_ms as i64));
+    if !config.notify.receivers.is_empty() {
+        println!("\nAlert delivery:");
+        for b in store::outbox::backlog(&conn)? {
+            println!(
+                "  {}: {} alert notification(s) delivered in {} message(s), {} pending, {} dead letter(s){}",
+                b.receiver,
+                b.delivered,
+                b.messages,
+                b.pending,
+                b.dead,
+                b.last_dead_error
+                    .map(|e| format!(" (last: {e})"))
+                    .unwrap_or_default()
+            );
+        }
+    }
     Ok(())
 }
 

@@ -2,7 +2,9 @@
 //! change of an alert's lifecycle and restores the live ones after a restart.
 //!
 //! Invariants: notifications of a transition are enqueued in the transaction that saves it;
-//! each save is one short transaction on the caller's own read-write connection
+//! saves are IMMEDIATE transactions (the write lock is taken at BEGIN, so the busy timeout
+//! applies: a deferred transaction that read first would fail at once with SQLITE_BUSY when
+//! the store writer committed in between); each save is one short transaction on the caller's own read-write connection
 //! (the store writer's transactions and these never wait on each other for long: WAL plus a
 //! busy timeout); at most one live (pending/firing) row per identity (a partial unique index);
 //! an episode that ends keeps its row as `resolved` (history), except one that never fired,
@@ -91,7 +93,9 @@ impl AlertDb {
         if changed.is_empty() && outbox.is_empty() {
             return Ok(());
         }
-        let tx = self.conn.transaction()?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         for a in changed {
             let live: Option<i64> = tx
                 .prepare_cached(

@@ -137,7 +137,9 @@ impl Outbox {
 
     /// Enqueues rows in one transaction.
     pub fn enqueue(&mut self, rows: &[NewNotification]) -> Result<(), StoreError> {
-        let tx = self.conn.transaction()?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         insert(&tx, rows)?;
         tx.commit()?;
         Ok(())
@@ -206,7 +208,9 @@ impl Outbox {
         now: TsMs,
         error: Option<&str>,
     ) -> Result<(), StoreError> {
-        let tx = self.conn.transaction()?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let batch = ids.first().copied();
         for id in ids {
             tx.prepare_cached(
@@ -228,7 +232,9 @@ impl Outbox {
         error: &str,
         next_attempt_ms: TsMs,
     ) -> Result<(), StoreError> {
-        let tx = self.conn.transaction()?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         for id in ids {
             tx.prepare_cached(
                 "UPDATE notifications SET attempts = attempts + 1, last_error = ?2,
