@@ -246,3 +246,59 @@ fn kill_9_between_send_and_mark_sends_once_more_at_most() {
     want.sort();
     assert_eq!(got, want, "exactly one duplicate of the message");
 }
+
+#[test]
+fn reminders_repeat_firing_alerts_and_send_resolved_is_per_receiver() {
+    let slack = SlackServer::start();
+    let hook = SlackServer::start();
+    let rig = tempdir_rig(7, |d| {
+        let f = d.join("hook-url");
+        std::fs::write(&f, hook.url()).expect("url");
+        slack_toml(
+            d,
+            &slack,
+            &format!(
+                "repeat_interval = \"2s\"\n[[notify.webhook]]\nname = \"hook\"\nurl_file = \"{}\"\nsend_resolved = false\n",
+                f.display()
+            ),
+        )
+    });
+    let mut d = rig.start("run.log", &[]);
+    let end = Instant::now() + Duration::from_secs(40);
+    while !slack
+        .received()
+        .iter()
+        .any(|r| r.text().starts_with("[RESOLVED"))
+    {
+        assert!(
+            Instant::now() < end,
+            "no resolved message: {}",
+            rig.log("run.log")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(d.sigterm().success());
+    let texts: Vec<String> = slack
+        .received()
+        .iter()
+        .map(|r| r.text().to_string())
+        .collect();
+    assert!(texts[0].starts_with("[FIRING:2]"), "{texts:?}");
+    let reminders = texts.iter().filter(|t| t.contains("reminder")).count();
+    assert!(
+        reminders >= 1,
+        "still firing after 2 s: a reminder: {texts:?}"
+    );
+    assert!(
+        texts.last().is_some_and(|t| t.starts_with("[RESOLVED:2]")),
+        "{texts:?}"
+    );
+    // The webhook wants no resolved messages.
+    let bodies: Vec<String> = hook.received().iter().map(|r| r.body.clone()).collect();
+    assert!(!bodies.is_empty(), "the webhook got the firing alerts");
+    assert!(
+        bodies.iter().all(|b| !b.contains("\"resolved\"")),
+        "{bodies:?}"
+    );
+}

@@ -313,7 +313,7 @@ impl RawNotify {
                 "notify.repeat_interval",
                 &self.repeat_interval,
                 d.timing.repeat_interval,
-                s(60),
+                s(1),
                 s(30 * 86_400),
             ),
         };
@@ -336,6 +336,58 @@ impl RawNotify {
             .as_ref()
             .map_or(d.group_by.clone(), |g| label_list(c, "notify.group_by", g));
 
+        // Names are checked for duplicates before compiling (a receiver with errors is
+        // dropped, but its name still counts).
+        let raw_names: Vec<(Span, String)> = self
+            .slack
+            .iter()
+            .map(|r| {
+                (
+                    r.span(),
+                    r.get_ref()
+                        .name
+                        .as_ref()
+                        .map(|n| n.get_ref().trim().to_string()),
+                )
+            })
+            .chain(self.email.iter().map(|r| {
+                (
+                    r.span(),
+                    r.get_ref()
+                        .name
+                        .as_ref()
+                        .map(|n| n.get_ref().trim().to_string()),
+                )
+            }))
+            .chain(self.webhook.iter().map(|r| {
+                (
+                    r.span(),
+                    r.get_ref()
+                        .name
+                        .as_ref()
+                        .map(|n| n.get_ref().trim().to_string()),
+                )
+            }))
+            .chain(self.alertmanager.iter().map(|r| {
+                (
+                    r.span(),
+                    r.get_ref()
+                        .name
+                        .as_ref()
+                        .map(|n| n.get_ref().trim().to_string()),
+                )
+            }))
+            .filter_map(|(span, n)| n.filter(|n| !n.is_empty()).map(|n| (span, n)))
+            .collect();
+        for (i, (span, name)) in raw_names.iter().enumerate() {
+            if raw_names[..i].iter().any(|(_, o)| o == name) {
+                c.error(
+                    span.clone(),
+                    format!("receiver name {name:?} is used twice"),
+                    "give every receiver its own `name`",
+                );
+            }
+        }
         let mut receivers: Vec<(Span, ReceiverConfig)> = Vec::new();
         for r in self.slack {
             let span = r.span();
@@ -353,16 +405,7 @@ impl RawNotify {
             let span = r.span();
             receivers.extend(r.into_inner().compile(c, span.clone()).map(|x| (span, x)));
         }
-        for (i, (span, r)) in receivers.iter().enumerate() {
-            if receivers[..i].iter().any(|(_, o)| o.name == r.name) {
-                c.error(
-                    span.clone(),
-                    format!("receiver name {:?} is used twice", r.name),
-                    "give every receiver its own `name`",
-                );
-            }
-        }
-        let names: Vec<String> = receivers.iter().map(|(_, r)| r.name.clone()).collect();
+        let names: Vec<String> = raw_names.into_iter().map(|(_, n)| n).collect();
         let known = |c: &mut Checker<'_>, key: &str, list: &[Spanned<String>]| -> Vec<String> {
             let mut out = Vec::new();
             for n in list {
@@ -434,7 +477,7 @@ impl RawNotify {
                     "notify.route.repeat_interval",
                     &r.repeat_interval,
                     timing.repeat_interval,
-                    s(60),
+                    s(1),
                     s(30 * 86_400),
                 ),
             };
@@ -520,7 +563,10 @@ fn plain_secret_refused(c: &mut Checker<'_>, key: &str, v: &Option<Spanned<Strin
         c.error(
             v.span(),
             format!("`{key}` would put a secret in the config file"),
-            &format!("use {key}_env = \"VAR\" or {key}_file = \"PATH\" instead"),
+            &format!(
+                "use {short}_env = \"VAR\" or {short}_file = \"PATH\" instead",
+                short = key.rsplit('.').next().unwrap_or(key)
+            ),
         );
     }
 }

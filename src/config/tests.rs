@@ -121,3 +121,75 @@ fn rules_section() {
         "{e}"
     );
 }
+
+#[test]
+fn shipped_notify_example_parses_when_uncommented() {
+    let text = include_str!("../../examples/gpuwatch.toml");
+    let start = text.find("# [notify]").expect("example has [notify]");
+    let end = text
+        .find("# [prometheus]")
+        .expect("example has [prometheus]");
+    let mut section = String::new();
+    for line in text[start..end].lines() {
+        let l = line.trim_start_matches("# ");
+        let is_code =
+            l.starts_with('[') || l.split_once(" = ").is_some_and(|(k, _)| !k.contains(' '));
+        // The example shows env and file variants of each secret: keep the env ones.
+        let alt = [
+            "webhook_url_file",
+            "password_file",
+            "hmac_secret_file",
+            "bearer_token_file",
+            "url = ",
+        ];
+        if is_code && line.starts_with("# ") && !alt.iter().any(|a| l.starts_with(a)) {
+            section.push_str(l);
+            section.push('\n');
+        }
+    }
+    let c = Config::parse(&section, Path::new("notify.toml"))
+        .unwrap_or_else(|e| panic!("{e}\n{section}"));
+    let n = &c.notify;
+    let names: Vec<&str> = n.receivers.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["oncall", "team", "ticketing", "fleet"]);
+    assert_eq!(n.routes.len(), 1);
+    assert!(n.routes[0].continue_);
+    assert_eq!(n.timing.group_wait, Duration::from_secs(30));
+}
+
+#[test]
+fn notify_errors_name_the_place() {
+    let text = r#"
+[notify]
+group_wait = "soon"
+[[notify.slack]]
+name = "a"
+webhook_url = "https://hooks.slack.com/services/T/B/secret"
+[[notify.email]]
+name = "a"
+smtp_host = "smtp.example.com"
+tls = "none"
+username = "u"
+password_env = "P"
+from = "not an address"
+to = ["x@example.com"]
+[[notify.route]]
+match = ["rule=~("]
+receivers = ["nobody"]
+"#;
+    let e = Config::parse(text, Path::new("n.toml"))
+        .unwrap_err()
+        .to_string();
+    for want in [
+        "n.toml:3:14: `notify.group_wait`",
+        "n.toml:6:15: `notify.slack.webhook_url` would put a secret in the config file",
+        "unencrypted to smtp.example.com",
+        "`notify.email.from` = \"not an address\"",
+        "receiver name \"a\" is used twice",
+        "bad regular expression",
+        "names \"nobody\", which is not a receiver",
+    ] {
+        assert!(e.contains(want), "{want:?} missing in:\n{e}");
+    }
+    assert!(!e.contains("secret\""), "the URL is not echoed: {e}");
+}
