@@ -12,6 +12,7 @@ mod error;
 mod notify;
 mod prometheus;
 mod raw;
+mod receivers;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use notify::{

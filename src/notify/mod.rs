@@ -24,6 +24,7 @@ pub mod secret;
 pub mod sender;
 pub mod slack;
 pub mod text;
+mod upkeep;
 pub mod webhook;
 
 use std::collections::BTreeMap;

@@ -16,7 +16,7 @@
 //! - Group timing runs on the daemon's clock (simulated in the demo); retry backoff on the
 //!   wall clock.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use crate::clock::Clock;
 use crate::config::{NotifyConfig, ReceiverConfig};
 use crate::model::TsMs;
-use crate::store::outbox::{NewNotification, Outbox, PendingRow};
+use crate::store::outbox::{Outbox, PendingRow};
 use crate::store::{self, StoreError};
 
 use super::matcher::{Matcher, all_match};
@@ -50,15 +50,15 @@ pub struct SenderParts {
     pub stop: Arc<AtomicBool>,
 }
 
-struct Slot {
-    cfg: ReceiverConfig,
-    receiver: Result<Receiver, String>,
+pub(super) struct Slot {
+    pub(super) cfg: ReceiverConfig,
+    pub(super) receiver: Result<Receiver, String>,
     /// Failures in a row (for log throttling).
-    failures: u64,
+    pub(super) failures: u64,
     /// When Alertmanager last got the live alerts (daemon clock).
-    last_resend: Option<TsMs>,
+    pub(super) last_resend: Option<TsMs>,
     /// Backlog self alert raised for this receiver (the message that raised it).
-    backlog_raised: Option<AlertMsg>,
+    pub(super) backlog_raised: Option<AlertMsg>,
 }
 
 /// Starts the sender thread (nothing to do without receivers: returns `None`).
@@ -159,10 +159,10 @@ async fn run(parts: SenderParts) {
     }
 }
 
-struct Sender {
-    outbox: Outbox,
-    cfg: NotifyConfig,
-    host: String,
+pub(super) struct Sender {
+    pub(super) outbox: Outbox,
+    pub(super) cfg: NotifyConfig,
+    pub(super) host: String,
 }
 
 /// What a group's rows become.
@@ -396,183 +396,6 @@ impl Sender {
             sender_host: self.host.clone(),
             now_ms: now,
         }
-    }
-
-    /// Reminders, Alertmanager re-sends and the backlog self alert.
-    async fn housekeeping(&mut self, slots: &mut [Slot], now: TsMs) -> Result<(), StoreError> {
-        for slot in slots.iter_mut() {
-            let is_am = slot.receiver.as_ref().is_ok_and(Receiver::is_alertmanager);
-            if is_am {
-                self.alertmanager_resend(slot, now).await?;
-            } else {
-                self.reminders(slot, now)?;
-            }
-        }
-        self.backlog_alerts(slots, now)
-    }
-
-    /// Enqueues a reminder for groups whose alerts still fire `repeat_interval` after the
-    /// group's last message (and that have nothing pending).
-    fn reminders(&mut self, slot: &Slot, now: TsMs) -> Result<(), StoreError> {
-        let delivered = self.outbox.delivered_firing(&slot.cfg.name)?;
-        if delivered.is_empty() {
-            return Ok(());
-        }
-        let pending: Vec<String> = self
-            .outbox
-            .pending(&slot.cfg.name)?
-            .into_iter()
-            .map(|r| r.group_key)
-            .collect();
-        let mut by_group: HashMap<&str, Vec<&crate::store::outbox::Delivered>> = HashMap::new();
-        for d in &delivered {
-            by_group.entry(d.group_key.as_str()).or_default().push(d);
-        }
-        let mut rows = Vec::new();
-        for (key, alerts) in by_group {
-            if pending.iter().any(|p| p == key) {
-                continue;
-            }
-            let Some(last) = self.outbox.last_delivered(&slot.cfg.name, key)? else {
-                continue;
-            };
-            let repeat = alerts[0].repeat_interval_ms;
-            if now - last < repeat {
-                continue;
-            }
-            for d in alerts {
-                rows.push(NewNotification {
-                    receiver: slot.cfg.name.clone(),
-                    group_key: d.group_key.clone(),
-                    alert: None,
-                    alert_id: Some(d.alert_id),
-                    kind: "repeat".into(),
-                    payload_json: d.payload_json.clone(),
-                    created_ms: now,
-                    group_wait_ms: 0,
-                    group_interval_ms: 0,
-                    repeat_interval_ms: d.repeat_interval_ms,
-                });
-            }
-        }
-        if !rows.is_empty() {
-            tracing::info!(receiver = %slot.cfg.name, alerts = rows.len(), "still firing: sending a reminder");
-            self.outbox.enqueue(&rows)?;
-        }
-        Ok(())
-    }
-
-    /// Alertmanager forgets alerts whose `endsAt` passed: re-send every live one (and the
-    /// heartbeat) every `resend_every`. A failure here is only logged: the next re-send
-    /// repeats it, and transitions travel through the outbox anyway.
-    async fn alertmanager_resend(&mut self, slot: &mut Slot, now: TsMs) -> Result<(), StoreError> {
-        let Ok(Receiver::Alertmanager(am)) = &slot.receiver else {
-            return Ok(());
-        };
-        let every = am.resend_every().as_millis() as i64;
-        if slot.last_resend.is_some_and(|l| now - l < every) {
-            return Ok(());
-        }
-        slot.last_resend = Some(now);
-        let mut alerts: Vec<AlertMsg> = Vec::new();
-        for d in self.outbox.delivered_firing(&slot.cfg.name)? {
-            if let Ok(mut m) = serde_json::from_str::<AlertMsg>(&d.payload_json) {
-                m.id = d.alert_id;
-                alerts.push(m);
-            }
-        }
-        if !alerts.is_empty() {
-            let n = Notification {
-                receiver: slot.cfg.name.clone(),
-                alerts,
-                sender_host: self.host.clone(),
-                now_ms: now,
-                ..Default::default()
-            };
-            if let Err(e) = am.send(&n).await {
-                tracing::warn!(receiver = %slot.cfg.name, "re-sending live alerts failed: {}", secret::scrub(e.message()));
-            }
-        }
-        if am.heartbeat_enabled()
-            && let Err(e) = am.send_heartbeat(&self.host, now).await
-        {
-            tracing::warn!(receiver = %slot.cfg.name, "heartbeat failed: {}", secret::scrub(e.message()));
-        }
-        Ok(())
-    }
-
-    /// Raises (and ends) `gpuwatch_notify_backlog` for receivers whose oldest undelivered
-    /// notification is older than `backlog_alert_after`, sent to the other receivers.
-    fn backlog_alerts(&mut self, slots: &mut [Slot], now: TsMs) -> Result<(), StoreError> {
-        let limit = self.cfg.backlog_alert_after.as_millis() as i64;
-        let names: Vec<String> = slots.iter().map(|s| s.cfg.name.clone()).collect();
-        for slot in slots.iter_mut() {
-            let rows = self.outbox.pending(&slot.cfg.name)?;
-            let stuck: Vec<&PendingRow> = rows.iter().filter(|r| r.kind != "self").collect();
-            let oldest = stuck.first().map(|r| r.created_ms);
-            let old = oldest.is_some_and(|o| now - o > limit);
-            let msg = match (&slot.backlog_raised, old) {
-                (None, true) => {
-                    let head = stuck[0];
-                    let m = AlertMsg {
-                        state: "firing".into(),
-                        rule: BACKLOG_RULE.into(),
-                        severity: "warning".into(),
-                        labels: [
-                            ("rule".to_string(), BACKLOG_RULE.to_string()),
-                            ("severity".to_string(), "warning".to_string()),
-                            ("host".to_string(), self.host.clone()),
-                            ("receiver".to_string(), slot.cfg.name.clone()),
-                        ]
-                        .into(),
-                        summary: format!(
-                            "{} notification(s) for receiver {} are undelivered since {}{}",
-                            stuck.len(),
-                            slot.cfg.name,
-                            super::text::utc(head.created_ms),
-                            head.last_error
-                                .as_ref()
-                                .map(|e| format!("; last error: {e}"))
-                                .unwrap_or_default()
-                        ),
-                        host: self.host.clone(),
-                        starts_ms: head.created_ms,
-                        fired_ms: now,
-                        ..Default::default()
-                    };
-                    slot.backlog_raised = Some(m.clone());
-                    m
-                }
-                (Some(raised), false) => {
-                    let mut m = raised.clone();
-                    m.state = "resolved".into();
-                    m.ends_ms = Some(now);
-                    slot.backlog_raised = None;
-                    m
-                }
-                _ => continue,
-            };
-            tracing::warn!(receiver = %slot.cfg.name, state = %msg.state, "{}", msg.summary);
-            let payload = serde_json::to_string(&msg).unwrap_or_default();
-            let rows: Vec<NewNotification> = names
-                .iter()
-                .filter(|n| **n != slot.cfg.name)
-                .map(|n| NewNotification {
-                    receiver: n.clone(),
-                    group_key: format!("self|receiver={}", slot.cfg.name),
-                    alert: None,
-                    alert_id: None,
-                    kind: "self".into(),
-                    payload_json: payload.clone(),
-                    created_ms: now,
-                    group_wait_ms: 0,
-                    group_interval_ms: 0,
-                    repeat_interval_ms: self.cfg.timing.repeat_interval.as_millis() as i64,
-                })
-                .collect();
-            self.outbox.enqueue(&rows)?;
-        }
-        Ok(())
     }
 }
 

@@ -22,7 +22,10 @@ use crate::rules::template::TemplateValue;
 use crate::store::StoreError;
 
 use super::state::{AlertState, Change, Phase, Timing, Verdict};
+
+mod persist;
 use crate::store::alerts::SavedAlert;
+use persist::{removed, saved};
 
 /// Which alert instance: a rule on a GPU (and a process, for process rules).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -228,100 +231,6 @@ impl Engine {
         e.world.set_fetch_ahead(0);
         e.advance(conn, t)?;
         Ok(e)
-    }
-
-    /// Restores live alerts saved before a restart (those of rules that still exist).
-    pub fn restore(&mut self, saved: Vec<SavedAlert>) {
-        for a in saved {
-            let Some(name) = self.names.iter().find(|n| ***n == *a.rule).cloned() else {
-                // The rule no longer exists: the alert ends, recorded through `take_saves`
-                // (and reported through `take_ended` when it was reported firing).
-                if a.reported && a.phase == "firing" {
-                    let key = AlertKey {
-                        rule: Arc::from(a.rule.as_str()),
-                        gpu_id: a.gpu_id,
-                        process_id: a.process_id,
-                    };
-                    let subject = self
-                        .world
-                        .gpus
-                        .get(&a.gpu_id)
-                        .map(|g| {
-                            let proc = a.process_id.and_then(|p| g.procs.get(&p));
-                            let scope = match a.scope.as_str() {
-                                "process" => Scope::Process,
-                                "host" => Scope::Host,
-                                _ => Scope::Gpu,
-                            };
-                            subject_of(Target { gpu: g, proc }, scope)
-                        })
-                        .unwrap_or_default();
-                    let at = self.world.fed_to;
-                    self.ended.push(removed(
-                        at,
-                        &key,
-                        subject,
-                        a.severity.as_deref().and_then(severity_from),
-                        a.summary.clone(),
-                        a.active_since_ms,
-                        a.fired_ms,
-                    ));
-                }
-                self.saves.push(SavedAlert {
-                    phase: "inactive".into(),
-                    ..a
-                });
-                continue;
-            };
-            let phase = match a.phase.as_str() {
-                "firing" => Phase::Firing,
-                "pending" => Phase::Pending,
-                _ => continue,
-            };
-            let severity = a.severity.as_deref().and_then(severity_from);
-            let key = AlertKey {
-                rule: name,
-                gpu_id: a.gpu_id,
-                process_id: a.process_id,
-            };
-            let scope = self
-                .rules
-                .iter()
-                .find(|r| *r.name == *key.rule)
-                .map_or(Scope::Gpu, |r| r.scope);
-            let subject = self
-                .world
-                .gpus
-                .get(&a.gpu_id)
-                .map(|g| {
-                    subject_of(
-                        Target {
-                            gpu: g,
-                            proc: a.process_id.and_then(|p| g.procs.get(&p)),
-                        },
-                        scope,
-                    )
-                })
-                .unwrap_or_default();
-            let state = AlertState {
-                phase,
-                active_since: a.active_since_ms,
-                fired_at: a.fired_ms,
-                last_true: a.last_true_ms,
-                kept_since: a.kept_since_ms,
-                severity,
-            };
-            self.alerts.insert(
-                key,
-                Instance {
-                    state,
-                    reported: a.reported,
-                    subject,
-                    evaluated_at: 0,
-                    fired_summary: a.summary,
-                },
-            );
-        }
     }
 
     /// Reads the training-metrics sources' status (the live daemon calls this every few
@@ -710,87 +619,5 @@ pub fn human(ms: i64) -> String {
         0..=59 => format!("{s}s"),
         60..=3599 => format!("{}m {}s", s / 60, s % 60),
         _ => format!("{}h {}m", s / 3600, s / 60 % 60),
-    }
-}
-
-fn severity_from(s: &str) -> Option<Severity> {
-    match s {
-        "info" => Some(Severity::Info),
-        "warning" => Some(Severity::Warning),
-        "critical" => Some(Severity::Critical),
-        _ => None,
-    }
-}
-
-/// The persisted form of an instance.
-/// The resolved transition of a reported alert whose rule was removed.
-fn removed(
-    at: TsMs,
-    key: &AlertKey,
-    subject: Subject,
-    severity: Option<Severity>,
-    summary: Option<String>,
-    active_since: Option<TsMs>,
-    fired_at: Option<TsMs>,
-) -> Transition {
-    let mut labels = BTreeMap::new();
-    labels.insert("host".to_string(), subject.host.clone());
-    if let Some(g) = subject.gpu {
-        labels.insert("gpu".into(), g.to_string());
-    }
-    if let Some(u) = &subject.uuid {
-        labels.insert("uuid".into(), u.clone());
-    }
-    if let Some(p) = subject.pid {
-        labels.insert("pid".into(), p.to_string());
-    }
-    Transition {
-        at,
-        state: "resolved",
-        rule: key.rule.to_string(),
-        severity: severity.unwrap_or(Severity::Warning),
-        scope: if key.process_id.is_some() {
-            Scope::Process
-        } else {
-            Scope::Gpu
-        },
-        subject,
-        labels,
-        summary: summary.unwrap_or_else(|| key.rule.to_string()),
-        description: Some("the rule was removed from the configuration".into()),
-        active_since,
-        fired_at,
-        gpu_id: key.gpu_id,
-        process_id: key.process_id,
-        metric: None,
-    }
-}
-
-fn saved(key: &AlertKey, inst: &Instance, scope: Option<Scope>) -> SavedAlert {
-    let st = &inst.state;
-    SavedAlert {
-        rule: key.rule.to_string(),
-        gpu_id: key.gpu_id,
-        process_id: key.process_id,
-        scope: match scope {
-            Some(Scope::Process) => "process",
-            Some(Scope::Host) => "host",
-            _ => "gpu",
-        }
-        .into(),
-        phase: match st.phase {
-            Phase::Inactive => "inactive",
-            Phase::Pending => "pending",
-            Phase::Firing => "firing",
-        }
-        .into(),
-        severity: st.severity.map(|s| s.as_str().to_string()),
-        reported: inst.reported,
-        active_since_ms: st.active_since,
-        fired_ms: st.fired_at,
-        last_true_ms: st.last_true,
-        kept_since_ms: st.kept_since,
-        summary: inst.fired_summary.clone(),
-        labels_json: None,
     }
 }

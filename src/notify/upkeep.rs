@@ -1,0 +1,200 @@
+//! The sender's periodic work besides delivery: reminders for alerts still firing
+//! (`repeat_interval`), re-sending live alerts (and the heartbeat) to Alertmanager, and the
+//! `gpuwatch_notify_backlog` self alert when a receiver's oldest undelivered notification is
+//! older than `backlog_alert_after`.
+//!
+//! Invariants: reminders and self alerts go through the outbox like every notification (so
+//! they are durable and ordered); Alertmanager re-sends do not (a failed one is repeated at
+//! the next re-send; transitions travel through the outbox anyway).
+
+use std::collections::HashMap;
+
+use crate::model::TsMs;
+use crate::store::StoreError;
+use crate::store::outbox::{NewNotification, PendingRow};
+
+use super::sender::{BACKLOG_RULE, Sender, Slot};
+use super::{AlertMsg, Notification, Receiver, secret};
+
+impl Sender {
+    /// Reminders, Alertmanager re-sends and the backlog self alert.
+    pub(super) async fn housekeeping(
+        &mut self,
+        slots: &mut [Slot],
+        now: TsMs,
+    ) -> Result<(), StoreError> {
+        for slot in slots.iter_mut() {
+            let is_am = slot.receiver.as_ref().is_ok_and(Receiver::is_alertmanager);
+            if is_am {
+                self.alertmanager_resend(slot, now).await?;
+            } else {
+                self.reminders(slot, now)?;
+            }
+        }
+        self.backlog_alerts(slots, now)
+    }
+
+    /// Enqueues a reminder for groups whose alerts still fire `repeat_interval` after the
+    /// group's last message (and that have nothing pending).
+    fn reminders(&mut self, slot: &Slot, now: TsMs) -> Result<(), StoreError> {
+        let delivered = self.outbox.delivered_firing(&slot.cfg.name)?;
+        if delivered.is_empty() {
+            return Ok(());
+        }
+        let pending: Vec<String> = self
+            .outbox
+            .pending(&slot.cfg.name)?
+            .into_iter()
+            .map(|r| r.group_key)
+            .collect();
+        let mut by_group: HashMap<&str, Vec<&crate::store::outbox::Delivered>> = HashMap::new();
+        for d in &delivered {
+            by_group.entry(d.group_key.as_str()).or_default().push(d);
+        }
+        let mut rows = Vec::new();
+        for (key, alerts) in by_group {
+            if pending.iter().any(|p| p == key) {
+                continue;
+            }
+            let Some(last) = self.outbox.last_delivered(&slot.cfg.name, key)? else {
+                continue;
+            };
+            let repeat = alerts[0].repeat_interval_ms;
+            if now - last < repeat {
+                continue;
+            }
+            for d in alerts {
+                rows.push(NewNotification {
+                    receiver: slot.cfg.name.clone(),
+                    group_key: d.group_key.clone(),
+                    alert: None,
+                    alert_id: Some(d.alert_id),
+                    kind: "repeat".into(),
+                    payload_json: d.payload_json.clone(),
+                    created_ms: now,
+                    group_wait_ms: 0,
+                    group_interval_ms: 0,
+                    repeat_interval_ms: d.repeat_interval_ms,
+                });
+            }
+        }
+        if !rows.is_empty() {
+            tracing::info!(receiver = %slot.cfg.name, alerts = rows.len(), "still firing: sending a reminder");
+            self.outbox.enqueue(&rows)?;
+        }
+        Ok(())
+    }
+
+    /// Alertmanager forgets alerts whose `endsAt` passed: re-send every live one (and the
+    /// heartbeat) every `resend_every`. A failure here is only logged: the next re-send
+    /// repeats it, and transitions travel through the outbox anyway.
+    async fn alertmanager_resend(&mut self, slot: &mut Slot, now: TsMs) -> Result<(), StoreError> {
+        let Ok(Receiver::Alertmanager(am)) = &slot.receiver else {
+            return Ok(());
+        };
+        let every = am.resend_every().as_millis() as i64;
+        if slot.last_resend.is_some_and(|l| now - l < every) {
+            return Ok(());
+        }
+        slot.last_resend = Some(now);
+        let mut alerts: Vec<AlertMsg> = Vec::new();
+        for d in self.outbox.delivered_firing(&slot.cfg.name)? {
+            if let Ok(mut m) = serde_json::from_str::<AlertMsg>(&d.payload_json) {
+                m.id = d.alert_id;
+                alerts.push(m);
+            }
+        }
+        if !alerts.is_empty() {
+            let n = Notification {
+                receiver: slot.cfg.name.clone(),
+                alerts,
+                sender_host: self.host.clone(),
+                now_ms: now,
+                ..Default::default()
+            };
+            if let Err(e) = am.send(&n).await {
+                tracing::warn!(receiver = %slot.cfg.name, "re-sending live alerts failed: {}", secret::scrub(e.message()));
+            }
+        }
+        if am.heartbeat_enabled()
+            && let Err(e) = am.send_heartbeat(&self.host, now).await
+        {
+            tracing::warn!(receiver = %slot.cfg.name, "heartbeat failed: {}", secret::scrub(e.message()));
+        }
+        Ok(())
+    }
+
+    /// Raises (and ends) `gpuwatch_notify_backlog` for receivers whose oldest undelivered
+    /// notification is older than `backlog_alert_after`, sent to the other receivers.
+    fn backlog_alerts(&mut self, slots: &mut [Slot], now: TsMs) -> Result<(), StoreError> {
+        let limit = self.cfg.backlog_alert_after.as_millis() as i64;
+        let names: Vec<String> = slots.iter().map(|s| s.cfg.name.clone()).collect();
+        for slot in slots.iter_mut() {
+            let rows = self.outbox.pending(&slot.cfg.name)?;
+            let stuck: Vec<&PendingRow> = rows.iter().filter(|r| r.kind != "self").collect();
+            let oldest = stuck.first().map(|r| r.created_ms);
+            let old = oldest.is_some_and(|o| now - o > limit);
+            let msg = match (&slot.backlog_raised, old) {
+                (None, true) => {
+                    let head = stuck[0];
+                    let m = AlertMsg {
+                        state: "firing".into(),
+                        rule: BACKLOG_RULE.into(),
+                        severity: "warning".into(),
+                        labels: [
+                            ("rule".to_string(), BACKLOG_RULE.to_string()),
+                            ("severity".to_string(), "warning".to_string()),
+                            ("host".to_string(), self.host.clone()),
+                            ("receiver".to_string(), slot.cfg.name.clone()),
+                        ]
+                        .into(),
+                        summary: format!(
+                            "{} notification(s) for receiver {} are undelivered since {}{}",
+                            stuck.len(),
+                            slot.cfg.name,
+                            super::text::utc(head.created_ms),
+                            head.last_error
+                                .as_ref()
+                                .map(|e| format!("; last error: {e}"))
+                                .unwrap_or_default()
+                        ),
+                        host: self.host.clone(),
+                        starts_ms: head.created_ms,
+                        fired_ms: now,
+                        ..Default::default()
+                    };
+                    slot.backlog_raised = Some(m.clone());
+                    m
+                }
+                (Some(raised), false) => {
+                    let mut m = raised.clone();
+                    m.state = "resolved".into();
+                    m.ends_ms = Some(now);
+                    slot.backlog_raised = None;
+                    m
+                }
+                _ => continue,
+            };
+            tracing::warn!(receiver = %slot.cfg.name, state = %msg.state, "{}", msg.summary);
+            let payload = serde_json::to_string(&msg).unwrap_or_default();
+            let rows: Vec<NewNotification> = names
+                .iter()
+                .filter(|n| **n != slot.cfg.name)
+                .map(|n| NewNotification {
+                    receiver: n.clone(),
+                    group_key: format!("self|receiver={}", slot.cfg.name),
+                    alert: None,
+                    alert_id: None,
+                    kind: "self".into(),
+                    payload_json: payload.clone(),
+                    created_ms: now,
+                    group_wait_ms: 0,
+                    group_interval_ms: 0,
+                    repeat_interval_ms: self.cfg.timing.repeat_interval.as_millis() as i64,
+                })
+                .collect();
+            self.outbox.enqueue(&rows)?;
+        }
+        Ok(())
+    }
+}
