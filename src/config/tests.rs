@@ -193,3 +193,14 @@ receivers = ["nobody"]
     }
     assert!(!e.contains("secret\""), "the URL is not echoed: {e}");
 }
+
+#[test]
+fn the_alerting_guide_config_is_valid() {
+    let doc = include_str!("../../docs/ALERTING.md");
+    let start = doc.find("```toml").expect("a toml block") + "```toml".len();
+    let end = start + doc[start..].find("```").expect("closed");
+    let c = Config::parse(&doc[start..end], Path::new("docs/ALERTING.md"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.notify.receivers.len(), 3);
+    assert_eq!(c.notify.routes.len(), 2);
+}
