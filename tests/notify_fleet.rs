@@ -160,7 +160,7 @@ fn a_failing_smtp_login_is_reported_without_the_password() {
 fn gpuwatch_instances_group_and_merge_in_a_real_alertmanager() {
     let am = alertmanager::Alertmanager::start();
     let notify = format!(
-        "[[notify.alertmanager]]\nname = \"fleet\"\nurls = [\"{}\"]\nresend_every = \"2s\"\n",
+        "[[notify.alertmanager]]\nname = \"fleet\"\nurls = [\"{}\"]\nresend_every = \"2s\"\nheartbeat = true\n",
         am.url()
     );
     // Three hosts, and a fourth instance that reports exactly what node-c reports (same host
@@ -179,7 +179,7 @@ fn gpuwatch_instances_group_and_merge_in_a_real_alertmanager() {
     // One grouped notification (group_by alertname) holding every host's alerts.
     let grouped = am.wait_for_notification(Duration::from_secs(40), |n| {
         let alerts = n["alerts"].as_array().cloned().unwrap_or_default();
-        hosts(&alerts).len() == 3
+        n["groupLabels"]["alertname"] == "busy" && hosts(&alerts).len() == 3
     });
     assert_eq!(grouped["groupLabels"]["alertname"], "busy", "{grouped}");
     // Alertmanager holds 3 hosts × 2 GPUs: the duplicate instance merged into node-c's.
