@@ -25,8 +25,11 @@ CREATE TABLE notifications (
     batch_id           INTEGER               -- rows delivered in one message share it
 );
 CREATE INDEX notifications_pending ON notifications (receiver, id) WHERE status = 'pending';
-CREATE INDEX notifications_group ON notifications (receiver, group_key, done_ms);
-CREATE INDEX notifications_alert ON notifications (alert_id);
+CREATE INDEX notifications_group ON notifications (receiver, group_key, status, done_ms);
+CREATE INDEX notifications_alert ON notifications (alert_id, receiver);
+-- The outbox finds an alert's id by identity, also after it ended (the live-row index of
+-- 0005 covers pending/firing rows only).
+CREATE INDEX alerts_identity ON alerts (rule, gpu_id, ifnull(process_id, -1), id);
 
 CREATE TABLE silences (
     id          INTEGER PRIMARY KEY,

@@ -130,6 +130,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         host: config.host.clone(),
         now: ticker.clock(),
         stop: notify_stop.clone(),
+        history: config.rollup_retention,
     })
     .map_err(DaemonError::Thread)?;
     let health = Health::new(config.http.stall_after);

@@ -75,6 +75,10 @@ fn silences_apply_to_the_running_daemon() {
     assert!(ok, "{out}");
     let (ok, out) = rig.cli(&["silence", "expire", "1"]);
     assert!(!ok && out.contains("no silence 1 in force"), "{out}");
+    // The silence is over while GPU 1 still fires: it is announced now.
+    let got = slack.wait_for(2, Duration::from_secs(20));
+    assert!(got[1].text().contains("GPU 1 busy"), "{}", got[1].text());
+    assert!(!got[1].text().contains("GPU 0 busy"), "{}", got[1].text());
     assert!(d.sigterm().success());
     let (_, status) = rig.cli(&["status"]);
     assert!(status.contains("1 silenced"), "{status}");

@@ -122,7 +122,7 @@ fn delivery(
                 .iter()
                 .find(|r| r.name == b.receiver)
                 .map(|r| r.kind.type_name()),
-            backlog_alert: b.oldest_pending_ms.is_some_and(|o| now - o > limit),
+            backlog_alert: b.overdue_since_ms.is_some_and(|o| now - o > limit),
             backlog: b,
         })
         .collect();

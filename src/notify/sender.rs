@@ -48,6 +48,8 @@ pub struct SenderParts {
     /// The daemon's clock (group timing; created_ms of rows is on this clock).
     pub now: Clock,
     pub stop: Arc<AtomicBool>,
+    /// How long delivery history is kept (the daemon passes `rollup_retention`).
+    pub history: Duration,
 }
 
 pub(super) struct Slot {
@@ -123,7 +125,26 @@ async fn run(parts: SenderParts) {
         outbox,
         cfg: parts.config.clone(),
         host: parts.host.clone(),
+        history: parts.history,
+        pruned_at: None,
     };
+    // Rows left for a receiver that is no longer configured can never go: dead letters.
+    let names: Vec<&str> = slots.iter().map(|s| s.cfg.name.as_str()).collect();
+    match s.outbox.orphan_receivers(&names) {
+        Ok(orphans) => {
+            for name in orphans {
+                tracing::warn!(receiver = %name, "notifications for a receiver that is no longer configured are kept as dead letters");
+                if let Err(e) = s.outbox.mark_receiver_dead(
+                    &name,
+                    (parts.now)(),
+                    "the receiver is no longer configured",
+                ) {
+                    tracing::error!(error = %e, "cannot mark notifications of a removed receiver");
+                }
+            }
+        }
+        Err(e) => tracing::error!(error = %e, "cannot read the outbox"),
+    }
     let mut housekeeping = Instant::now() - HOUSEKEEPING;
     let mut flush_until: Option<Instant> = None;
     loop {
@@ -163,6 +184,10 @@ pub(super) struct Sender {
     pub(super) outbox: Outbox,
     pub(super) cfg: NotifyConfig,
     pub(super) host: String,
+    /// Delivery history older than this is pruned (rows of live alerts are kept).
+    pub(super) history: Duration,
+    /// When history was last pruned (wall clock).
+    pub(super) pruned_at: Option<TsMs>,
 }
 
 /// What a group's rows become.
@@ -190,7 +215,7 @@ impl Sender {
         Ok(left)
     }
 
-    fn silences(&self, now: TsMs) -> Result<Vec<Vec<Matcher>>, StoreError> {
+    pub(super) fn silences(&self, now: TsMs) -> Result<Vec<Vec<Matcher>>, StoreError> {
         Ok(store::silences::list(self.outbox.conn(), now, false)?
             .into_iter()
             .filter(|s| s.is_active(now))
@@ -238,11 +263,13 @@ impl Sender {
                 .take_while(|r| r.alert_id.is_none_or(|id| seen.insert(id)))
                 .collect();
             let head = &rows[0];
+            let first_due = head.created_ms + head.group_wait_ms;
             let due = match self.outbox.last_delivered(&slot.cfg.name, &key)? {
-                Some(last) => {
-                    (head.created_ms + head.group_wait_ms).max(last + head.group_interval_ms)
-                }
-                None => head.created_ms + head.group_wait_ms,
+                // A row that was already due when the group's last message went is a backlog
+                // (an outage, or a later state of an alert in that message): it goes at once.
+                Some(last) if first_due <= last => first_due,
+                Some(last) => first_due.max(last + head.group_interval_ms),
+                None => first_due,
             };
             if due > now && !flush {
                 continue;
@@ -276,7 +303,7 @@ impl Sender {
             match attempt {
                 Ok(()) => {
                     super::pause_point("after_send");
-                    self.outbox.mark(&ids, "sent", now, None)?;
+                    self.mark_sent(&ids, now).await?;
                     if slot.failures > 0 {
                         tracing::info!(receiver = %slot.cfg.name, "delivering again");
                     }
@@ -310,6 +337,25 @@ impl Sender {
         Ok(left)
     }
 
+    /// Marks delivered rows, retrying while the database is busy: giving up would send the
+    /// message again at the next cycle.
+    async fn mark_sent(&mut self, ids: &[i64], now: TsMs) -> Result<(), StoreError> {
+        let mut tries = 0;
+        loop {
+            match self.outbox.mark(ids, "sent", now, None) {
+                Ok(()) => return Ok(()),
+                Err(e) if tries < 50 => {
+                    tries += 1;
+                    if tries == 1 {
+                        tracing::warn!(error = %e, "cannot mark a delivered notification yet; retrying");
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     fn fate(
         &self,
         slot: &Slot,
@@ -327,13 +373,24 @@ impl Sender {
         if r.kind != "self" && silences.iter().any(|m| all_match(m, &msg.labels)) {
             return Ok(Fate::Silenced);
         }
+        // Alertmanager holds state: it always hears that an alert ended.
+        let send_resolved =
+            slot.cfg.send_resolved || slot.receiver.as_ref().is_ok_and(Receiver::is_alertmanager);
+        // A reminder of an alert that has ended since it was queued would contradict the
+        // resolved message.
+        if r.kind == "repeat"
+            && let Some(id) = r.alert_id
+            && !self.outbox.alert_firing(id)?
+        {
+            return Ok(Fate::Skipped);
+        }
         if msg.is_firing() || r.kind == "self" {
-            if msg.is_firing() || slot.cfg.send_resolved {
+            if msg.is_firing() || send_resolved {
                 return Ok(Fate::Send(Box::new(msg)));
             }
             return Ok(Fate::Skipped);
         }
-        if !slot.cfg.send_resolved {
+        if !send_resolved {
             return Ok(Fate::Skipped);
         }
         // A resolved message only where the firing one went (or goes now).

@@ -23,6 +23,7 @@ impl Sender {
         slots: &mut [Slot],
         now: TsMs,
     ) -> Result<(), StoreError> {
+        let silences = self.silences(now)?;
         for slot in slots.iter_mut() {
             let is_am = slot.receiver.as_ref().is_ok_and(Receiver::is_alertmanager);
             if is_am {
@@ -30,8 +31,64 @@ impl Sender {
             } else {
                 self.reminders(slot, now)?;
             }
+            self.unsilenced(slot, now, &silences)?;
         }
-        self.backlog_alerts(slots, now)
+        self.backlog_alerts(slots, now)?;
+        self.prune()
+    }
+
+    /// Forgets delivery history older than `history` (hourly), keeping live alerts' rows.
+    fn prune(&mut self) -> Result<(), StoreError> {
+        let wall = crate::clock::now_ms();
+        if self.pruned_at.is_some_and(|t| wall - t < 3_600_000) {
+            return Ok(());
+        }
+        self.pruned_at = Some(wall);
+        let before = wall - self.history.as_millis() as i64;
+        let n = self.outbox.prune(before)?;
+        if n > 0 {
+            tracing::info!(rows = n, "pruned old notification history");
+        }
+        Ok(())
+    }
+
+    /// Announces alerts whose firing was silenced once no silence covers them any more (as
+    /// Alertmanager does when a silence expires while the alert still fires).
+    fn unsilenced(
+        &mut self,
+        slot: &Slot,
+        now: TsMs,
+        silences: &[Vec<super::matcher::Matcher>],
+    ) -> Result<(), StoreError> {
+        let mut rows = Vec::new();
+        for d in self.outbox.silenced_firing(&slot.cfg.name)? {
+            let Ok(msg) = serde_json::from_str::<AlertMsg>(&d.payload_json) else {
+                continue;
+            };
+            if silences
+                .iter()
+                .any(|m| super::matcher::all_match(m, &msg.labels))
+            {
+                continue;
+            }
+            rows.push(NewNotification {
+                receiver: slot.cfg.name.clone(),
+                group_key: d.group_key,
+                alert: None,
+                alert_id: Some(d.alert_id),
+                kind: "firing".into(),
+                payload_json: d.payload_json,
+                created_ms: now,
+                group_wait_ms: d.group_wait_ms,
+                group_interval_ms: d.group_interval_ms,
+                repeat_interval_ms: d.repeat_interval_ms,
+            });
+        }
+        if !rows.is_empty() {
+            tracing::info!(receiver = %slot.cfg.name, alerts = rows.len(), "silence over: announcing alerts still firing");
+            self.outbox.enqueue(&rows)?;
+        }
+        Ok(())
     }
 
     /// Enqueues a reminder for groups whose alerts still fire `repeat_interval` after the
@@ -56,7 +113,9 @@ impl Sender {
             if pending.iter().any(|p| p == key) {
                 continue;
             }
-            let Some(last) = self.outbox.last_delivered(&slot.cfg.name, key)? else {
+            // From the group's last handled message (a silenced or failed reminder counts,
+            // or reminders would be queued again at every pass).
+            let Some(last) = self.outbox.last_handled(&slot.cfg.name, key)? else {
                 continue;
             };
             let repeat = alerts[0].repeat_interval_ms;
@@ -132,7 +191,9 @@ impl Sender {
         for slot in slots.iter_mut() {
             let rows = self.outbox.pending(&slot.cfg.name)?;
             let stuck: Vec<&PendingRow> = rows.iter().filter(|r| r.kind != "self").collect();
-            let oldest = stuck.first().map(|r| r.created_ms);
+            // Age counts from the latest a row could be due when all is well (after its
+            // group_wait and one group_interval), so grouping is never taken for a backlog.
+            let oldest = stuck.iter().map(|r| latest_due(r)).min();
             let old = oldest.is_some_and(|o| now - o > limit);
             let msg = match (&slot.backlog_raised, old) {
                 (None, true) => {
@@ -197,4 +258,9 @@ impl Sender {
         }
         Ok(())
     }
+}
+
+/// The latest time a pending row is due while its receiver works.
+pub(super) fn latest_due(r: &PendingRow) -> TsMs {
+    r.created_ms + r.group_wait_ms + r.group_interval_ms
 }

@@ -70,6 +70,9 @@ pub struct ReceiverBacklog {
     pub receiver: String,
     pub pending: i64,
     pub oldest_pending_ms: Option<TsMs>,
+    /// The earliest "latest due time" (created + group_wait + group_interval) of the pending
+    /// rows: how long the backlog has been overdue.
+    pub overdue_since_ms: Option<TsMs>,
     /// Attempts of the oldest pending row (0: not tried yet).
     pub head_attempts: i64,
     pub head_error: Option<String>,
@@ -83,7 +86,12 @@ pub struct ReceiverBacklog {
 }
 
 /// Inserts rows on `conn` (the caller's transaction).
+///
+/// A `resolved` row goes exactly where the alert's firing went (each receiver and group that
+/// has a firing or reminder row of it), whatever its labels route to now: the severity may
+/// have changed, or the rule be gone. Without such rows nobody was told, and nothing is added.
 pub(crate) fn insert(conn: &Connection, rows: &[NewNotification]) -> Result<(), StoreError> {
+    let mut resolved_done: Vec<i64> = Vec::new();
     for r in rows {
         let alert_id: Option<i64> = match (&r.alert_id, &r.alert) {
             (Some(id), _) => Some(*id),
@@ -96,6 +104,26 @@ pub(crate) fn insert(conn: &Connection, rows: &[NewNotification]) -> Result<(), 
                 .optional()?,
             (None, None) => None,
         };
+        if r.kind == "resolved"
+            && let Some(id) = alert_id
+        {
+            if resolved_done.contains(&id) {
+                continue;
+            }
+            resolved_done.push(id);
+            conn.prepare_cached(
+                "INSERT INTO notifications (receiver, group_key, alert_id, kind, payload_json,
+                   created_ms, group_wait_ms, group_interval_ms, repeat_interval_ms)
+                 SELECT receiver, group_key, ?1, 'resolved', ?2, ?3, group_wait_ms,
+                   group_interval_ms, repeat_interval_ms
+                 FROM notifications WHERE id IN (
+                   SELECT max(id) FROM notifications WHERE alert_id = ?1
+                     AND kind IN ('firing', 'repeat') GROUP BY receiver, group_key)
+                 ORDER BY id",
+            )?
+            .execute(params![id, r.payload_json, r.created_ms])?;
+            continue;
+        }
         conn.prepare_cached(
             "INSERT INTO notifications (receiver, group_key, alert_id, kind, payload_json,
                created_ms, group_wait_ms, group_interval_ms, repeat_interval_ms)
@@ -143,6 +171,99 @@ impl Outbox {
         insert(&tx, rows)?;
         tx.commit()?;
         Ok(())
+    }
+
+    /// Whether the alert is still firing.
+    pub fn alert_firing(&self, alert_id: i64) -> Result<bool, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM alerts WHERE id = ?1 AND state = 'firing')",
+            )?
+            .query_row(params![alert_id], |r| r.get(0))?)
+    }
+
+    /// Receivers with pending rows that are not in `known`.
+    pub fn orphan_receivers(&self, known: &[&str]) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT DISTINCT receiver FROM notifications WHERE status = 'pending'")?;
+        let all: Vec<String> = stmt
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        Ok(all
+            .into_iter()
+            .filter(|r| !known.contains(&r.as_str()))
+            .collect())
+    }
+
+    /// Dead-letters every pending row of a receiver.
+    pub fn mark_receiver_dead(
+        &mut self,
+        receiver: &str,
+        now: TsMs,
+        why: &str,
+    ) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE notifications SET status = 'dead', done_ms = ?2, last_error = ?3
+             WHERE receiver = ?1 AND status = 'pending'",
+            params![receiver, now, why],
+        )?;
+        Ok(())
+    }
+
+    /// When the group last handled a message (sent, silenced, dead or skipped): reminders
+    /// count from here, so a silenced or failing reminder is not queued again at once.
+    pub fn last_handled(
+        &self,
+        receiver: &str,
+        group_key: &str,
+    ) -> Result<Option<TsMs>, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT max(done_ms) FROM notifications
+                 WHERE receiver = ?1 AND group_key = ?2 AND status <> 'pending'",
+            )?
+            .query_row(params![receiver, group_key], |r| r.get(0))?)
+    }
+
+    /// Live reported alerts whose latest row for `receiver` is a silenced firing one: when
+    /// no silence covers them any more, they are announced (as Alertmanager does).
+    pub fn silenced_firing(&self, receiver: &str) -> Result<Vec<Delivered>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT n.alert_id, n.group_key, n.payload_json, n.done_ms, n.group_wait_ms,
+               n.group_interval_ms, n.repeat_interval_ms
+             FROM notifications n JOIN alerts a ON a.id = n.alert_id
+             WHERE n.id IN (SELECT max(id) FROM notifications WHERE receiver = ?1
+                              AND alert_id IS NOT NULL GROUP BY alert_id)
+               AND n.status = 'silenced' AND n.kind IN ('firing', 'repeat')
+               AND a.state = 'firing' AND a.reported = 1
+             ORDER BY n.id",
+        )?;
+        let rows = stmt.query_map(params![receiver], |r| {
+            Ok(Delivered {
+                alert_id: r.get(0)?,
+                group_key: r.get(1)?,
+                payload_json: r.get(2)?,
+                last_ms: r.get(3)?,
+                group_wait_ms: r.get(4)?,
+                group_interval_ms: r.get(5)?,
+                repeat_interval_ms: r.get(6)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Deletes handled rows older than `before` (delivery history), except those of alerts
+    /// still live (reminders and resolved messages need them). Returns how many.
+    pub fn prune(&mut self, before: TsMs) -> Result<usize, StoreError> {
+        Ok(self.conn.execute(
+            "DELETE FROM notifications WHERE status <> 'pending' AND done_ms < ?1
+               AND (alert_id IS NULL
+                    OR alert_id NOT IN (SELECT id FROM alerts WHERE state IN ('pending', 'firing')))",
+            params![before],
+        )?)
     }
 
     /// A receiver's pending rows in enqueue order.
@@ -208,6 +329,9 @@ impl Outbox {
         now: TsMs,
         error: Option<&str>,
     ) -> Result<(), StoreError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -281,7 +405,9 @@ pub fn backlog(conn: &Connection) -> Result<Vec<ReceiverBacklog>, StoreError> {
            sum(status = 'pending'), min(CASE WHEN status = 'pending' THEN created_ms END),
            sum(status = 'sent'), max(CASE WHEN status = 'sent' THEN done_ms END),
            sum(status = 'dead'), sum(status = 'silenced'),
-           count(DISTINCT CASE WHEN status = 'sent' THEN batch_id END)
+           count(DISTINCT CASE WHEN status = 'sent' THEN batch_id END),
+           min(CASE WHEN status = 'pending' AND kind <> 'self'
+                    THEN created_ms + group_wait_ms + group_interval_ms END)
          FROM notifications GROUP BY receiver ORDER BY receiver",
     )?;
     let mut out: Vec<ReceiverBacklog> = stmt
@@ -295,6 +421,7 @@ pub fn backlog(conn: &Connection) -> Result<Vec<ReceiverBacklog>, StoreError> {
                 dead: r.get(5)?,
                 silenced: r.get(6)?,
                 messages: r.get(7)?,
+                overdue_since_ms: r.get(8)?,
                 ..Default::default()
             })
         })?
@@ -327,4 +454,94 @@ pub fn backlog(conn: &Connection) -> Result<Vec<ReceiverBacklog>, StoreError> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::alerts::{AlertDb, SavedAlert};
+
+    fn row(receiver: &str, group: &str, kind: &str, at: TsMs) -> NewNotification {
+        NewNotification {
+            receiver: receiver.into(),
+            group_key: group.into(),
+            alert: Some(("busy".into(), 1, None)),
+            alert_id: None,
+            kind: kind.into(),
+            payload_json: format!("{{\"state\":\"{kind}\"}}"),
+            created_ms: at,
+            group_wait_ms: 0,
+            group_interval_ms: 0,
+            repeat_interval_ms: 60_000,
+        }
+    }
+
+    #[test]
+    fn resolved_goes_where_firing_went_and_rows_stay_until_marked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("o.db");
+        drop(crate::store::open(&path, &crate::store::StoreConfig::new("h")).unwrap());
+        let mut db = AlertDb::open(&path).unwrap();
+        let firing = SavedAlert {
+            rule: "busy".into(),
+            gpu_id: 1,
+            scope: "gpu".into(),
+            phase: "firing".into(),
+            reported: true,
+            fired_ms: Some(1000),
+            ..Default::default()
+        };
+        // Fired as a warning: routed to slack and mail.
+        db.save(
+            1000,
+            std::slice::from_ref(&firing),
+            &[
+                row("slack", "g1", "firing", 1000),
+                row("mail", "g2", "firing", 1000),
+            ],
+        )
+        .unwrap();
+        // Resolved while critical: its labels now route to the pager only.
+        let ended = SavedAlert {
+            phase: "inactive".into(),
+            ..firing
+        };
+        db.save(2000, &[ended], &[row("pager", "g9", "resolved", 2000)])
+            .unwrap();
+        let o = Outbox::open(&path).unwrap();
+        for (receiver, group) in [("slack", "g1"), ("mail", "g2")] {
+            let rows = o.pending(receiver).unwrap();
+            let kinds: Vec<(&str, &str)> = rows
+                .iter()
+                .map(|r| (r.kind.as_str(), r.group_key.as_str()))
+                .collect();
+            assert_eq!(
+                kinds,
+                [("firing", group), ("resolved", group)],
+                "{receiver}"
+            );
+            assert_eq!(rows[1].alert_id, rows[0].alert_id);
+        }
+        assert!(
+            o.pending("pager").unwrap().is_empty(),
+            "the pager never heard it fire"
+        );
+        let mut o = o;
+        let ids: Vec<i64> = o.pending("slack").unwrap().iter().map(|r| r.id).collect();
+        o.mark(&ids, "sent", 3000, None).unwrap();
+        o.mark(&[], "sent", 3000, None).unwrap();
+        assert!(o.pending("slack").unwrap().is_empty());
+        assert_eq!(o.last_delivered("slack", "g1").unwrap(), Some(3000));
+        assert_eq!(o.prune(2000).unwrap(), 0, "recent history stays");
+        assert_eq!(
+            o.prune(4000).unwrap(),
+            2,
+            "old handled rows of ended alerts go"
+        );
+        assert_eq!(
+            o.pending("mail").unwrap().len(),
+            2,
+            "pending rows are never pruned"
+        );
+    }
 }
