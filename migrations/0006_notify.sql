@@ -1,11 +1,11 @@
 -- Alert delivery: the durable outbox and silences.
 --
--- `notifications` is written by the rules thread in the same transaction that changes the
+-- `outbox` is written by the rules thread in the same transaction that changes the
 -- alert's state (one row per routed receiver), and by the sender (repeats, self alerts);
 -- the sender delivers pending rows in id order per receiver and marks them. A row is never
 -- deleted while pending: the backlog is bounded only by the database size bound.
 
-CREATE TABLE notifications (
+CREATE TABLE outbox (
     id                 INTEGER PRIMARY KEY,  -- enqueue order = delivery order per receiver
     receiver           TEXT    NOT NULL,     -- [[notify.*]] name
     group_key          TEXT    NOT NULL,     -- route + group_by label values
@@ -24,9 +24,9 @@ CREATE TABLE notifications (
     done_ms            INTEGER,              -- when it left `pending`
     batch_id           INTEGER               -- rows delivered in one message share it
 );
-CREATE INDEX notifications_pending ON notifications (receiver, id) WHERE status = 'pending';
-CREATE INDEX notifications_group ON notifications (receiver, group_key, status, done_ms);
-CREATE INDEX notifications_alert ON notifications (alert_id, receiver);
+CREATE INDEX outbox_pending ON outbox (receiver, id) WHERE status = 'pending';
+CREATE INDEX outbox_group ON outbox (receiver, group_key, status, done_ms);
+CREATE INDEX outbox_alert ON outbox (alert_id, receiver);
 -- The outbox finds an alert's id by identity, also after it ended (the live-row index of
 -- 0005 covers pending/firing rows only).
 CREATE INDEX alerts_identity ON alerts (rule, gpu_id, ifnull(process_id, -1), id);

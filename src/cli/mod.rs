@@ -4,16 +4,25 @@
 //! (`anyhow` lives here and in `main` only); every failure is printed as `error: ...` lines,
 //! never as a panic or a debug dump.
 
+mod alerts;
 mod demo;
+mod export;
 mod format;
+mod history;
+mod import_om;
+mod import_smi;
+mod incident;
 mod notify;
+mod query;
 mod record;
 mod replay;
+mod report;
 mod rules;
 mod rules_test;
 mod run;
 mod silence;
 mod status;
+pub mod timearg;
 
 use std::path::PathBuf;
 
@@ -60,9 +69,33 @@ pub enum Command {
     Notify(notify::NotifyArgs),
     /// Silence alerts (`add`, `list`, `expire`): recorded, not sent.
     Silence(silence::SilenceArgs),
+    /// Ad-hoc SQL over the history, read-only (views documented in docs/SCHEMA.md).
+    Query(query::QueryArgs),
+    /// GPU metrics over time, downsampled to a step (table, csv, json or terminal chart).
+    History(history::HistoryArgs),
+    /// Alert history with durations.
+    Alerts(alerts::AlertsArgs),
+    /// One alert's story: pending, firing, notified, resolved, with metrics around it.
+    Incident(incident::IncidentArgs),
+    /// A self-contained HTML report with charts, for an alert or a time window.
+    Report(report::ReportArgs),
+    /// Import logs recorded elsewhere (nvidia-smi CSV, OpenMetrics) for post-mortems and replay.
+    #[command(subcommand)]
+    Import(ImportCommand),
+    /// Export stored samples as CSV or JSON lines.
+    Export(export::ExportArgs),
     /// Scenario files for the simulated NVML library.
     #[command(subcommand)]
     Scenario(ScenarioCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImportCommand {
+    /// `nvidia-smi --query-gpu=... --format=csv -l N` logs (and --query-compute-apps).
+    #[command(name = "nvidia-smi")]
+    NvidiaSmi(import_smi::ImportSmiArgs),
+    /// OpenMetrics / Prometheus text exposition files into the training metrics.
+    Openmetrics(import_om::ImportOmArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -140,6 +173,14 @@ pub fn main() -> i32 {
         Command::Scenario(ScenarioCommand::Record(a)) => record::run(a),
         Command::Notify(a) => notify::run(a),
         Command::Silence(a) => silence::run(a),
+        Command::Query(a) => query::run(a),
+        Command::History(a) => history::run(a),
+        Command::Alerts(a) => alerts::run(a),
+        Command::Incident(a) => incident::run(a),
+        Command::Report(a) => report::run(a),
+        Command::Import(ImportCommand::NvidiaSmi(a)) => import_smi::run(a),
+        Command::Import(ImportCommand::Openmetrics(a)) => import_om::run(a),
+        Command::Export(a) => export::run(a),
     };
     match result {
         Ok(()) => exit::OK,

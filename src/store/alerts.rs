@@ -60,7 +60,7 @@ impl AlertDb {
         let mut stmt = self.conn.prepare(
             "SELECT rule, gpu_id, process_id, scope, state, severity, reported, active_since_ms,
                fired_ms, last_true_ms, kept_since_ms, summary, labels_json
-             FROM alerts WHERE state IN ('pending', 'firing') ORDER BY id",
+             FROM alert_state WHERE state IN ('pending', 'firing') ORDER BY id",
         )?;
         let rows = stmt.query_map([], |r| {
             Ok(SavedAlert {
@@ -99,7 +99,7 @@ impl AlertDb {
         for a in changed {
             let live: Option<i64> = tx
                 .prepare_cached(
-                    "SELECT id FROM alerts WHERE rule = ?1 AND gpu_id = ?2 AND ifnull(process_id, -1) = ifnull(?3, -1)
+                    "SELECT id FROM alert_state WHERE rule = ?1 AND gpu_id = ?2 AND ifnull(process_id, -1) = ifnull(?3, -1)
                        AND state IN ('pending', 'firing')",
                 )?
                 .query_row(params![a.rule, a.gpu_id, a.process_id], |r| r.get(0))
@@ -107,19 +107,19 @@ impl AlertDb {
             match (a.phase.as_str(), live) {
                 ("inactive", None) => {}
                 ("inactive", Some(id)) if a.fired_ms.is_none() => {
-                    tx.prepare_cached("DELETE FROM alerts WHERE id = ?1")?
+                    tx.prepare_cached("DELETE FROM alert_state WHERE id = ?1")?
                         .execute(params![id])?;
                 }
                 ("inactive", Some(id)) => {
                     tx.prepare_cached(
-                        "UPDATE alerts SET state = 'resolved', resolved_ms = ?2, reported = ?3, updated_ms = ?2 WHERE id = ?1",
+                        "UPDATE alert_state SET state = 'resolved', resolved_ms = ?2, reported = ?3, updated_ms = ?2 WHERE id = ?1",
                     )?
                     .execute(params![id, now, a.reported])?;
                 }
                 // A live episode: insert it, or update its live row (the partial unique index).
                 (phase, _) => {
                     tx.prepare_cached(
-                        "INSERT INTO alerts (rule, gpu_id, process_id, scope, state, severity, reported, active_since_ms,
+                        "INSERT INTO alert_state (rule, gpu_id, process_id, scope, state, severity, reported, active_since_ms,
                            fired_ms, last_true_ms, kept_since_ms, summary, labels_json, updated_ms)
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
                          ON CONFLICT (rule, gpu_id, ifnull(process_id, -1)) WHERE state IN ('pending', 'firing')

@@ -50,10 +50,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "notify",
         sql: include_str!("../../migrations/0006_notify.sql"),
     },
+    Migration {
+        version: 7,
+        name: "public_alerts",
+        sql: include_str!("../../migrations/0007_public_alerts.sql"),
+    },
 ];
 
 /// The schema version this binary writes and reads.
-pub const LATEST_VERSION: u32 = 6;
+pub const LATEST_VERSION: u32 = 7;
 
 /// The schema version of the database (`PRAGMA user_version`; 0 for an empty file).
 pub fn schema_version(conn: &Connection) -> Result<u32, StoreError> {

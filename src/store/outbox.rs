@@ -97,7 +97,7 @@ pub(crate) fn insert(conn: &Connection, rows: &[NewNotification]) -> Result<(), 
             (Some(id), _) => Some(*id),
             (None, Some((rule, gpu, process))) => conn
                 .prepare_cached(
-                    "SELECT id FROM alerts WHERE rule = ?1 AND gpu_id = ?2
+                    "SELECT id FROM alert_state WHERE rule = ?1 AND gpu_id = ?2
                        AND ifnull(process_id, -1) = ifnull(?3, -1) ORDER BY id DESC LIMIT 1",
                 )?
                 .query_row(params![rule, gpu, process], |row| row.get(0))
@@ -112,12 +112,12 @@ pub(crate) fn insert(conn: &Connection, rows: &[NewNotification]) -> Result<(), 
             }
             resolved_done.push(id);
             conn.prepare_cached(
-                "INSERT INTO notifications (receiver, group_key, alert_id, kind, payload_json,
+                "INSERT INTO outbox (receiver, group_key, alert_id, kind, payload_json,
                    created_ms, group_wait_ms, group_interval_ms, repeat_interval_ms)
                  SELECT receiver, group_key, ?1, 'resolved', ?2, ?3, group_wait_ms,
                    group_interval_ms, repeat_interval_ms
-                 FROM notifications WHERE id IN (
-                   SELECT max(id) FROM notifications WHERE alert_id = ?1
+                 FROM outbox WHERE id IN (
+                   SELECT max(id) FROM outbox WHERE alert_id = ?1
                      AND kind IN ('firing', 'repeat') GROUP BY receiver, group_key)
                  ORDER BY id",
             )?
@@ -125,7 +125,7 @@ pub(crate) fn insert(conn: &Connection, rows: &[NewNotification]) -> Result<(), 
             continue;
         }
         conn.prepare_cached(
-            "INSERT INTO notifications (receiver, group_key, alert_id, kind, payload_json,
+            "INSERT INTO outbox (receiver, group_key, alert_id, kind, payload_json,
                created_ms, group_wait_ms, group_interval_ms, repeat_interval_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         )?
@@ -178,7 +178,7 @@ impl Outbox {
         Ok(self
             .conn
             .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM alerts WHERE id = ?1 AND state = 'firing')",
+                "SELECT EXISTS (SELECT 1 FROM alert_state WHERE id = ?1 AND state = 'firing')",
             )?
             .query_row(params![alert_id], |r| r.get(0))?)
     }
@@ -187,7 +187,7 @@ impl Outbox {
     pub fn orphan_receivers(&self, known: &[&str]) -> Result<Vec<String>, StoreError> {
         let mut stmt = self
             .conn
-            .prepare("SELECT DISTINCT receiver FROM notifications WHERE status = 'pending'")?;
+            .prepare("SELECT DISTINCT receiver FROM outbox WHERE status = 'pending'")?;
         let all: Vec<String> = stmt
             .query_map([], |r| r.get(0))?
             .collect::<Result<_, _>>()?;
@@ -205,7 +205,7 @@ impl Outbox {
         why: &str,
     ) -> Result<(), StoreError> {
         self.conn.execute(
-            "UPDATE notifications SET status = 'dead', done_ms = ?2, last_error = ?3
+            "UPDATE outbox SET status = 'dead', done_ms = ?2, last_error = ?3
              WHERE receiver = ?1 AND status = 'pending'",
             params![receiver, now, why],
         )?;
@@ -222,7 +222,7 @@ impl Outbox {
         Ok(self
             .conn
             .prepare_cached(
-                "SELECT max(done_ms) FROM notifications
+                "SELECT max(done_ms) FROM outbox
                  WHERE receiver = ?1 AND group_key = ?2 AND status <> 'pending'",
             )?
             .query_row(params![receiver, group_key], |r| r.get(0))?)
@@ -234,8 +234,8 @@ impl Outbox {
         let mut stmt = self.conn.prepare_cached(
             "SELECT n.alert_id, n.group_key, n.payload_json, n.done_ms, n.group_wait_ms,
                n.group_interval_ms, n.repeat_interval_ms
-             FROM notifications n JOIN alerts a ON a.id = n.alert_id
-             WHERE n.id IN (SELECT max(id) FROM notifications WHERE receiver = ?1
+             FROM outbox n JOIN alert_state a ON a.id = n.alert_id
+             WHERE n.id IN (SELECT max(id) FROM outbox WHERE receiver = ?1
                               AND alert_id IS NOT NULL GROUP BY alert_id)
                AND n.status = 'silenced' AND n.kind IN ('firing', 'repeat')
                AND a.state = 'firing' AND a.reported = 1
@@ -259,9 +259,9 @@ impl Outbox {
     /// still live (reminders and resolved messages need them). Returns how many.
     pub fn prune(&mut self, before: TsMs) -> Result<usize, StoreError> {
         Ok(self.conn.execute(
-            "DELETE FROM notifications WHERE status <> 'pending' AND done_ms < ?1
+            "DELETE FROM outbox WHERE status <> 'pending' AND done_ms < ?1
                AND (alert_id IS NULL
-                    OR alert_id NOT IN (SELECT id FROM alerts WHERE state IN ('pending', 'firing')))",
+                    OR alert_id NOT IN (SELECT id FROM alert_state WHERE state IN ('pending', 'firing')))",
             params![before],
         )?)
     }
@@ -272,7 +272,7 @@ impl Outbox {
             "SELECT id, receiver, group_key, alert_id, kind, payload_json, created_ms,
                group_wait_ms, group_interval_ms, repeat_interval_ms, attempts, next_attempt_ms,
                last_error
-             FROM notifications WHERE receiver = ?1 AND status = 'pending' ORDER BY id",
+             FROM outbox WHERE receiver = ?1 AND status = 'pending' ORDER BY id",
         )?;
         let rows = stmt.query_map(params![receiver], |r| {
             Ok(PendingRow {
@@ -303,7 +303,7 @@ impl Outbox {
         Ok(self
             .conn
             .prepare_cached(
-                "SELECT max(done_ms) FROM notifications
+                "SELECT max(done_ms) FROM outbox
                  WHERE receiver = ?1 AND group_key = ?2 AND status = 'sent'",
             )?
             .query_row(params![receiver, group_key], |r| r.get(0))?)
@@ -314,7 +314,7 @@ impl Outbox {
         Ok(self
             .conn
             .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM notifications WHERE receiver = ?1 AND alert_id = ?2
+                "SELECT EXISTS (SELECT 1 FROM outbox WHERE receiver = ?1 AND alert_id = ?2
                    AND kind IN ('firing', 'repeat') AND status = 'sent')",
             )?
             .query_row(params![receiver, alert_id], |r| r.get(0))?)
@@ -338,7 +338,7 @@ impl Outbox {
         let batch = ids.first().copied();
         for id in ids {
             tx.prepare_cached(
-                "UPDATE notifications SET status = ?2, done_ms = ?3, batch_id = ?4,
+                "UPDATE outbox SET status = ?2, done_ms = ?3, batch_id = ?4,
                    last_error = coalesce(?5, last_error),
                    attempts = attempts + (?2 IN ('sent', 'dead'))
                  WHERE id = ?1 AND status = 'pending'",
@@ -361,7 +361,7 @@ impl Outbox {
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         for id in ids {
             tx.prepare_cached(
-                "UPDATE notifications SET attempts = attempts + 1, last_error = ?2,
+                "UPDATE outbox SET attempts = attempts + 1, last_error = ?2,
                    next_attempt_ms = ?3 WHERE id = ?1 AND status = 'pending'",
             )?
             .execute(params![id, error, next_attempt_ms])?;
@@ -376,8 +376,8 @@ impl Outbox {
         let mut stmt = self.conn.prepare_cached(
             "SELECT n.alert_id, n.group_key, n.payload_json, n.done_ms, n.group_wait_ms,
                n.group_interval_ms, n.repeat_interval_ms
-             FROM notifications n JOIN alerts a ON a.id = n.alert_id
-             WHERE n.id IN (SELECT max(id) FROM notifications WHERE receiver = ?1
+             FROM outbox n JOIN alert_state a ON a.id = n.alert_id
+             WHERE n.id IN (SELECT max(id) FROM outbox WHERE receiver = ?1
                               AND status = 'sent' AND kind IN ('firing', 'repeat')
                               GROUP BY alert_id)
                AND a.state = 'firing' AND a.reported = 1
@@ -408,7 +408,7 @@ pub fn backlog(conn: &Connection) -> Result<Vec<ReceiverBacklog>, StoreError> {
            count(DISTINCT CASE WHEN status = 'sent' THEN batch_id END),
            min(CASE WHEN status = 'pending' AND kind <> 'self'
                     THEN created_ms + group_wait_ms + group_interval_ms END)
-         FROM notifications GROUP BY receiver ORDER BY receiver",
+         FROM outbox GROUP BY receiver ORDER BY receiver",
     )?;
     let mut out: Vec<ReceiverBacklog> = stmt
         .query_map([], |r| {
@@ -430,7 +430,7 @@ pub fn backlog(conn: &Connection) -> Result<Vec<ReceiverBacklog>, StoreError> {
         if b.pending > 0 {
             let head: Option<(i64, Option<String>)> = conn
                 .query_row(
-                    "SELECT attempts, last_error FROM notifications
+                    "SELECT attempts, last_error FROM outbox
                      WHERE receiver = ?1 AND status = 'pending' ORDER BY id LIMIT 1",
                     params![b.receiver],
                     |r| Ok((r.get(0)?, r.get(1)?)),
@@ -444,7 +444,7 @@ pub fn backlog(conn: &Connection) -> Result<Vec<ReceiverBacklog>, StoreError> {
         if b.dead > 0 {
             b.last_dead_error = conn
                 .query_row(
-                    "SELECT last_error FROM notifications WHERE receiver = ?1 AND status = 'dead'
+                    "SELECT last_error FROM outbox WHERE receiver = ?1 AND status = 'dead'
                      ORDER BY id DESC LIMIT 1",
                     params![b.receiver],
                     |r| r.get(0),

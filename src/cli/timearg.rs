@@ -1,0 +1,95 @@
+//! Time arguments shared by the post-mortem commands: a point in time is RFC 3339
+//! (`2026-11-30T14:05:00Z`, `2026-11-30T15:05:00+01:00`) or unix seconds (`1764511500`,
+//! `1764511500.25`); a range is `--since 2h` (up to now) or `--from T --to T`.
+//!
+//! Invariant: every error says what was given and what is accepted.
+
+use std::time::Duration;
+
+use crate::model::TsMs;
+
+/// Parses RFC 3339 or unix seconds into epoch milliseconds.
+pub fn parse_time(s: &str) -> Result<TsMs, String> {
+    let t = s.trim();
+    if let Ok(secs) = t.parse::<f64>()
+        && secs.is_finite()
+        && secs >= 0.0
+    {
+        return Ok((secs * 1000.0).round() as TsMs);
+    }
+    chrono::DateTime::parse_from_rfc3339(t)
+        .map(|d| d.timestamp_millis())
+        .map_err(|e| {
+            format!(
+                "{s:?} is not a time ({e}): write RFC 3339 like 2026-11-30T14:05:00Z or unix seconds like 1764511500"
+            )
+        })
+}
+
+/// `--since` / `--from` / `--to`, flattened into a command's arguments.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RangeArgs {
+    /// How far back from now (e.g. 20m, 2h, 7d). Conflicts with --from.
+    #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "from")]
+    pub since: Option<Duration>,
+    /// Start: RFC 3339 or unix seconds.
+    #[arg(long, value_name = "T", value_parser = parse_time)]
+    pub from: Option<TsMs>,
+    /// End: RFC 3339 or unix seconds [default: now].
+    #[arg(long, value_name = "T", value_parser = parse_time)]
+    pub to: Option<TsMs>,
+}
+
+impl RangeArgs {
+    /// The range as (from, to) in ms; `default_since` when neither --since nor --from given.
+    pub fn resolve(&self, now: TsMs, default_since: Duration) -> Result<(TsMs, TsMs), String> {
+        let to = self.to.unwrap_or(now);
+        let from = match (self.from, self.since) {
+            (Some(f), _) => f,
+            (None, Some(d)) => to - d.as_millis() as i64,
+            (None, None) => to - default_since.as_millis() as i64,
+        };
+        if from >= to {
+            return Err(format!(
+                "the range is empty: --from {} is not before --to {}",
+                crate::notify::text::utc(from),
+                crate::notify::text::utc(to)
+            ));
+        }
+        Ok((from, to))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_and_ranges() {
+        assert_eq!(parse_time("1764511500").unwrap(), 1_764_511_500_000);
+        assert_eq!(parse_time("1764511500.25").unwrap(), 1_764_511_500_250);
+        assert_eq!(
+            parse_time("2026-11-30T14:05:00Z").unwrap(),
+            1_796_047_500_000
+        );
+        assert_eq!(
+            parse_time("2026-11-30T15:05:00+01:00").unwrap(),
+            parse_time("2026-11-30T14:05:00Z").unwrap()
+        );
+        assert!(parse_time("yesterday").unwrap_err().contains("RFC 3339"));
+        let r = RangeArgs {
+            since: Some(Duration::from_secs(7200)),
+            ..Default::default()
+        };
+        assert_eq!(
+            r.resolve(10_000_000, Duration::from_secs(60)).unwrap(),
+            (2_800_000, 10_000_000)
+        );
+        let r = RangeArgs {
+            from: Some(5),
+            to: Some(5),
+            ..Default::default()
+        };
+        assert!(r.resolve(0, Duration::ZERO).unwrap_err().contains("empty"));
+    }
+}
