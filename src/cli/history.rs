@@ -1,16 +1,458 @@
-//! `gpuwatch history` (being written).
+//! `gpuwatch history`: GPU metrics over a time range, downsampled to a step, as a table, CSV,
+//! JSON or terminal sparklines. The aggregation happens in SQL (`store::window`), from the
+//! raw samples for short ranges and sub-minute steps and from the 1-minute rollups otherwise;
+//! the output says which.
+//!
+//! Invariants: a value that is unknown prints as `-` (CSV: empty, JSON: `null`, chart: a
+//! space), never as 0; GPU selection errors list the GPUs that exist.
 
+use std::time::Duration;
+
+use anyhow::anyhow;
+use serde_json::{Value, json};
+
+use super::timearg::RangeArgs;
 use super::{ConfigArgs, Failure, exit, fail};
+use crate::model::TsMs;
+use crate::store::history::GpuRow;
+use crate::store::window::{self, Series, Source};
+use crate::store::{self};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Csv,
+    Json,
+    Chart,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SourceArg {
+    /// Raw samples for ranges up to 6 h or steps below a minute, rollups otherwise.
+    Auto,
+    Raw,
+    Rollups,
+}
 
 #[derive(Debug, clap::Args)]
 pub struct HistoryArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
+    #[command(flatten)]
+    pub range: RangeArgs,
+    /// GPUs by index or UUID, comma-separated [default: all].
+    #[arg(long, value_name = "N|UUID", value_delimiter = ',')]
+    pub gpu: Vec<String>,
+    /// Only this host's GPUs (databases holding imports of several hosts).
+    #[arg(long, value_name = "H")]
+    pub host: Option<String>,
+    /// Metrics, comma-separated: util_gpu, util_mem, mem_used, temp, power, clock_sm,
+    /// clock_mem, fan, pcie_tx, pcie_rx (the rule language's names and units: %, MiB, °C, W,
+    /// MHz, MB/s); aliases: util, mem, temperature, clocks (= clock_sm,clock_mem),
+    /// pcie (= pcie_tx,pcie_rx).
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "util,mem,temp,power"
+    )]
+    pub metric: Vec<String>,
+    /// Bucket width [default: the range / 60, rounded to 1s, 5s, 1m, 5m, 1h, ...].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub step: Option<Duration>,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Where to aggregate from.
+    #[arg(long, value_enum, default_value_t = SourceArg::Auto)]
+    pub source: SourceArg,
 }
 
-pub fn run(_args: HistoryArgs) -> Result<(), Failure> {
-    Err(fail(
-        exit::FAILURE,
-        anyhow::anyhow!("`gpuwatch history` is not written yet"),
-    ))
+/// Steps the default rounds up to.
+const NICE_STEPS_S: &[i64] = &[
+    1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10_800, 21_600, 43_200, 86_400,
+];
+
+/// The smallest nice step of at least `range_ms / points`.
+pub fn nice_step(range_ms: i64, points: i64) -> i64 {
+    let want = range_ms / points.max(1);
+    NICE_STEPS_S
+        .iter()
+        .map(|s| s * 1000)
+        .find(|&s| s >= want)
+        .unwrap_or_else(|| (want + 86_399_999) / 86_400_000 * 86_400_000)
+}
+
+/// The GPUs named by `wanted` (index or UUID; all when empty), in `all`'s order. The error
+/// lists what exists.
+pub fn select_gpus(all: &[GpuRow], wanted: &[String]) -> Result<Vec<GpuRow>, String> {
+    if all.is_empty() {
+        return Err("the database holds no GPUs (for this host)".into());
+    }
+    if wanted.is_empty() {
+        return Ok(all.to_vec());
+    }
+    let mut out: Vec<GpuRow> = Vec::new();
+    for w in wanted {
+        let w = w.trim();
+        let found: Vec<&GpuRow> = match w.parse::<u32>() {
+            Ok(i) => all.iter().filter(|g| g.inventory.index == i).collect(),
+            Err(_) => all
+                .iter()
+                .filter(|g| g.inventory.uuid.eq_ignore_ascii_case(w))
+                .collect(),
+        };
+        if found.is_empty() {
+            let have: Vec<String> = all
+                .iter()
+                .map(|g| format!("{} ({})", g.inventory.index, g.inventory.uuid))
+                .collect();
+            return Err(format!(
+                "--gpu {w:?} matches no GPU; the database has: {}",
+                have.join(", ")
+            ));
+        }
+        for g in found {
+            if !out.iter().any(|o| o.gpu_id == g.gpu_id) {
+                out.push(g.clone());
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub fn run(args: HistoryArgs) -> Result<(), Failure> {
+    let metrics = window::resolve_metrics(&args.metric)
+        .map_err(|e| fail(exit::USAGE, anyhow!("--metric: {e}")))?;
+    let cfg = args.config.load().map_err(|e| fail(exit::USAGE, e))?;
+    let conn = store::open_read_only(&cfg.database)?;
+    let host = args.host.as_deref();
+    let now = store::read::last_sample_ts(&conn, host)?
+        .unwrap_or(0)
+        .max(crate::clock::now_ms());
+    let (from, to) = args
+        .range
+        .resolve(now, Duration::from_secs(3600))
+        .map_err(|e| fail(exit::USAGE, anyhow!(e)))?;
+    let step = match args.step {
+        Some(d) if d.as_millis() == 0 => {
+            return Err(fail(exit::USAGE, anyhow!("--step must be positive")));
+        }
+        Some(d) => d.as_millis() as i64,
+        None => nice_step(to - from, 60),
+    };
+    let gpus = select_gpus(&store::history::gpus(&conn, host)?, &args.gpu)
+        .map_err(|e| fail(exit::USAGE, anyhow!(e)))?;
+    let source = match args.source {
+        SourceArg::Auto => Source::auto(from, to, step),
+        SourceArg::Raw => Source::Raw,
+        SourceArg::Rollups if step % 60_000 != 0 => {
+            return Err(fail(
+                exit::USAGE,
+                anyhow!(
+                    "--source rollups needs a --step of whole minutes (rollups are per minute)"
+                ),
+            ));
+        }
+        SourceArg::Rollups => Source::Rollups,
+    };
+    let ids: Vec<i64> = gpus.iter().map(|g| g.gpu_id).collect();
+    let series = window::series(&conn, &ids, &metrics, from, to, step, source)?;
+    let h = History {
+        gpus: &gpus,
+        series: &series,
+        from,
+        to,
+        step,
+        source,
+    };
+    let text = match args.format {
+        Format::Table => h.table(),
+        Format::Csv => h.csv(),
+        Format::Json => format!("{:#}\n", h.json()),
+        Format::Chart => h.chart(100),
+    };
+    print!("{text}");
+    Ok(())
+}
+
+/// A computed history, ready to print.
+pub struct History<'a> {
+    pub gpus: &'a [GpuRow],
+    pub series: &'a [Series],
+    pub from: TsMs,
+    pub to: TsMs,
+    pub step: i64,
+    pub source: Source,
+}
+
+fn num(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{v:.1}"))
+}
+
+fn csv_num(v: Option<f64>) -> String {
+    v.map_or_else(String::new, |v| format!("{v:.3}"))
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn rfc3339(ms: TsMs) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).map_or_else(
+        || ms.to_string(),
+        |t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+    )
+}
+
+fn local(ms: TsMs) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).map_or_else(
+        || ms.to_string(),
+        |t| {
+            t.with_timezone(&chrono::Local)
+                .format("%Y-%m-%d %H:%M:%S")
+                .to_string()
+        },
+    )
+}
+
+impl History<'_> {
+    fn gpu(&self, id: i64) -> Option<&GpuRow> {
+        self.gpus.iter().find(|g| g.gpu_id == id)
+    }
+
+    fn gpu_label(&self, id: i64) -> String {
+        let multi = self.gpus.iter().any(|g| g.host != self.gpus[0].host);
+        match self.gpu(id) {
+            Some(g) if multi => format!("{}/{}", g.host, g.inventory.index),
+            Some(g) => g.inventory.index.to_string(),
+            None => "?".into(),
+        }
+    }
+
+    /// The metrics per GPU: `series` is GPU-major, so chunks of `width`.
+    fn width(&self) -> usize {
+        let first = self.series.first().map(|s| s.gpu_id);
+        self.series
+            .iter()
+            .take_while(|s| Some(s.gpu_id) == first)
+            .count()
+            .max(1)
+    }
+
+    fn footer(&self) -> String {
+        let src = match self.source {
+            Source::Raw => "raw samples",
+            Source::Rollups => "1-minute rollups",
+        };
+        format!(
+            "source: {src}; step {}; {} .. {} (local time); {} GPU(s)\n",
+            humantime::format_duration(Duration::from_millis(self.step.max(0) as u64)),
+            local(self.from),
+            local(self.to),
+            self.gpus.len()
+        )
+    }
+
+    /// One line per step and GPU, the average of each metric.
+    pub fn table(&self) -> String {
+        let w = self.width();
+        let mut head = format!("{:<19}  {:>6}", "TIME", "GPU");
+        for s in self.series.iter().take(w) {
+            head.push_str(&format!(
+                "  {:>14}",
+                format!("{} {}", s.metric.name.to_uppercase(), s.metric.unit)
+            ));
+        }
+        let mut out = head + "\n";
+        let n = self.series.first().map_or(0, |s| s.points.len());
+        for i in 0..n {
+            for chunk in self.series.chunks(w) {
+                let mut line = format!(
+                    "{:<19}  {:>6}",
+                    local(chunk[0].points[i].ts_ms),
+                    self.gpu_label(chunk[0].gpu_id)
+                );
+                for s in chunk {
+                    line.push_str(&format!("  {:>14}", num(s.points[i].avg)));
+                }
+                out.push_str(&line);
+                out.push('\n');
+            }
+        }
+        out.push_str(&self.footer());
+        out
+    }
+
+    /// A header row, then one row per step and GPU: avg, min and max of each metric.
+    pub fn csv(&self) -> String {
+        let w = self.width();
+        let mut out = String::from("ts_ms,time_utc,host,gpu_index,gpu_uuid");
+        for s in self.series.iter().take(w) {
+            let n = s.metric.name;
+            out.push_str(&format!(",{n},{n}_min,{n}_max"));
+        }
+        out.push('\n');
+        let n = self.series.first().map_or(0, |s| s.points.len());
+        for i in 0..n {
+            for chunk in self.series.chunks(w) {
+                let ts = chunk[0].points[i].ts_ms;
+                let (host, index, uuid) = self.gpu(chunk[0].gpu_id).map_or_else(
+                    || (String::new(), String::new(), String::new()),
+                    |g| {
+                        (
+                            g.host.clone(),
+                            g.inventory.index.to_string(),
+                            g.inventory.uuid.clone(),
+                        )
+                    },
+                );
+                out.push_str(&format!(
+                    "{ts},{},{},{index},{}",
+                    rfc3339(ts),
+                    csv_field(&host),
+                    csv_field(&uuid)
+                ));
+                for s in chunk {
+                    let p = s.points[i];
+                    out.push_str(&format!(
+                        ",{},{},{}",
+                        csv_num(p.avg),
+                        csv_num(p.min),
+                        csv_num(p.max)
+                    ));
+                }
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// `{from_ms, to_ms, step_ms, source, series: [{host, gpu_index, gpu_uuid, metric, unit,
+    /// points: [{ts_ms, time_utc, avg, min, max}]}]}`.
+    pub fn json(&self) -> Value {
+        let series: Vec<Value> = self
+            .series
+            .iter()
+            .map(|s| {
+                let g = self.gpu(s.gpu_id);
+                json!({
+                    "host": g.map(|g| g.host.clone()),
+                    "gpu_index": g.map(|g| g.inventory.index),
+                    "gpu_uuid": g.map(|g| g.inventory.uuid.clone()),
+                    "metric": s.metric.name,
+                    "unit": s.metric.unit,
+                    "points": s.points.iter().map(|p| json!({
+                        "ts_ms": p.ts_ms,
+                        "time_utc": rfc3339(p.ts_ms),
+                        "avg": p.avg,
+                        "min": p.min,
+                        "max": p.max,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        json!({
+            "from_ms": self.from,
+            "to_ms": self.to,
+            "from_utc": rfc3339(self.from),
+            "to_utc": rfc3339(self.to),
+            "step_ms": self.step,
+            "source": self.source.as_str(),
+            "series": series,
+        })
+    }
+
+    /// One sparkline per GPU per metric, at most `max_width` characters wide.
+    pub fn chart(&self, max_width: usize) -> String {
+        let mut out = String::new();
+        for s in self.series {
+            let avgs: Vec<Option<f64>> = s.points.iter().map(|p| p.avg).collect();
+            let lo = s
+                .points
+                .iter()
+                .filter_map(|p| p.min.or(p.avg))
+                .reduce(f64::min);
+            let hi = s
+                .points
+                .iter()
+                .filter_map(|p| p.max.or(p.avg))
+                .reduce(f64::max);
+            let label = format!(
+                "GPU {} {} {}",
+                self.gpu_label(s.gpu_id),
+                s.metric.name,
+                s.metric.unit
+            );
+            out.push_str(&format!(
+                "{label:<24} {:>9} {} {}\n",
+                num(lo),
+                sparkline(&shrink(&avgs, max_width), lo, hi),
+                num(hi)
+            ));
+        }
+        out.push_str(&self.footer());
+        out
+    }
+}
+
+/// Averages neighbouring values so that at most `width` remain (None only where all were).
+pub fn shrink(values: &[Option<f64>], width: usize) -> Vec<Option<f64>> {
+    if values.len() <= width || width == 0 {
+        return values.to_vec();
+    }
+    (0..width)
+        .map(|i| {
+            let a = i * values.len() / width;
+            let b = ((i + 1) * values.len() / width).max(a + 1);
+            let known: Vec<f64> = values[a..b].iter().flatten().copied().collect();
+            (!known.is_empty()).then(|| known.iter().sum::<f64>() / known.len() as f64)
+        })
+        .collect()
+}
+
+/// `▁▂▃▄▅▆▇█` scaled between `lo` and `hi` (default: the known values' min and max);
+/// unknown values are spaces.
+pub fn sparkline(values: &[Option<f64>], lo: Option<f64>, hi: Option<f64>) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let known = values.iter().flatten();
+    let lo = lo.or_else(|| known.clone().copied().reduce(f64::min));
+    let hi = hi.or_else(|| known.copied().reduce(f64::max));
+    values
+        .iter()
+        .map(|v| match (v, lo, hi) {
+            (Some(v), Some(lo), Some(hi)) if hi > lo => {
+                BARS[(((v - lo) / (hi - lo)) * 7.0).round().clamp(0.0, 7.0) as usize]
+            }
+            (Some(_), _, _) => BARS[3],
+            (None, _, _) => ' ',
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sparklines_keep_gaps_and_scale() {
+        assert_eq!(sparkline(&[Some(0.0), None, Some(7.0)], None, None), "▁ █");
+        assert_eq!(sparkline(&[Some(5.0), Some(5.0)], None, None), "▄▄");
+        assert_eq!(sparkline(&[Some(7.0)], Some(0.0), Some(14.0)), "▅");
+        assert_eq!(
+            shrink(&[Some(1.0), Some(3.0), None, None], 2),
+            [Some(2.0), None]
+        );
+    }
+
+    #[test]
+    fn nice_steps() {
+        assert_eq!(nice_step(3_600_000, 60), 60_000);
+        assert_eq!(nice_step(2 * 3_600_000, 60), 120_000);
+        assert_eq!(nice_step(3 * 86_400_000, 60), 3_600_000 * 2);
+        assert_eq!(nice_step(10_000, 60), 1000);
+    }
 }
