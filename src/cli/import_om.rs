@@ -1,16 +1,234 @@
-//! `gpuwatch import openmetrics` (being written).
+//! `gpuwatch import openmetrics FILE...`: a past run's training step and loss, from
+//! OpenMetrics (timestamps in seconds, `# EOF`) or Prometheus text files (timestamps in
+//! milliseconds), into the training-metrics tables, so `replay`, `incident` and the views see
+//! them as if the daemon had fetched them from Prometheus.
+//!
+//! Which metrics are imported (the names `[prometheus.queries]` uses by default):
+//! - step: samples named `training_step` or `training_step_total` (an OpenMetrics counter),
+//!   or `--step-metric NAME` / `NAME_total`; stored as `training_step`;
+//! - loss: samples named `training_loss` or `--loss-metric NAME`; stored as `training_loss`;
+//! - everything else (including counters' `_created` samples) is ignored and counted in the
+//!   summary: the rule evaluator treats every stored training series that is not a step
+//!   counter as a loss candidate, so storing other metrics would make the GPU join ambiguous.
+//!
+//! Labels are kept as they are (sorted, `__name__` dropped): the GPU join reads `gpu`,
+//! `uuid`/`UUID` (see `training::join`). NaN and ±Inf values are skipped, as the live fetcher
+//! does. Points belong to `--host` (default: the database's only host, else this machine's).
+//!
+//! Invariants: every file is parsed completely before anything is written, and all points go
+//! in one transaction: an error anywhere (reported as `FILE:LINE:COL: what is expected`)
+//! imports nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use anyhow::{Context, anyhow};
+
+use crate::model::{TrainingPoint, TrainingWrite, TsMs};
+use crate::store::{self, incident as store_incident};
+use crate::training::Role;
+use crate::training::openmetrics::{self, Exposition, Format};
 
 use super::{ConfigArgs, Failure, exit, fail};
 
-#[derive(Debug, clap::Args)]
-pub struct ImportOmArgs {
-    #[command(flatten)]
-    pub config: ConfigArgs,
+#[derive(Debug, Clone, Copy, clap::ValueEnum, Default)]
+pub enum FormatArg {
+    /// OpenMetrics when the file ends with `# EOF`, else the Prometheus text format.
+    #[default]
+    Auto,
+    /// OpenMetrics 1.0 (timestamps in seconds; `# EOF` required).
+    Openmetrics,
+    /// Prometheus text format 0.0.4 (timestamps in milliseconds).
+    Prometheus,
 }
 
-pub fn run(_args: ImportOmArgs) -> Result<(), Failure> {
-    Err(fail(
-        exit::FAILURE,
-        anyhow::anyhow!("`gpuwatch import openmetrics` is not written yet"),
-    ))
+#[derive(Debug, clap::Args)]
+pub struct ImportOmArgs {
+    /// Files to import (all or nothing).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Host the training series belong to (their GPUs are joined on this host) [default: the
+    /// database's only host, else this machine's host name].
+    #[arg(long, value_name = "NAME")]
+    pub host: Option<String>,
+    /// Text format of the files (decides the timestamp unit).
+    #[arg(long, value_enum, default_value_t)]
+    pub format: FormatArg,
+    /// The step counter's name in the files (also accepted with `_total`).
+    #[arg(long, value_name = "NAME", default_value = "training_step")]
+    pub step_metric: String,
+    /// The loss metric's name in the files.
+    #[arg(long, value_name = "NAME", default_value = "training_loss")]
+    pub loss_metric: String,
+}
+
+/// What the files held, mapped to training points.
+#[derive(Debug, Default)]
+struct Mapped {
+    /// (stored name, labels, ts) → value: a point given twice keeps the last one.
+    points: BTreeMap<(String, Vec<(String, String)>, TsMs), f64>,
+    non_finite: usize,
+    /// Ignored samples per metric name.
+    ignored: BTreeMap<String, usize>,
+}
+
+impl Mapped {
+    fn add(&mut self, e: &Exposition, step: &str, loss: &str) {
+        for s in &e.samples {
+            let role = if s.name == step || s.name.strip_suffix("_total") == Some(step) {
+                Role::Step
+            } else if s.name == loss {
+                Role::Loss
+            } else {
+                *self.ignored.entry(s.name.clone()).or_default() += 1;
+                continue;
+            };
+            if !s.value.is_finite() {
+                self.non_finite += 1;
+                continue;
+            }
+            let labels: Vec<(String, String)> = s
+                .labels
+                .iter()
+                .filter(|(k, _)| k != "__name__")
+                .cloned()
+                .collect();
+            self.points
+                .insert((role.metric().to_string(), labels, s.ts_ms), s.value);
+        }
+    }
+}
+
+pub fn run(args: ImportOmArgs) -> Result<(), Failure> {
+    let cfg = args.config.load().map_err(|e| fail(exit::USAGE, e))?;
+    let format = match args.format {
+        FormatArg::Auto => None,
+        FormatArg::Openmetrics => Some(Format::OpenMetrics),
+        FormatArg::Prometheus => Some(Format::Prometheus),
+    };
+    let mut mapped = Mapped::default();
+    let mut errors = Vec::new();
+    let mut formats = Vec::new();
+    for file in &args.files {
+        let text = match std::fs::read_to_string(file) {
+            Ok(t) => t,
+            Err(e) => {
+                errors.push(format!("{}: cannot read: {e}", file.display()));
+                continue;
+            }
+        };
+        match openmetrics::parse(&text, format) {
+            Ok(e) => {
+                formats.push(format!("{} ({})", file.display(), e.format.name()));
+                mapped.add(&e, &args.step_metric, &args.loss_metric);
+            }
+            Err(e) => errors.push(format!("{}:{e}", file.display())),
+        }
+    }
+    if !errors.is_empty() {
+        errors.push("nothing was imported; fix the files and run the import again".into());
+        return Err(fail(exit::FAILURE, anyhow!(errors.join("\n"))));
+    }
+    if mapped.points.is_empty() {
+        let seen: Vec<&str> = mapped.ignored.keys().map(String::as_str).collect();
+        return Err(fail(
+            exit::FAILURE,
+            anyhow!(
+                "no `{}` or `{}` samples with finite values in {} (metrics found: {}); name yours with --step-metric / --loss-metric; nothing was imported",
+                args.step_metric,
+                args.loss_metric,
+                formats.join(", "),
+                if seen.is_empty() {
+                    "none".to_string()
+                } else {
+                    seen.join(", ")
+                }
+            ),
+        ));
+    }
+
+    let host = match args.host {
+        Some(h) => h,
+        None if !cfg.database.is_file() => cfg.host.clone(),
+        None => {
+            let conn = store::open_read_only(&cfg.database)
+                .with_context(|| format!("opening {}", cfg.database.display()))?;
+            let hosts = store_incident::hosts_with_gpus(&conn)?;
+            match hosts.as_slice() {
+                [one] => one.clone(),
+                [] => cfg.host.clone(),
+                many => {
+                    return Err(fail(
+                        exit::USAGE,
+                        anyhow!(
+                            "{} holds the GPUs of several hosts ({}): say which one the training series belong to with --host",
+                            cfg.database.display(),
+                            many.join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+    };
+    let mut st_cfg = store::StoreConfig::new(host.clone());
+    st_cfg.retention = cfg.retention;
+    st_cfg.rollup_retention = cfg.rollup_retention;
+    st_cfg.max_db_size = cfg.max_db_size;
+    let mut st = store::open(&cfg.database, &st_cfg)
+        .with_context(|| format!("opening {}", cfg.database.display()))?;
+
+    let series: BTreeSet<(&str, &[(String, String)])> = mapped
+        .points
+        .keys()
+        .map(|(n, l, _)| (n.as_str(), l.as_slice()))
+        .collect();
+    let (first, last) = (
+        mapped.points.keys().map(|k| k.2).min().unwrap_or(0),
+        mapped.points.keys().map(|k| k.2).max().unwrap_or(0),
+    );
+    let n_series = series.len();
+    let n_points = mapped.points.len();
+    let points: Vec<TrainingPoint> = std::mem::take(&mut mapped.points)
+        .into_iter()
+        .map(|((name, labels, ts_ms), value)| TrainingPoint {
+            ts_ms,
+            name,
+            labels,
+            value,
+        })
+        .collect();
+    st.write_training(&TrainingWrite {
+        points,
+        sources: Vec::new(),
+    })
+    .with_context(|| {
+        format!(
+            "writing to {}; nothing was imported",
+            cfg.database.display()
+        )
+    })?;
+
+    println!(
+        "imported {n_points} points of {n_series} series for host {host} ({} .. {}) from {}",
+        crate::notify::text::utc(first),
+        crate::notify::text::utc(last),
+        formats.join(", ")
+    );
+    if mapped.non_finite > 0 {
+        println!("skipped {} NaN/Inf values", mapped.non_finite);
+    }
+    if !mapped.ignored.is_empty() {
+        let list: Vec<String> = mapped
+            .ignored
+            .iter()
+            .map(|(n, c)| format!("{n} ({c})"))
+            .collect();
+        println!(
+            "ignored samples of other metrics (only step and loss are imported): {}",
+            list.join(", ")
+        );
+    }
+    Ok(())
 }

@@ -25,6 +25,7 @@
 pub mod alerts;
 mod bounds;
 pub mod history;
+pub mod incident;
 mod migrate;
 pub mod postmortem;
 pub mod outbox;

@@ -19,6 +19,7 @@
 mod client;
 mod error;
 mod fetcher;
+pub mod openmetrics;
 pub mod join;
 mod response;
 
