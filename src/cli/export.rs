@@ -1,16 +1,153 @@
-//! `gpuwatch export` (being written).
+//! `gpuwatch export`: stored samples of a time range (the columns of the `gpu_samples` view)
+//! as CSV with a header or as JSON lines, to stdout or a file.
+//!
+//! Invariants:
+//! - Rows stream from the database to the output in time order; nothing holds the range in
+//!   memory.
+//! - `-o FILE` is written to a temporary file beside it and renamed into place only when the
+//!   export is complete: a failed export leaves no half-written FILE (and an existing FILE
+//!   untouched).
+//! - The range is half-open (`--from` inclusive, `--to` exclusive).
 
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::clock::now_ms;
+use crate::store::export::{self as ex, ExportError, ExportFilter, GpuFilter};
+use crate::store::query::{Cell, RowSink};
+
+use super::query::{CsvSink, json_keys, json_object};
+use super::timearg::RangeArgs;
 use super::{ConfigArgs, Failure, exit, fail};
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum, Default)]
+pub enum Format {
+    /// A header row, then one sample per line (NULL is an empty field).
+    #[default]
+    Csv,
+    /// One JSON object per sample and line, keys in column order (NULL is null).
+    Jsonl,
+}
 
 #[derive(Debug, clap::Args)]
 pub struct ExportArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
+    /// The time range (--from inclusive, --to exclusive; default: the last hour).
+    #[command(flatten)]
+    pub range: RangeArgs,
+    /// Only this host's GPUs.
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Only this GPU: its index (as in `gpuwatch status`) or its uuid.
+    #[arg(long, value_name = "N|UUID")]
+    pub gpu: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+    /// Write to FILE instead of stdout (replaced only when the export is complete).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
-pub fn run(_args: ExportArgs) -> Result<(), Failure> {
-    Err(fail(
-        exit::FAILURE,
-        anyhow::anyhow!("`gpuwatch export` is not written yet"),
-    ))
+/// One JSON object per line.
+struct JsonLinesSink<W: Write> {
+    out: W,
+    keys: Vec<String>,
+}
+
+impl<W: Write> RowSink for JsonLinesSink<W> {
+    fn columns(&mut self, names: &[String]) -> std::io::Result<()> {
+        self.keys = json_keys(names);
+        Ok(())
+    }
+    fn row(&mut self, cells: &[Cell]) -> std::io::Result<()> {
+        writeln!(self.out, "{}", json_object(&self.keys, cells))
+    }
+}
+
+/// Exports into `w`; returns the rows written.
+fn export_to(
+    conn: &rusqlite::Connection,
+    filter: &ExportFilter,
+    format: Format,
+    w: &mut dyn Write,
+) -> Result<u64, ExportError> {
+    match format {
+        Format::Csv => {
+            let mut sink = CsvSink::new(w);
+            let n = ex::samples(conn, filter, &mut sink)?;
+            sink.0.flush()?;
+            Ok(n)
+        }
+        Format::Jsonl => {
+            let mut sink = JsonLinesSink {
+                out: w,
+                keys: Vec::new(),
+            };
+            let n = ex::samples(conn, filter, &mut sink)?;
+            sink.out.flush()?;
+            Ok(n)
+        }
+    }
+}
+
+pub fn run(args: ExportArgs) -> Result<(), Failure> {
+    let cfg = args.config.load().map_err(|e| fail(exit::USAGE, e))?;
+    let (from_ms, to_ms) = args
+        .range
+        .resolve(now_ms(), Duration::from_secs(3600))
+        .map_err(|e| fail(exit::USAGE, anyhow::anyhow!(e)))?;
+    let filter = ExportFilter {
+        from_ms,
+        to_ms,
+        host: args.host.clone(),
+        gpu: args.gpu.as_deref().map(GpuFilter::parse),
+    };
+    let conn = crate::store::open_read_only(&cfg.database)?;
+    let usage = |e: ExportError| match e {
+        e @ (ExportError::UnknownHost { .. } | ExportError::UnknownGpu { .. }) => {
+            fail(exit::USAGE, e)
+        }
+        e => fail(exit::FAILURE, e),
+    };
+    let rows = match &args.output {
+        None => {
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            export_to(&conn, &filter, args.format, &mut out).map_err(usage)?
+        }
+        Some(path) => {
+            let dir = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or_else(|| std::path::Path::new("."));
+            let tmp = tempfile::NamedTempFile::new_in(dir)
+                .with_context(|| format!("cannot create a file in {}", dir.display()))?;
+            let mut out = std::io::BufWriter::new(tmp);
+            let rows = export_to(&conn, &filter, args.format, &mut out).map_err(usage)?;
+            let tmp = out
+                .into_inner()
+                .map_err(|e| e.into_error())
+                .with_context(|| format!("writing {}", path.display()))?;
+            tmp.persist(path)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            rows
+        }
+    };
+    if rows == 0 {
+        eprintln!(
+            "no samples from {} to {}{}",
+            crate::notify::text::utc(from_ms),
+            crate::notify::text::utc(to_ms),
+            if filter.host.is_some() || filter.gpu.is_some() {
+                " for the selected host/GPU"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(())
 }

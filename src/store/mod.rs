@@ -24,11 +24,13 @@
 
 pub mod alerts;
 mod bounds;
+pub mod export;
 pub mod history;
 pub mod incident;
 mod migrate;
 pub mod postmortem;
 pub mod outbox;
+pub mod query;
 pub mod read;
 mod rollup;
 mod rows;
