@@ -11,6 +11,7 @@ pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod http;
+pub mod import;
 pub mod model;
 pub mod notify;
 pub mod rules;

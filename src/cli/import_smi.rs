@@ -1,16 +1,190 @@
-//! `gpuwatch import nvidia-smi` (being written).
+//! `gpuwatch import nvidia-smi FILE...`: imports CSV logs of `nvidia-smi --query-gpu` and
+//! `--query-compute-apps` (see [`crate::import::nvidia_smi`]) and prints a summary.
+//!
+//! Invariants: nothing is imported when the command fails; bad lines are printed as warnings
+//! (`file:line: what`, at most [`SHOWN_BAD_LINES`], then a count); the progress bar appears
+//! only when stderr is a terminal and the input is large; the summary goes to stdout.
 
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use crate::import::nvidia_smi::{self, Options, Summary, Zone};
+use crate::store;
+
+use super::replay::rfc3339;
 use super::{ConfigArgs, Failure, exit, fail};
+
+/// Bad lines printed one by one; the rest are counted.
+const SHOWN_BAD_LINES: usize = 20;
+/// Inputs at least this large get a progress bar (when stderr is a terminal).
+const PROGRESS_MIN_BYTES: u64 = 8 << 20;
+/// Ignored field names listed in the summary; the rest are counted.
+const SHOWN_IGNORED: usize = 12;
 
 #[derive(Debug, clap::Args)]
 pub struct ImportSmiArgs {
+    /// CSV logs of `nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits] -l N` or of
+    /// `--query-compute-apps=...`.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
     #[command(flatten)]
     pub config: ConfigArgs,
+    /// IANA zone of the log's timestamps (they carry none) [default: this machine's zone].
+    #[arg(long, value_name = "ZONE")]
+    pub tz: Option<String>,
+    /// Host the rows belong to [default: each file's name without extension, e.g. `node7`
+    /// for node7.csv]. Give the --query-gpu and --query-compute-apps logs of one machine the
+    /// same --host.
+    #[arg(long, value_name = "NAME")]
+    pub host: Option<String>,
+    /// The query fields, comma-separated, of logs written with `noheader` (the files then
+    /// have no header line), e.g. `timestamp,index,utilization.gpu,memory.used`.
+    #[arg(long, value_name = "LIST")]
+    pub columns: Option<String>,
+    /// Fail (importing nothing) on the first line that cannot be read, instead of skipping it.
+    #[arg(long)]
+    pub strict: bool,
 }
 
-pub fn run(_args: ImportSmiArgs) -> Result<(), Failure> {
-    Err(fail(
-        exit::FAILURE,
-        anyhow::anyhow!("`gpuwatch import nvidia-smi` is not written yet"),
-    ))
+pub fn run(args: ImportSmiArgs) -> Result<(), Failure> {
+    let cfg = args.config.load().map_err(|e| fail(exit::USAGE, e))?;
+    let zone = Zone::parse(args.tz.as_deref())
+        .map_err(|e| fail(exit::USAGE, anyhow::anyhow!("--tz: {e}")))?;
+    if args.host.as_deref().is_some_and(str::is_empty) {
+        return Err(fail(
+            exit::USAGE,
+            anyhow::anyhow!("--host must not be empty"),
+        ));
+    }
+    let columns = match &args.columns {
+        None => None,
+        Some(list) => {
+            let cols: Vec<String> = list.split(',').map(|c| c.trim().to_string()).collect();
+            if cols.iter().any(String::is_empty) {
+                return Err(fail(
+                    exit::USAGE,
+                    anyhow::anyhow!("--columns `{list}` has an empty field name"),
+                ));
+            }
+            Some(cols)
+        }
+    };
+    let opts = Options {
+        zone,
+        host: args.host.clone(),
+        columns,
+        strict: args.strict,
+    };
+    let mut total = 0u64;
+    for f in &args.files {
+        let meta = std::fs::metadata(f)
+            .with_context(|| format!("cannot read {}", f.display()))
+            .map_err(|e| fail(exit::USAGE, e))?;
+        total += meta.len();
+    }
+    let first_host = nvidia_smi::host_of(&opts, &args.files[0]);
+    let mut st_cfg = store::StoreConfig::new(first_host);
+    st_cfg.retention = cfg.retention;
+    st_cfg.rollup_retention = cfg.rollup_retention;
+    st_cfg.max_db_size = cfg.max_db_size;
+    let store = store::open(&cfg.database, &st_cfg)
+        .with_context(|| format!("opening {}", cfg.database.display()))?;
+
+    let bar = (std::io::stderr().is_terminal() && total >= PROGRESS_MIN_BYTES).then(|| {
+        let b = indicatif::ProgressBar::new(total);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "importing {bar:40} {bytes}/{total_bytes} ({bytes_per_sec}, {eta} left)",
+        ) {
+            b.set_style(style);
+        }
+        b
+    });
+    let started = std::time::Instant::now();
+    let result = nvidia_smi::import(&store, &args.files, &opts, &mut |n| {
+        if let Some(b) = &bar {
+            b.inc(n);
+        }
+    });
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let summary = result.map_err(|e| {
+        let code = match e {
+            nvidia_smi::SmiError::Usage(_) => exit::USAGE,
+            _ => exit::FAILURE,
+        };
+        fail(code, e)
+    })?;
+    print_summary(&summary, &cfg.database, started.elapsed());
+    Ok(())
+}
+
+fn print_summary(s: &Summary, db: &std::path::Path, took: std::time::Duration) {
+    for b in s.bad_lines.iter().take(SHOWN_BAD_LINES) {
+        eprintln!("warning: skipped {b}");
+    }
+    if s.bad_lines.len() > SHOWN_BAD_LINES {
+        eprintln!(
+            "warning: ... and {} more skipped lines",
+            s.bad_lines.len() - SHOWN_BAD_LINES
+        );
+    }
+    for u in &s.unresolved {
+        eprintln!(
+            "warning: skipped {} process rows from {}: {}",
+            u.rows, u.first_at, u.what
+        );
+    }
+    for f in &s.files {
+        println!(
+            "{}: {} rows -> host {}{}",
+            f.path,
+            f.rows,
+            f.host,
+            if f.bad_lines > 0 {
+                format!(" ({} lines skipped)", f.bad_lines)
+            } else {
+                String::new()
+            }
+        );
+    }
+    let secs = took.as_secs_f64().max(1e-9);
+    let rows: u64 = s.files.iter().map(|f| f.rows).sum();
+    println!(
+        "imported {} samples and {} process samples of {} GPUs and {} processes into {} in {:.2} s ({:.0} rows/s); {} rollup rows",
+        s.samples,
+        s.process_samples,
+        s.gpus,
+        s.processes,
+        db.display(),
+        secs,
+        rows as f64 / secs,
+        s.rollups
+    );
+    match s.span {
+        Some((a, b)) => println!("time span: {} .. {}", rfc3339(a), rfc3339(b)),
+        None => println!("time span: none (no rows)"),
+    }
+    println!("skipped lines: {}", s.bad_lines.len());
+    if !s.ignored_fields.is_empty() {
+        let shown: Vec<&str> = s
+            .ignored_fields
+            .iter()
+            .take(SHOWN_IGNORED)
+            .map(String::as_str)
+            .collect();
+        let more = s.ignored_fields.len().saturating_sub(SHOWN_IGNORED);
+        println!(
+            "ignored {} fields gpuwatch does not store: {}{}",
+            s.ignored_fields.len(),
+            shown.join(", "),
+            if more > 0 {
+                format!(", and {more} more")
+            } else {
+                String::new()
+            }
+        );
+    }
 }

@@ -26,6 +26,7 @@ pub mod alerts;
 mod bounds;
 pub mod export;
 pub mod history;
+pub mod import;
 pub mod incident;
 mod migrate;
 pub mod postmortem;

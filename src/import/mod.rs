@@ -1,0 +1,10 @@
+//! Importers of logs recorded elsewhere, for post-mortems and `replay` backtests.
+//!
+//! Each importer parses its format into the store's staging area and publishes everything in
+//! one short transaction ([`crate::store::import`]), so an import is all-or-nothing and never
+//! holds the database's write lock for longer than that one publish.
+//!
+//! - [`nvidia_smi`]: CSV logs of `nvidia-smi --query-gpu=... --format=csv -l N` and of
+//!   `--query-compute-apps`.
+
+pub mod nvidia_smi;

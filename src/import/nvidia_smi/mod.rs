@@ -1,0 +1,229 @@
+//! `import nvidia-smi`: CSV logs written by `nvidia-smi --query-gpu=... --format=csv[,noheader]
+//! [,nounits] -l N` and by `--query-compute-apps`, into the store.
+//!
+//! Files: `fields.rs` (query fields, aliases, a section's layout), `values.rs` (NULL markers,
+//! units, states, timestamps and zones), `reader.rs` (lines, sections, rows), `registry.rs`
+//! (hosts, GPU identity, processes).
+//!
+//! Invariants:
+//! - All-or-nothing: every file is parsed and staged first (TEMP tables: no write lock on the
+//!   database), then published in one short transaction; any error before that (an unreadable
+//!   file, a bad header, a bad line under `strict`) imports nothing.
+//! - Without `Options::host`, each file's rows belong to the host named after the file's stem
+//!   (`gpu0.csv` → `gpu0`; `imported` when there is no stem). Files of one machine (a
+//!   `--query-gpu` log and its `--query-compute-apps` log) need the same `--host`.
+//! - After publishing, the imported minutes are rolled up (`Store::import_rollups`), so
+//!   rollup-based readers and `replay` see imported data like sampled data.
+
+mod fields;
+mod reader;
+mod registry;
+pub mod values;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use crate::model::TsMs;
+use crate::store::{Store, StoreError};
+
+pub use fields::looks_like_header;
+pub use registry::{Unresolved, is_masked, normalize_bus_id};
+pub use values::Zone;
+
+/// How to import.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The zone of the log's timestamps (they carry none).
+    pub zone: Zone,
+    /// The host every row belongs to; `None`: each file's stem ([`default_host`]).
+    pub host: Option<String>,
+    /// The `--query-gpu` / `--query-compute-apps` fields of logs written without a header.
+    pub columns: Option<Vec<String>>,
+    /// Fail the whole import on the first bad line instead of skipping it.
+    pub strict: bool,
+}
+
+/// A line that could not be imported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadLine {
+    pub file: String,
+    pub line: u64,
+    pub message: String,
+}
+
+impl std::fmt::Display for BadLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}: {}", self.file, self.line, self.message)
+    }
+}
+
+/// Why an import failed (nothing was imported).
+#[derive(Debug, thiserror::Error)]
+pub enum SmiError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0} (nothing was imported)")]
+    Bad(BadLine),
+    #[error("{0}")]
+    Usage(String),
+    #[error("{what} ({how}; nothing was imported)")]
+    Unresolved { what: String, how: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What one file contributed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileSummary {
+    pub path: String,
+    pub host: String,
+    /// Rows read (GPU and process rows).
+    pub rows: u64,
+    pub bad_lines: u64,
+}
+
+/// What an import did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Summary {
+    pub files: Vec<FileSummary>,
+    /// Sample rows published (a row replacing one of the same time and GPU counts once).
+    pub samples: u64,
+    pub process_samples: u64,
+    pub gpus: usize,
+    pub processes: usize,
+    /// Oldest and newest imported time.
+    pub span: Option<(TsMs, TsMs)>,
+    /// Every skipped line, in file order.
+    pub bad_lines: Vec<BadLine>,
+    /// Fields in the files that gpuwatch does not store, sorted, each once.
+    pub ignored_fields: Vec<String>,
+    /// Process rows not imported because their GPU is unknown.
+    pub unresolved: Vec<Unresolved>,
+    /// Rollup rows written for the imported minutes.
+    pub rollups: usize,
+}
+
+/// The host of a file's rows when no `--host` is given: the file stem, or `imported`.
+pub fn default_host(path: &Path) -> String {
+    path.file_stem()
+        .and_then(|s| s.to_str())
+        .filter(|s| !s.is_empty())
+        .map_or_else(|| "imported".to_string(), str::to_string)
+}
+
+/// The host `opts` gives the rows of `path`.
+pub fn host_of(opts: &Options, path: &Path) -> String {
+    opts.host.clone().unwrap_or_else(|| default_host(path))
+}
+
+/// Imports `files` into `store`; `progress` is called with the bytes read since its last call.
+pub fn import(
+    store: &Store,
+    files: &[PathBuf],
+    opts: &Options,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Summary, SmiError> {
+    let fixed = match &opts.columns {
+        Some(cols) => {
+            let cells: Vec<&str> = cols.iter().map(String::as_str).collect();
+            Some(
+                fields::Layout::new(&cells)
+                    .map_err(|e| SmiError::Usage(format!("--columns: {e}")))?,
+            )
+        }
+        None => None,
+    };
+    let mut summary = Summary::default();
+    let mut ignored = BTreeSet::new();
+    if let Some(l) = &fixed {
+        ignored.extend(l.ignored.iter().cloned());
+    }
+    let mut registry = registry::Registry::default();
+    let mut clock = values::Clock::new(opts.zone.clone());
+    let mut staging = store.stage_import()?;
+    for path in files {
+        let shown = path.display().to_string();
+        let io = |source| SmiError::Io {
+            path: shown.clone(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let mut input = std::io::BufReader::with_capacity(1 << 20, file);
+        let host_name = host_of(opts, path);
+        let host = registry.host(&host_name, || store.stored_gpus(&host_name))?;
+        let mut fr = reader::FileReader {
+            path: shown.clone(),
+            host,
+            layout: fixed.clone(),
+            fixed: fixed.is_some(),
+            clock: &mut clock,
+            last_ts: None,
+            rows: 0,
+            ignored: Vec::new(),
+        };
+        let mut bad_here = 0;
+        let mut sinks = reader::Sinks {
+            staging: &mut staging,
+            registry: &mut registry,
+        };
+        fr.read(
+            &mut input,
+            &mut sinks,
+            opts.strict,
+            &mut |b| {
+                bad_here += 1;
+                summary.bad_lines.push(b);
+            },
+            progress,
+        )?;
+        ignored.extend(fr.ignored);
+        summary.files.push(FileSummary {
+            path: shown,
+            host: host_name,
+            rows: fr.rows,
+            bad_lines: bad_here,
+        });
+    }
+    let (plan, unresolved) = registry.plan();
+    if opts.strict
+        && let Some(u) = unresolved.first()
+    {
+        return Err(SmiError::Unresolved {
+            what: format!("{}: {}", u.first_at, u.what),
+            how: format!("{} process rows", u.rows),
+        });
+    }
+    let published = staging.publish(&plan)?;
+    summary.samples = published.samples;
+    summary.process_samples = published.process_samples;
+    summary.gpus = plan.gpus.len();
+    summary.processes = plan.processes.len();
+    summary.unresolved = unresolved;
+    summary.ignored_fields = ignored.into_iter().collect();
+    for (h, name) in plan.hosts.iter().enumerate() {
+        let span = plan
+            .gpus
+            .iter()
+            .filter(|g| g.host == h)
+            .map(|g| (g.first_ms, g.last_ms))
+            .chain(
+                plan.processes
+                    .iter()
+                    .filter(|p| p.host == h)
+                    .map(|p| (p.first_ms, p.last_ms)),
+            )
+            .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
+        if let Some((from, to)) = span {
+            summary.rollups += store.import_rollups(name, from, to)?;
+            summary.span = Some(
+                summary
+                    .span
+                    .map_or((from, to), |(a, b)| (a.min(from), b.max(to))),
+            );
+        }
+    }
+    Ok(summary)
+}

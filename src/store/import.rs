@@ -1,0 +1,435 @@
+//! Imports: staging rows in TEMP tables of the store's connection, publishing them in one
+//! short IMMEDIATE transaction, then rolling the imported minutes up.
+//!
+//! Invariants:
+//! - Staging writes only TEMP tables (inside a deferred transaction of this connection), so it
+//!   never takes the main database's write lock: a running daemon keeps writing meanwhile.
+//! - [`Staging::publish`] writes hosts, GPUs, processes, samples and process samples in ONE
+//!   IMMEDIATE transaction using `INSERT ... SELECT` from the staged rows: an import is
+//!   all-or-nothing. Dropping a [`Staging`] without publishing discards everything.
+//! - Staged rows use importer-local ids (GPU, process, GPU reference); publish maps them to
+//!   row ids. Rows are upserted by their natural keys, so importing a log twice is harmless.
+//! - Inventory from an import fills what the store lacks, and replaces stored values only
+//!   when the import is at least as recent as the GPU's newest stored report.
+//! - [`Store::import_rollups`] recomputes the 1-minute rollups of the imported range (plus any
+//!   backlog before it) in short transactions of at most [`ROLLUP_CHUNK_MS`] each and raises
+//!   the host's rollup progress, so history, reports and retention see imported minutes.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::rollup::{ceil_minute, floor_minute, rollup_host, set_done};
+use super::rows::sample_metric_columns;
+use super::write::ensure_host;
+use super::{Store, StoreError};
+use crate::model::{GpuInventory, GpuSample, TsMs};
+
+/// The longest time range one rollup transaction of an import covers.
+pub const ROLLUP_CHUNK_MS: i64 = 3_600_000;
+
+const CREATE_SQL: &str = concat!(
+    "CREATE TEMP TABLE IF NOT EXISTS gw_imp_samples (ts_ms INTEGER NOT NULL, gpu INTEGER NOT NULL, ",
+    "status, util_gpu_pct, util_mem_pct, mem_used_bytes, mem_free_bytes, mem_total_bytes, ",
+    "temp_c, fan_pct, clock_sm_mhz, clock_mem_mhz, power_mw, power_limit_mw, energy_mj, ",
+    "pstate, pcie_tx_kbs, pcie_rx_kbs, pcie_gen, pcie_width, throttle_reasons, ",
+    "ecc_corrected, ecc_uncorrected, retired_pages, remapped_rows_correctable, ",
+    "remapped_rows_uncorrectable, remap_pending, remap_failure, ",
+    "PRIMARY KEY (ts_ms, gpu)) WITHOUT ROWID;
+     CREATE TEMP TABLE IF NOT EXISTS gw_imp_apps (ts_ms INTEGER NOT NULL, gpu_ref INTEGER NOT NULL,
+       proc INTEGER NOT NULL, used_mem_bytes INTEGER, PRIMARY KEY (ts_ms, gpu_ref, proc)) WITHOUT ROWID;
+     CREATE TEMP TABLE IF NOT EXISTS gw_imp_gpu_map (local INTEGER PRIMARY KEY, gpu_id INTEGER NOT NULL);
+     CREATE TEMP TABLE IF NOT EXISTS gw_imp_ref_map (ref INTEGER PRIMARY KEY, gpu_id INTEGER NOT NULL);
+     CREATE TEMP TABLE IF NOT EXISTS gw_imp_proc_map (local INTEGER PRIMARY KEY, process_id INTEGER NOT NULL);
+     DELETE FROM gw_imp_samples; DELETE FROM gw_imp_apps; DELETE FROM gw_imp_gpu_map;
+     DELETE FROM gw_imp_ref_map; DELETE FROM gw_imp_proc_map;"
+);
+
+const DROP_SQL: &str =
+    "DROP TABLE IF EXISTS temp.gw_imp_samples; DROP TABLE IF EXISTS temp.gw_imp_apps;
+     DROP TABLE IF EXISTS temp.gw_imp_gpu_map; DROP TABLE IF EXISTS temp.gw_imp_ref_map;
+     DROP TABLE IF EXISTS temp.gw_imp_proc_map;";
+
+/// A GPU as an import found it; `host` indexes [`ImportPlan::hosts`].
+#[derive(Debug, Clone, Default)]
+pub struct ImportGpu {
+    pub host: usize,
+    /// `uuid` is the identity within the host (a real UUID or a stand-in such as `index-3`).
+    pub inventory: GpuInventory,
+    /// Whether the index is known (otherwise `gpu_index` stays as stored, or NULL).
+    pub index_known: bool,
+    pub first_ms: TsMs,
+    pub last_ms: TsMs,
+    /// The newest staged sample of this GPU, if any.
+    pub last_sample_ms: Option<TsMs>,
+}
+
+/// A process as an import found it (`start_time_ms` is unknown: 0).
+#[derive(Debug, Clone, Default)]
+pub struct ImportProcess {
+    pub host: usize,
+    pub pid: u32,
+    pub name: Option<String>,
+    pub first_ms: TsMs,
+    pub last_ms: TsMs,
+}
+
+/// Everything publish needs besides the staged rows.
+#[derive(Debug, Clone, Default)]
+pub struct ImportPlan {
+    pub hosts: Vec<String>,
+    /// Importer-local GPU id = position.
+    pub gpus: Vec<ImportGpu>,
+    /// Importer-local process id = position.
+    pub processes: Vec<ImportProcess>,
+    /// Process-sample GPU references → importer-local GPU id (`None`: unresolved; those rows
+    /// are not published).
+    pub gpu_refs: Vec<Option<usize>>,
+}
+
+/// What a publish wrote.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Published {
+    pub samples: u64,
+    pub process_samples: u64,
+}
+
+/// A GPU already stored for a host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredGpu {
+    pub uuid: String,
+    pub index: Option<u32>,
+    pub pci_bus_id: Option<String>,
+}
+
+/// Rows of an import being staged; see the module doc.
+pub struct Staging<'a> {
+    conn: &'a Connection,
+    open: bool,
+}
+
+impl Store {
+    /// Starts staging an import on this store's connection.
+    pub fn stage_import(&self) -> Result<Staging<'_>, StoreError> {
+        self.conn.execute_batch("BEGIN DEFERRED")?;
+        let staging = Staging {
+            conn: &self.conn,
+            open: true,
+        };
+        self.conn.execute_batch(CREATE_SQL)?;
+        Ok(staging)
+    }
+
+    /// The GPUs already stored for `host` (none when the host is unknown).
+    pub fn stored_gpus(&self, host: &str) -> Result<Vec<StoredGpu>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT g.uuid, g.gpu_index, g.pci_bus_id FROM gpus g JOIN hosts h ON h.id = g.host_id
+             WHERE h.name = ?1 ORDER BY g.id",
+        )?;
+        let rows = stmt.query_map([host], |r| {
+            Ok(StoredGpu {
+                uuid: r.get(0)?,
+                index: r.get(1)?,
+                pci_bus_id: r.get(2)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Rolls up the minutes of `host` overlapping `[from_ms, to_ms]` (and any minutes before
+    /// them not rolled up yet) in short transactions; returns the rollup rows written.
+    pub fn import_rollups(
+        &self,
+        host: &str,
+        from_ms: TsMs,
+        to_ms: TsMs,
+    ) -> Result<usize, StoreError> {
+        let Some(host_id) = self
+            .conn
+            .query_row("SELECT id FROM hosts WHERE name = ?1", [host], |r| {
+                r.get::<_, i64>(0)
+            })
+            .optional()?
+        else {
+            return Ok(0);
+        };
+        let (done, first_gpu): (Option<TsMs>, Option<TsMs>) = self.conn.query_row(
+            "SELECT (SELECT done_ms FROM rollup_state WHERE host_id = ?1),
+                    (SELECT min(first_seen_ms) FROM gpus WHERE host_id = ?1)",
+            [host_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        let backlog_start = done.or(first_gpu).unwrap_or(from_ms);
+        let mut start = floor_minute(from_ms.min(backlog_start));
+        let end = ceil_minute(to_ms + 1);
+        let mut written = 0;
+        while start < end {
+            let chunk_end = (start + ROLLUP_CHUNK_MS).min(end);
+            self.conn.execute_batch("BEGIN IMMEDIATE")?;
+            let step = rollup_host(&self.conn, host_id, start, chunk_end)
+                .and_then(|n| set_done(&self.conn, host_id, chunk_end).map(|()| n));
+            match step {
+                Ok(n) => {
+                    self.conn.execute_batch("COMMIT")?;
+                    written += n;
+                }
+                Err(e) => {
+                    let _ = self.conn.execute_batch("ROLLBACK");
+                    return Err(e);
+                }
+            }
+            start = chunk_end;
+        }
+        Ok(written)
+    }
+}
+
+impl Staging<'_> {
+    /// Stages one sample of importer-local GPU `gpu` (a later row with the same time and GPU
+    /// replaces it).
+    pub fn sample(&mut self, gpu: usize, s: &GpuSample) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(concat!(
+                "INSERT OR REPLACE INTO gw_imp_samples (ts_ms, gpu, ",
+                sample_metric_columns!(),
+                ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                   ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)"
+            ))?
+            .execute(params![
+                s.ts_ms,
+                gpu as i64,
+                s.status.as_i64(),
+                s.util_gpu_pct,
+                s.util_mem_pct,
+                sat(s.mem_used_bytes),
+                sat(s.mem_free_bytes),
+                sat(s.mem_total_bytes),
+                s.temp_c,
+                s.fan_pct,
+                s.clock_sm_mhz,
+                s.clock_mem_mhz,
+                s.power_mw,
+                s.power_limit_mw,
+                sat(s.energy_mj),
+                s.pstate,
+                s.pcie_tx_kbs,
+                s.pcie_rx_kbs,
+                s.pcie_gen,
+                s.pcie_width,
+                s.throttle_reasons.map(|v| v as i64),
+                sat(s.ecc_corrected),
+                sat(s.ecc_uncorrected),
+                s.retired_pages,
+                s.remapped_rows_correctable,
+                s.remapped_rows_uncorrectable,
+                s.remap_pending,
+                s.remap_failure
+            ])?;
+        Ok(())
+    }
+
+    /// Stages one process sample: GPU reference `gpu_ref`, importer-local process `proc`.
+    pub fn process_sample(
+        &mut self,
+        ts_ms: TsMs,
+        gpu_ref: usize,
+        proc: usize,
+        used_mem_bytes: Option<u64>,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "INSERT OR REPLACE INTO gw_imp_apps (ts_ms, gpu_ref, proc, used_mem_bytes)
+                 VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![
+                ts_ms,
+                gpu_ref as i64,
+                proc as i64,
+                sat(used_mem_bytes)
+            ])?;
+        Ok(())
+    }
+
+    /// Publishes everything staged in one IMMEDIATE transaction.
+    pub fn publish(mut self, plan: &ImportPlan) -> Result<Published, StoreError> {
+        self.conn.execute_batch("COMMIT")?;
+        self.open = false;
+        self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        self.open = true;
+        let out = publish_rows(self.conn, plan)?;
+        self.conn.execute_batch("COMMIT")?;
+        self.open = false;
+        Ok(out)
+    }
+}
+
+impl Drop for Staging<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        let _ = self.conn.execute_batch(DROP_SQL);
+    }
+}
+
+fn sat(v: Option<u64>) -> Option<i64> {
+    v.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+/// Inventory columns: the imported value wins when the import is at least as recent.
+macro_rules! newer {
+    ($c:literal) => {
+        concat!(
+            $c,
+            " = CASE WHEN excluded.last_seen_ms >= last_seen_ms THEN coalesce(excluded.",
+            $c,
+            ", ",
+            $c,
+            ") ELSE coalesce(",
+            $c,
+            ", excluded.",
+            $c,
+            ") END"
+        )
+    };
+}
+
+const GPU_UPSERT: &str = concat!(
+    "INSERT INTO gpus (host_id, uuid, gpu_index, name, serial, pci_bus_id, driver_version,
+       memory_total_bytes, power_limit_mw, power_limit_min_mw, power_limit_max_mw,
+       temp_slowdown_c, pcie_max_gen, pcie_max_width, persistence_mode, mig_mode,
+       first_seen_ms, last_seen_ms, last_sample_ms)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)
+     ON CONFLICT (host_id, uuid) DO UPDATE SET ",
+    newer!("gpu_index"),
+    ", ",
+    newer!("name"),
+    ", ",
+    newer!("serial"),
+    ", ",
+    newer!("pci_bus_id"),
+    ", ",
+    newer!("driver_version"),
+    ", ",
+    newer!("memory_total_bytes"),
+    ", ",
+    newer!("power_limit_mw"),
+    ", ",
+    newer!("power_limit_min_mw"),
+    ", ",
+    newer!("power_limit_max_mw"),
+    ", ",
+    newer!("temp_slowdown_c"),
+    ", ",
+    newer!("pcie_max_gen"),
+    ", ",
+    newer!("pcie_max_width"),
+    ", ",
+    newer!("persistence_mode"),
+    ", ",
+    newer!("mig_mode"),
+    ",
+       first_seen_ms = min(first_seen_ms, excluded.first_seen_ms),
+       last_seen_ms = max(last_seen_ms, excluded.last_seen_ms),
+       last_sample_ms = CASE WHEN excluded.last_sample_ms IS NULL THEN last_sample_ms
+                             ELSE max(coalesce(last_sample_ms, excluded.last_sample_ms),
+                                      excluded.last_sample_ms) END
+     RETURNING id"
+);
+
+fn publish_rows(conn: &Connection, plan: &ImportPlan) -> Result<Published, StoreError> {
+    let mut host_ids = Vec::with_capacity(plan.hosts.len());
+    for h in &plan.hosts {
+        host_ids.push(ensure_host(conn, h)?);
+    }
+    let mut gpu_ids = Vec::with_capacity(plan.gpus.len());
+    let mut spans: Vec<Option<(TsMs, TsMs)>> = vec![None; plan.hosts.len()];
+    let mut widen = |host: usize, a: TsMs, b: TsMs| {
+        let s = &mut spans[host];
+        *s = Some(s.map_or((a, b), |(x, y)| (x.min(a), y.max(b))));
+    };
+    for (local, g) in plan.gpus.iter().enumerate() {
+        let inv = &g.inventory;
+        let id: i64 = conn.prepare_cached(GPU_UPSERT)?.query_row(
+            params![
+                host_ids[g.host],
+                inv.uuid,
+                g.index_known.then_some(inv.index),
+                inv.name,
+                inv.serial,
+                inv.pci_bus_id,
+                inv.driver_version,
+                sat(inv.memory_total_bytes),
+                inv.power_limit_mw,
+                inv.power_limit_min_mw,
+                inv.power_limit_max_mw,
+                inv.temp_slowdown_c,
+                inv.pcie_max_gen,
+                inv.pcie_max_width,
+                inv.persistence_mode,
+                inv.mig_mode,
+                g.first_ms,
+                g.last_ms,
+                g.last_sample_ms
+            ],
+            |r| r.get(0),
+        )?;
+        conn.prepare_cached("INSERT INTO gw_imp_gpu_map (local, gpu_id) VALUES (?1, ?2)")?
+            .execute(params![local as i64, id])?;
+        gpu_ids.push(id);
+        widen(g.host, g.first_ms, g.last_ms);
+    }
+    let samples = conn.execute(
+        concat!(
+            "INSERT OR REPLACE INTO samples (ts_ms, gpu_id, ",
+            sample_metric_columns!(),
+            ") SELECT s.ts_ms, m.gpu_id, ",
+            sample_metric_columns!(),
+            " FROM gw_imp_samples s JOIN gw_imp_gpu_map m ON m.local = s.gpu"
+        ),
+        [],
+    )?;
+    for (r, g) in plan.gpu_refs.iter().enumerate() {
+        if let Some(g) = g {
+            conn.prepare_cached("INSERT INTO gw_imp_ref_map (ref, gpu_id) VALUES (?1, ?2)")?
+                .execute(params![r as i64, gpu_ids[*g]])?;
+        }
+    }
+    for (local, p) in plan.processes.iter().enumerate() {
+        let id: i64 = conn
+            .prepare_cached(
+                "INSERT INTO processes (host_id, pid, start_time_ms, name, first_seen_ms, last_seen_ms)
+                 VALUES (?1, ?2, 0, ?3, ?4, ?5)
+                 ON CONFLICT (host_id, pid, start_time_ms) DO UPDATE SET
+                   name = coalesce(excluded.name, name),
+                   first_seen_ms = min(first_seen_ms, excluded.first_seen_ms),
+                   last_seen_ms = max(last_seen_ms, excluded.last_seen_ms)
+                 RETURNING id",
+            )?
+            .query_row(
+                params![host_ids[p.host], p.pid, p.name, p.first_ms, p.last_ms],
+                |r| r.get(0),
+            )?;
+        conn.prepare_cached("INSERT INTO gw_imp_proc_map (local, process_id) VALUES (?1, ?2)")?
+            .execute(params![local as i64, id])?;
+        widen(p.host, p.first_ms, p.last_ms);
+    }
+    let process_samples = conn.execute(
+        "INSERT OR REPLACE INTO process_samples (ts_ms, gpu_id, process_id, used_mem_bytes)
+         SELECT a.ts_ms, r.gpu_id, p.process_id, a.used_mem_bytes FROM gw_imp_apps a
+         JOIN gw_imp_ref_map r ON r.ref = a.gpu_ref JOIN gw_imp_proc_map p ON p.local = a.proc",
+        [],
+    )?;
+    for (host, span) in spans.iter().enumerate() {
+        if let Some((first, last)) = span {
+            conn.prepare_cached(
+                "UPDATE hosts SET first_seen_ms = min(coalesce(first_seen_ms, ?1), ?1),
+                   raw_floor_ms = min(coalesce(raw_floor_ms, ?1), ?1),
+                   last_seen_ms = max(coalesce(last_seen_ms, ?2), ?2) WHERE id = ?3",
+            )?
+            .execute(params![first, last, host_ids[host]])?;
+        }
+    }
+    Ok(Published {
+        samples: samples as u64,
+        process_samples: process_samples as u64,
+    })
+}
