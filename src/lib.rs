@@ -14,6 +14,7 @@ pub mod http;
 pub mod import;
 pub mod model;
 pub mod notify;
+pub mod report;
 pub mod rules;
 pub mod sampler;
 pub mod sim;

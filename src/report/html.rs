@@ -1,0 +1,541 @@
+//! The report as one HTML document: a header, the alert the report is about, the alerts of
+//! the window, one chart per GPU metric and per training metric (alert periods shaded, one
+//! line per GPU or series), the process table and the events.
+//!
+//! Invariants: every database text goes through [`esc`]; the CSS is inline in `<style>`; the
+//! document references no URL; times are UTC and say so.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use plotters::style::RGBColor;
+
+use super::chart::{self, Band, ChartSpec, Line};
+use super::{ReportData, ReportError};
+use crate::model::TsMs;
+use crate::store::postmortem::AlertSpan;
+
+/// One colour per GPU / training series, in order.
+/// (No reds, ambers or oranges: those are the alert bands' colours.)
+const PALETTE: &[RGBColor] = &[
+    RGBColor(31, 119, 180),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(23, 190, 207),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(55, 65, 81),
+    RGBColor(188, 189, 34),
+];
+const MAX_TRAINING_LINES: usize = 8;
+
+const CSS: &str = "
+body{font-family:-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;color:#111827;
+ margin:0;background:#f3f4f6}
+main{max-width:1140px;margin:0 auto;padding:16px 20px 40px}
+header{background:#111827;color:#fff;padding:18px 20px}
+header h1{margin:0 auto;max-width:1140px;font-size:22px}
+header p{margin:6px auto 0;max-width:1140px;color:#d1d5db;font-size:14px}
+section{background:#fff;border:1px solid #e5e7eb;border-radius:6px;margin:16px 0;padding:12px 16px}
+h2{font-size:17px;margin:4px 0 10px}
+h3{font-size:14px;margin:14px 0 4px;color:#374151}
+table{border-collapse:collapse;width:100%;font-size:13px}
+th,td{text-align:left;padding:4px 8px;border-bottom:1px solid #e5e7eb;vertical-align:top;
+ white-space:nowrap}
+td.wrap{white-space:normal}
+th{background:#f9fafb;color:#374151;font-weight:600}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+tr.focus td{background:#fef3c7;font-weight:600}
+code{font-family:Menlo,Consolas,monospace;font-size:12px;word-break:break-all}
+.legend{font-size:12px;color:#374151;margin:2px 0 4px}
+.legend span.sw{display:inline-block;width:14px;height:4px;margin:0 4px 2px 10px;vertical-align:middle}
+.legend span.band{display:inline-block;width:12px;height:10px;margin:0 4px 0 10px;vertical-align:middle}
+.sev-critical{color:#b91c1c;font-weight:600}.sev-warning{color:#b45309;font-weight:600}
+.sev-info{color:#1d4ed8}
+.muted{color:#6b7280;font-size:12px}
+figure{margin:0 0 8px}svg{display:block;max-width:100%;height:auto}
+";
+
+/// HTML-escapes text for element content and quoted attributes.
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn utc(ms: TsMs) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).map_or_else(
+        || ms.to_string(),
+        |t| t.format("%Y-%m-%d %H:%M:%S").to_string(),
+    )
+}
+
+fn opt_utc(ms: Option<TsMs>) -> String {
+    ms.map_or_else(|| "-".into(), utc)
+}
+
+fn duration(ms: i64) -> String {
+    humantime::format_duration(std::time::Duration::from_secs((ms.max(0) / 1000) as u64))
+        .to_string()
+}
+
+fn hex(c: RGBColor) -> String {
+    format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2)
+}
+
+fn severity_colour(sev: Option<&str>) -> RGBColor {
+    match sev {
+        Some("critical") => RGBColor(220, 38, 38),
+        Some("warning") => RGBColor(245, 158, 11),
+        Some("info") => RGBColor(59, 130, 246),
+        _ => RGBColor(107, 114, 128),
+    }
+}
+
+/// The shaded periods: the firing part of each alert, its pending part lighter. In an
+/// alert's report that alert is shaded at full height and the others are strips along the
+/// top, so that overlapping alerts do not hide the lines.
+fn bands(d: &ReportData) -> Vec<Band> {
+    let mut out = Vec::new();
+    for a in &d.alerts {
+        let own = d.focus.as_ref().is_some_and(|f| f.id == a.id);
+        let full = own || d.focus.is_none();
+        let colour = severity_colour(a.severity.as_deref());
+        let firing_from = a.fired_ms.unwrap_or(a.end_ms());
+        let (pending, firing) = match (own, full) {
+            (true, _) => (0.10, 0.28),
+            (false, true) => (0.05, 0.12),
+            (false, false) => (0.15, 0.45),
+        };
+        if a.active_since_ms < firing_from {
+            out.push(Band {
+                from_ms: a.active_since_ms,
+                to_ms: firing_from,
+                colour,
+                opacity: pending,
+                full,
+            });
+        }
+        if a.fired_ms.is_some() {
+            out.push(Band {
+                from_ms: firing_from,
+                to_ms: a.end_ms().max(firing_from + 1000),
+                colour,
+                opacity: firing,
+                full,
+            });
+        }
+    }
+    out
+}
+
+impl ReportData {
+    fn gpu_label(&self, gpu_id: i64) -> String {
+        let multi = self.hosts().len() > 1;
+        self.gpus.iter().find(|g| g.gpu_id == gpu_id).map_or_else(
+            || "?".into(),
+            |g| {
+                if multi {
+                    format!("{} GPU {}", g.host, g.inventory.index)
+                } else {
+                    format!("GPU {}", g.inventory.index)
+                }
+            },
+        )
+    }
+
+    fn hosts(&self) -> BTreeSet<&str> {
+        self.gpus.iter().map(|g| g.host.as_str()).collect()
+    }
+
+    fn focus_gpu(&self) -> Option<i64> {
+        self.focus
+            .as_ref()
+            .filter(|f| f.scope != "host")
+            .map(|f| f.gpu_id)
+    }
+}
+
+/// The whole report.
+pub fn render(d: &ReportData) -> Result<String, ReportError> {
+    let hosts: Vec<&str> = d.hosts().into_iter().collect();
+    let host_text = esc(&hosts.join(", "));
+    let mut o = String::with_capacity(256 * 1024);
+    let title = match &d.focus {
+        Some(a) => format!("Alert #{} {} on {host_text}", a.id, esc(&a.rule)),
+        None => format!("GPU report for {host_text}"),
+    };
+    let _ = write!(
+        o,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{title} — gpuwatch</title><style>{CSS}</style></head><body>\n\
+         <header><h1>{title}</h1><p>{} — {} UTC ({}) · generated {} UTC by gpuwatch {}</p></header>\n<main>\n",
+        utc(d.from_ms),
+        utc(d.to_ms),
+        duration(d.to_ms - d.from_ms),
+        utc(d.generated_ms),
+        env!("CARGO_PKG_VERSION"),
+    );
+    overview(&mut o, d);
+    if let Some(a) = &d.focus {
+        focus(&mut o, d, a);
+    }
+    alerts(&mut o, d);
+    gpu_charts(&mut o, d)?;
+    training(&mut o, d)?;
+    processes(&mut o, d);
+    events(&mut o, d);
+    o.push_str("</main></body></html>\n");
+    Ok(o)
+}
+
+fn overview(o: &mut String, d: &ReportData) {
+    o.push_str("<section><h2>Overview</h2><table><tr><th>GPU</th><th>Host</th><th>Name</th><th>UUID</th><th>Memory</th><th>Power limit</th></tr>\n");
+    for g in &d.gpus {
+        let cls = if d.focus_gpu() == Some(g.gpu_id) {
+            " class=\"focus\""
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            o,
+            "<tr{cls}><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
+            g.inventory.index,
+            esc(&g.host),
+            esc(g.inventory.name.as_deref().unwrap_or("-")),
+            esc(&g.inventory.uuid),
+            g.inventory
+                .memory_total_bytes
+                .map_or("-".into(), |b| format!(
+                    "{:.1} GiB",
+                    b as f64 / f64::from(1u32 << 30)
+                )),
+            g.inventory
+                .power_limit_mw
+                .map_or("-".into(), |w| format!("{:.0} W", f64::from(w) / 1000.0)),
+        );
+    }
+    let src = match d.source {
+        crate::store::window::Source::Raw => "raw samples",
+        crate::store::window::Source::Rollups => "1-minute rollups",
+    };
+    let _ = writeln!(
+        o,
+        "</table><p class=\"muted\">Charts: averages per {} from {src}; times in UTC; shaded: alert periods \
+         (red critical, amber warning, blue info; lighter while pending{}).</p></section>",
+        duration(d.step_ms),
+        if d.focus.is_some() {
+            "; full height: this report's alert; strips along the top: the other alerts"
+        } else {
+            ""
+        }
+    );
+}
+
+fn focus(o: &mut String, d: &ReportData, a: &AlertSpan) {
+    let sev = a.severity.as_deref().unwrap_or("-");
+    let _ = writeln!(
+        o,
+        "<section><h2>Alert #{} <span class=\"sev-{}\">{}</span> {}</h2><table>\
+         <tr><th>State</th><td>{}</td><th>GPU</th><td>{} <code>{}</code></td></tr>\
+         <tr><th>Active since (UTC)</th><td>{}</td><th>Fired</th><td>{}</td></tr>\
+         <tr><th>Resolved</th><td>{}</td><th>Duration</th><td>{}</td></tr>\
+         <tr><th>Summary</th><td colspan=\"3\" class=\"wrap\">{}</td></tr></table></section>",
+        a.id,
+        esc(sev),
+        esc(sev),
+        esc(&a.rule),
+        esc(&a.state),
+        esc(&d.gpu_label(a.gpu_id)),
+        esc(&a.gpu_uuid),
+        utc(a.active_since_ms),
+        opt_utc(a.fired_ms),
+        opt_utc(a.resolved_ms),
+        duration(a.end_ms() - a.active_since_ms),
+        esc(a.summary.as_deref().unwrap_or("-")),
+    );
+}
+
+fn alerts(o: &mut String, d: &ReportData) {
+    o.push_str("<section><h2>Alerts in the window</h2>");
+    if d.alerts.is_empty() {
+        o.push_str("<p class=\"muted\">No alert was active in this window.</p></section>\n");
+        return;
+    }
+    o.push_str("<table><tr><th>#</th><th>Rule</th><th>Severity</th><th>State</th><th>GPU</th><th>Active since (UTC)</th><th>Fired</th><th>Resolved</th><th>Duration</th><th>Summary</th></tr>\n");
+    for a in &d.alerts {
+        let cls = if d.focus.as_ref().is_some_and(|f| f.id == a.id) {
+            " class=\"focus\""
+        } else {
+            ""
+        };
+        let sev = a.severity.as_deref().unwrap_or("-");
+        let _ = writeln!(
+            o,
+            "<tr{cls}><td>{}</td><td>{}</td><td class=\"sev-{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"wrap\">{}</td></tr>",
+            a.id,
+            esc(&a.rule),
+            esc(sev),
+            esc(sev),
+            esc(&a.state),
+            esc(&d.gpu_label(a.gpu_id)),
+            utc(a.active_since_ms),
+            opt_utc(a.fired_ms),
+            opt_utc(a.resolved_ms),
+            duration(a.end_ms() - a.active_since_ms),
+            esc(a.summary.as_deref().unwrap_or("")),
+        );
+    }
+    o.push_str("</table></section>\n");
+}
+
+fn legend(o: &mut String, items: &[(String, RGBColor, bool)]) {
+    o.push_str("<div class=\"legend\">");
+    for (label, c, em) in items {
+        let _ = write!(
+            o,
+            "<span class=\"sw\" style=\"background:{}\"></span>{}{}",
+            hex(*c),
+            esc(label),
+            if *em { " (alert)" } else { "" }
+        );
+    }
+    o.push_str("</div>\n");
+}
+
+/// A chart, with its title above it when given.
+fn figure(o: &mut String, title: Option<&str>, spec: &ChartSpec<'_>) -> Result<(), ReportError> {
+    let svg = chart::svg(spec).map_err(|message| ReportError::Chart {
+        chart: title.unwrap_or("training").to_string(),
+        message,
+    })?;
+    let h3 = title.map_or_else(String::new, |t| format!("<h3>{}</h3>", esc(t)));
+    let _ = writeln!(o, "<figure>{h3}{svg}</figure>");
+    Ok(())
+}
+
+fn gpu_charts(o: &mut String, d: &ReportData) -> Result<(), ReportError> {
+    o.push_str("<section><h2>GPU metrics</h2>\n");
+    let focus = d.focus_gpu();
+    let items: Vec<(String, RGBColor, bool)> = d
+        .gpus
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            (
+                d.gpu_label(g.gpu_id),
+                PALETTE[i % PALETTE.len()],
+                focus == Some(g.gpu_id),
+            )
+        })
+        .collect();
+    legend(o, &items);
+    let bands = bands(d);
+    for name in super::CHART_METRICS {
+        let per: Vec<_> = d.series.iter().filter(|s| s.metric.name == *name).collect();
+        let Some(first) = per.first() else { continue };
+        let (unit, div) = if first.metric.unit == "MiB" {
+            ("GiB", 1024.0)
+        } else {
+            (first.metric.unit, 1.0)
+        };
+        let lines: Vec<Line> = per
+            .iter()
+            .map(|s| {
+                let i = d
+                    .gpus
+                    .iter()
+                    .position(|g| g.gpu_id == s.gpu_id)
+                    .unwrap_or(0);
+                Line {
+                    colour: PALETTE[i % PALETTE.len()],
+                    emphasis: focus == Some(s.gpu_id),
+                    dim: focus.is_some_and(|f| f != s.gpu_id),
+                    points: s
+                        .points
+                        .iter()
+                        .map(|p| (p.ts_ms, p.avg.map(|v| v / div)))
+                        .collect(),
+                }
+            })
+            .collect();
+        let spec = ChartSpec {
+            from_ms: d.from_ms,
+            to_ms: d.to_ms,
+            y_range: (unit == "%").then_some((0.0, 100.0)),
+            lines: &lines,
+            bands: &bands,
+        };
+        figure(o, Some(&format!("{} ({unit})", first.metric.title)), &spec)?;
+    }
+    o.push_str("</section>\n");
+    Ok(())
+}
+
+/// `{"job":"llm-7","rank":"0"}` → `job=llm-7 rank=0`.
+fn labels_text(json: &str) -> String {
+    match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json) {
+        Ok(m) if !m.is_empty() => m
+            .iter()
+            .map(|(k, v)| {
+                format!(
+                    "{k}={}",
+                    v.as_str().map_or_else(|| v.to_string(), str::to_string)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => "(no labels)".into(),
+    }
+}
+
+fn training(o: &mut String, d: &ReportData) -> Result<(), ReportError> {
+    if d.training.iter().all(|t| t.points.is_empty()) {
+        return Ok(());
+    }
+    o.push_str("<section><h2>Training</h2>\n");
+    let metrics: BTreeSet<&str> = d.training.iter().map(|t| t.metric.as_str()).collect();
+    let bands = bands(d);
+    for m in metrics {
+        let all: Vec<_> = d
+            .training
+            .iter()
+            .filter(|t| t.metric == m && !t.points.is_empty())
+            .collect();
+        let shown = &all[..all.len().min(MAX_TRAINING_LINES)];
+        let items: Vec<(String, RGBColor, bool)> = shown
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                (
+                    labels_text(&t.labels_json),
+                    PALETTE[i % PALETTE.len()],
+                    false,
+                )
+            })
+            .collect();
+        let lines: Vec<Line> = shown
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Line {
+                colour: PALETTE[i % PALETTE.len()],
+                emphasis: false,
+                dim: false,
+                points: with_gaps(&t.points, d.step_ms),
+            })
+            .collect();
+        let spec = ChartSpec {
+            from_ms: d.from_ms,
+            to_ms: d.to_ms,
+            y_range: None,
+            lines: &lines,
+            bands: &bands,
+        };
+        let _ = writeln!(o, "<h3>{}</h3>", esc(m));
+        legend(o, &items);
+        figure(o, None, &spec)?;
+        if all.len() > shown.len() {
+            let _ = writeln!(
+                o,
+                "<p class=\"muted\">{} more series not drawn.</p>",
+                all.len() - shown.len()
+            );
+        }
+    }
+    o.push_str("</section>\n");
+    Ok(())
+}
+
+/// Sparse training buckets as a line with a gap wherever a bucket is missing.
+fn with_gaps(points: &[(TsMs, f64)], step: i64) -> Vec<(TsMs, Option<f64>)> {
+    let mut out = Vec::with_capacity(points.len());
+    for (i, &(t, v)) in points.iter().enumerate() {
+        if i > 0 && t - points[i - 1].0 > step {
+            out.push((points[i - 1].0 + step, None));
+        }
+        out.push((t, Some(v)));
+    }
+    out
+}
+
+fn processes(o: &mut String, d: &ReportData) {
+    o.push_str("<section><h2>Processes</h2>");
+    if d.processes.is_empty() {
+        o.push_str(
+            "<p class=\"muted\">No process was seen on these GPUs in this window.</p></section>\n",
+        );
+        return;
+    }
+    o.push_str("<table><tr><th>GPU</th><th>PID</th><th>User</th><th>Name</th><th>Command line (redacted)</th><th>Max memory</th><th>First seen (UTC)</th><th>Last seen</th></tr>\n");
+    for p in &d.processes {
+        let _ = writeln!(
+            o,
+            "<tr><td>{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td><td class=\"wrap\"><code>{}</code></td><td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&d.gpu_label(p.gpu_id)),
+            p.pid,
+            esc(p.user.as_deref().unwrap_or("-")),
+            esc(p.name.as_deref().unwrap_or("-")),
+            esc(p.cmdline.as_deref().unwrap_or("-")),
+            p.max_mem_bytes.map_or("-".into(), |b| format!(
+                "{:.2} GiB",
+                b as f64 / f64::from(1u32 << 30)
+            )),
+            utc(p.first_ms),
+            utc(p.last_ms),
+        );
+    }
+    o.push_str("</table></section>\n");
+}
+
+fn events(o: &mut String, d: &ReportData) {
+    o.push_str("<section><h2>Events</h2>");
+    if d.events.is_empty() {
+        o.push_str("<p class=\"muted\">No XID or other event in this window.</p></section>\n");
+        return;
+    }
+    o.push_str("<table><tr><th>Time (UTC)</th><th>GPU</th><th>Kind</th><th>Code</th><th>Message</th></tr>\n");
+    for e in &d.events {
+        let _ = writeln!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"wrap\">{}</td></tr>",
+            utc(e.ts_ms),
+            e.gpu_id
+                .map_or_else(|| "host".into(), |g| esc(&d.gpu_label(g))),
+            esc(&e.kind),
+            e.code.map_or_else(|| "-".into(), |c| c.to_string()),
+            esc(e.message.as_deref().unwrap_or("")),
+        );
+    }
+    o.push_str("</table></section>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_and_labels() {
+        assert_eq!(
+            esc("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
+        assert_eq!(
+            labels_text(r#"{"job":"llm-7","rank":"0"}"#),
+            "job=llm-7 rank=0"
+        );
+        assert_eq!(
+            with_gaps(&[(0, 1.0), (10, 2.0), (40, 3.0)], 10),
+            [(0, Some(1.0)), (10, Some(2.0)), (20, None), (40, Some(3.0))]
+        );
+    }
+}

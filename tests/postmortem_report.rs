@@ -1,0 +1,242 @@
+//! `gpuwatch report` end to end on the demo's database (`gpuwatch demo --speed 200`): one
+//! HTML file per alert and per window, with inline SVG charts, shaded alert periods, the
+//! process table and the events, nothing loaded from elsewhere, and tags that nest.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use gpuwatch::store::postmortem::{self, AlertSpan};
+use gpuwatch::store::{history, open_read_only};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+}
+
+/// The demo's database, made once for all tests of this file.
+fn demo_db() -> &'static Path {
+    static DB: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    &DB.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("demo.db");
+        let out = bin()
+            .args(["demo", "--speed", "200", "--every", "1h", "--db"])
+            .arg(&db)
+            .output()
+            .expect("gpuwatch demo runs");
+        assert!(
+            out.status.success(),
+            "demo failed (the fake NVML library is built by `cargo build --workspace`): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (dir, db)
+    })
+    .1
+}
+
+fn report(args: &[&str], out: &Path) -> Output {
+    bin()
+        .arg("report")
+        .arg("--db")
+        .arg(demo_db())
+        .arg("-o")
+        .arg(out)
+        .args(args)
+        .output()
+        .expect("gpuwatch report runs")
+}
+
+fn all_alerts() -> Vec<AlertSpan> {
+    let conn = open_read_only(demo_db()).unwrap();
+    let ids: Vec<i64> = history::gpus(&conn, None)
+        .unwrap()
+        .iter()
+        .map(|g| g.gpu_id)
+        .collect();
+    postmortem::alerts_in(&conn, &ids, 0, i64::MAX).unwrap()
+}
+
+/// Tags nest properly (void and self-closing elements aside) and every `<` starts a tag.
+fn assert_well_formed(html: &str) {
+    let tag = regex::Regex::new(r"^<(/?)([a-zA-Z][a-zA-Z0-9]*)\b([^<>]*)>").unwrap();
+    let body = html.strip_prefix("<!DOCTYPE html>\n").expect("a doctype");
+    let mut stack: Vec<String> = Vec::new();
+    let mut rest = body;
+    while let Some(i) = rest.find('<') {
+        rest = &rest[i..];
+        let c = tag
+            .captures(rest)
+            .unwrap_or_else(|| panic!("a '<' that starts no tag: {}", &rest[..rest.len().min(80)]));
+        let name = c[2].to_ascii_lowercase();
+        let self_closing = c[3].trim_end().ends_with('/') || name == "meta";
+        if &c[1] == "/" {
+            let open = stack.pop().unwrap_or_default();
+            assert_eq!(open, name, "</{name}> closes <{open}>");
+        } else if !self_closing {
+            stack.push(name);
+        }
+        rest = &rest[c[0].len()..];
+    }
+    assert!(stack.is_empty(), "unclosed: {stack:?}");
+}
+
+/// What every report must be: one document, inline charts, nothing external.
+fn check_common(html: &str) {
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert_well_formed(html);
+    let svgs = html.matches("<svg").count();
+    assert!(
+        svgs >= 6,
+        "util, memory, temperature, power and clock charts: {svgs}"
+    );
+    assert_eq!(svgs, html.matches("</svg>").count());
+    for external in [
+        "http://", "https://", "<script", "<link", "<img", "url(", "@import", "src=",
+    ] {
+        assert!(
+            !html.contains(external),
+            "the report must load nothing: found {external}"
+        );
+    }
+    for points in regex::Regex::new(r#"points="([^"]*)""#)
+        .unwrap()
+        .captures_iter(html)
+    {
+        let n = points[1].split_whitespace().count();
+        assert!(n <= 601, "a line of {n} points");
+    }
+    assert!(html.len() < 3 << 20, "{} bytes", html.len());
+    assert!(
+        html.contains("<h2>Processes</h2><table>"),
+        "a process table"
+    );
+    assert!(html.contains("<td>python</td>"));
+    assert!(html.contains("<h2>Training</h2>") && html.contains("<h3>training_loss</h3>"));
+}
+
+#[test]
+fn report_for_an_alert_highlights_it_and_shades_its_span() {
+    let alert = all_alerts()
+        .into_iter()
+        .find(|a| a.rule == "gpu_overheating" && a.resolved_ms.is_some())
+        .expect("the demo overheats a GPU and recovers");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("alert.html");
+    let out = report(&["--alert", &alert.id.to_string()], &file);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&file).unwrap();
+    check_common(&html);
+    assert!(html.contains(&format!(
+        "<title>Alert #{} gpu_overheating on demo-node",
+        alert.id
+    )));
+    // The alert's GPU is marked in the overview, the alert table and the legends.
+    assert!(html.contains(&format!(
+        "<tr class=\"focus\"><td>{}</td>",
+        alert.gpu_index.unwrap()
+    )));
+    assert!(html.contains(&format!(
+        "<tr class=\"focus\"><td>{}</td><td>gpu_overheating",
+        alert.id
+    )));
+    assert!(html.contains(" (alert)</div>") || html.contains(" (alert)<span"));
+    // Its firing span is shaded darker than other alerts, in its severity's colour, in every GPU chart.
+    let colour = match alert.severity.as_deref() {
+        Some("critical") => "#DC2626",
+        Some("warning") => "#F59E0B",
+        _ => "#3B82F6",
+    };
+    let shaded =
+        regex::Regex::new(&format!(r#"<rect [^>]*opacity="0.28" fill="{colour}""#)).unwrap();
+    assert!(
+        shaded.find_iter(&html).count() >= 6,
+        "a shaded band per chart"
+    );
+    // The window starts 20 minutes (or the alert's length) before the alert.
+    let len = alert.end_ms() - alert.active_since_ms;
+    let from = alert.active_since_ms - len.max(20 * 60_000);
+    let from = chrono::DateTime::from_timestamp_millis(from).unwrap();
+    assert!(
+        html.contains(&from.format("<p>%Y-%m-%d %H:%M:%S — ").to_string()),
+        "window start"
+    );
+}
+
+#[test]
+fn report_for_a_window_has_events_and_all_alerts() {
+    let alerts = all_alerts();
+    let from = alerts.iter().map(|a| a.active_since_ms).min().unwrap() - 60_000;
+    let to = alerts.iter().map(|a| a.end_ms()).max().unwrap() + 60_000;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("window.html");
+    let out = report(
+        &[
+            "--from",
+            &(from / 1000).to_string(),
+            "--to",
+            &(to / 1000).to_string(),
+        ],
+        &file,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&file).unwrap();
+    check_common(&html);
+    assert!(html.contains("<title>GPU report for demo-node"));
+    assert!(!html.contains("class=\"focus\""), "no alert is singled out");
+    for a in &alerts {
+        assert!(
+            html.contains(&format!("<tr><td>{}</td><td>{}</td>", a.id, a.rule)),
+            "alert {}",
+            a.id
+        );
+    }
+    assert!(html.contains("<h2>Events</h2><table>"));
+    assert!(
+        html.contains("<td>xid</td><td class=\"num\">48</td>"),
+        "the demo's XID 48"
+    );
+    assert!(html.contains("opacity=\"0.12\""), "alert periods shaded");
+
+    // Only GPU 3 when asked.
+    let one = dir.path().join("gpu3.html");
+    let out = report(
+        &[
+            "--from",
+            &(from / 1000).to_string(),
+            "--to",
+            &(to / 1000).to_string(),
+            "--gpu",
+            "3",
+        ],
+        &one,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&one).unwrap();
+    assert_well_formed(&html);
+    assert!(html.contains("GPU 3") && !html.contains("GPU 0"));
+}
+
+#[test]
+fn bad_requests_fail_clearly_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("x.html");
+    let out = report(&["--alert", "99999"], &file);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("alert 99999 does not exist"));
+    let out = report(&[], &file);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--alert ID"));
+    assert!(!file.exists());
+}
