@@ -213,6 +213,13 @@ fn writes_query_only_off_and_attach_fail_and_change_nothing() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o), format!("n\n{GPUS}\n"));
+    // A leading comment is not taken for an option.
+    let o = query(
+        &db,
+        &["-- how many GPUs?\nSELECT 1 AS one", "--format", "csv"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "one\n1\n");
 }
 
 #[test]

@@ -38,7 +38,7 @@ pub enum Format {
 pub struct QueryArgs {
     /// One SQL statement (the views are documented in docs/SCHEMA.md), e.g.
     /// "SELECT time_utc, gpu_index, util_gpu_pct FROM gpu_samples ORDER BY ts_ms DESC LIMIT 10".
-    #[arg(value_name = "SQL")]
+    #[arg(value_name = "SQL", allow_hyphen_values = true)]
     pub sql: String,
     #[command(flatten)]
     pub config: ConfigArgs,
