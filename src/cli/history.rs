@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use anyhow::anyhow;
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use super::timearg::RangeArgs;
 use super::{ConfigArgs, Failure, exit, fail};
@@ -168,11 +168,41 @@ pub fn run(args: HistoryArgs) -> Result<(), Failure> {
     let text = match args.format {
         Format::Table => h.table(),
         Format::Csv => h.csv(),
-        Format::Json => format!("{:#}\n", h.json()),
+        Format::Json => h.json(),
         Format::Chart => h.chart(100),
     };
     print!("{text}");
     Ok(())
+}
+
+#[derive(Serialize)]
+struct JsonHistory<'a> {
+    from_ms: TsMs,
+    to_ms: TsMs,
+    from_utc: String,
+    to_utc: String,
+    step_ms: i64,
+    source: &'static str,
+    series: Vec<JsonSeries<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonSeries<'a> {
+    host: Option<&'a str>,
+    gpu_index: Option<u32>,
+    gpu_uuid: Option<&'a str>,
+    metric: &'static str,
+    unit: &'static str,
+    points: Vec<JsonPoint>,
+}
+
+#[derive(Serialize)]
+struct JsonPoint {
+    ts_ms: TsMs,
+    time_utc: String,
+    avg: Option<f64>,
+    min: Option<f64>,
+    max: Option<f64>,
 }
 
 /// A computed history, ready to print.
@@ -332,38 +362,42 @@ impl History<'_> {
     }
 
     /// `{from_ms, to_ms, step_ms, source, series: [{host, gpu_index, gpu_uuid, metric, unit,
-    /// points: [{ts_ms, time_utc, avg, min, max}]}]}`.
-    pub fn json(&self) -> Value {
-        let series: Vec<Value> = self
-            .series
-            .iter()
-            .map(|s| {
-                let g = self.gpu(s.gpu_id);
-                json!({
-                    "host": g.map(|g| g.host.clone()),
-                    "gpu_index": g.map(|g| g.inventory.index),
-                    "gpu_uuid": g.map(|g| g.inventory.uuid.clone()),
-                    "metric": s.metric.name,
-                    "unit": s.metric.unit,
-                    "points": s.points.iter().map(|p| json!({
-                        "ts_ms": p.ts_ms,
-                        "time_utc": rfc3339(p.ts_ms),
-                        "avg": p.avg,
-                        "min": p.min,
-                        "max": p.max,
-                    })).collect::<Vec<_>>(),
+    /// points: [{ts_ms, time_utc, avg, min, max}]}]}`, compact (a week per minute is large).
+    pub fn json(&self) -> String {
+        let doc = JsonHistory {
+            from_ms: self.from,
+            to_ms: self.to,
+            from_utc: rfc3339(self.from),
+            to_utc: rfc3339(self.to),
+            step_ms: self.step,
+            source: self.source.as_str(),
+            series: self
+                .series
+                .iter()
+                .map(|s| {
+                    let g = self.gpu(s.gpu_id);
+                    JsonSeries {
+                        host: g.map(|g| g.host.as_str()),
+                        gpu_index: g.map(|g| g.inventory.index),
+                        gpu_uuid: g.map(|g| g.inventory.uuid.as_str()),
+                        metric: s.metric.name,
+                        unit: s.metric.unit,
+                        points: s
+                            .points
+                            .iter()
+                            .map(|p| JsonPoint {
+                                ts_ms: p.ts_ms,
+                                time_utc: rfc3339(p.ts_ms),
+                                avg: p.avg,
+                                min: p.min,
+                                max: p.max,
+                            })
+                            .collect(),
+                    }
                 })
-            })
-            .collect();
-        json!({
-            "from_ms": self.from,
-            "to_ms": self.to,
-            "from_utc": rfc3339(self.from),
-            "to_utc": rfc3339(self.to),
-            "step_ms": self.step,
-            "source": self.source.as_str(),
-            "series": series,
-        })
+                .collect(),
+        };
+        serde_json::to_string(&doc).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")) + "\n"
     }
 
     /// One sparkline per GPU per metric, at most `max_width` characters wide.
