@@ -116,8 +116,11 @@ pub(super) fn durations(a: &AlertRow) -> Durations {
 
 /// `1h 4m 10s` (whole seconds; sub-second durations as `0s` .. `999ms`).
 pub(super) fn dur(ms: TsMs) -> String {
+    if ms <= 0 {
+        return "0s".into();
+    }
     if ms < 1000 {
-        return format!("{}ms", ms.max(0));
+        return format!("{ms}ms");
     }
     humantime::format_duration(Duration::from_secs((ms / 1000) as u64)).to_string()
 }

@@ -109,11 +109,22 @@ impl Training {
     /// When the value last changed (within the window), if it did.
     fn last_change(&self) -> Option<TsMs> {
         let all: Vec<&(TsMs, f64)> = self.before.iter().chain(&self.during).collect();
-        all.windows(2)
-            .rev()
-            .find(|w| w[0].1 != w[1].1)
-            .map(|w| w[1].0)
+        last_change(&all)
     }
+
+    /// When the value last changed before the alert started (a hang: when the step stopped).
+    fn last_change_before(&self) -> Option<TsMs> {
+        let before: Vec<&(TsMs, f64)> = self.before.iter().collect();
+        last_change(&before)
+    }
+}
+
+fn last_change(points: &[&(TsMs, f64)]) -> Option<TsMs> {
+    points
+        .windows(2)
+        .rev()
+        .find(|w| w[0].1 != w[1].1)
+        .map(|w| w[1].0)
 }
 
 fn phase_json(p: &[(TsMs, f64)]) -> Value {
@@ -206,6 +217,7 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
                     "labels": t.labels.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
                     "before": phase_json(&t.before), "during": phase_json(&t.during),
                     "last_change": t.last_change().map(rfc3339),
+                    "last_change_before_start": t.last_change_before().map(rfc3339),
                 })).collect::<Vec<_>>(),
             });
             serde_json::to_string_pretty(&doc).context("rendering JSON")? + "\n"
@@ -365,11 +377,17 @@ fn text(
     }
     for t in training {
         let labels: Vec<String> = t.labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
-        let change = t
-            .last_change()
-            .map_or("no change in the window".into(), |c| {
-                format!("last change {}", short(c))
-            });
+        let change = match (t.last_change_before(), t.last_change()) {
+            (_, None) => "no change in the window".to_string(),
+            (Some(b), Some(c)) if b != c => {
+                format!(
+                    "last change before the start {}, last change {}",
+                    short(b),
+                    short(c)
+                )
+            }
+            (_, Some(c)) => format!("last change {}", short(c)),
+        };
         o.push_str(&format!(
             "  {}{{{}}}: before {}; during {}; {change}\n",
             t.name,

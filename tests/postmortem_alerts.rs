@@ -1,0 +1,350 @@
+//! `gpuwatch alerts` and `gpuwatch incident` on the database of a real run: the demo's
+//! scenario through the whole daemon on simulated GPUs, delivering to a webhook receiver,
+//! then the alert history with durations, one alert's story with its notifications, metrics,
+//! training series, processes and events, and the errors for unknown ids.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use gpuwatch::config::Config;
+use gpuwatch::daemon::{self, DaemonParts};
+use gpuwatch::sampler::nvml;
+use gpuwatch::sim::{SimGpus, find_fake_library};
+
+use serde_json::Value;
+
+/// Answers every HTTP request with 200 (a webhook receiver that accepts everything).
+fn accepting_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut len = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; len];
+            let _ = reader.read_exact(&mut body);
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    port
+}
+
+fn gpuwatch(args: &[&str], db: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .args(args)
+        .arg("--db")
+        .arg(db)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run gpuwatch")
+}
+
+fn ok_stdout(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn json(o: &Output) -> Value {
+    serde_json::from_str(&ok_stdout(o)).expect("json")
+}
+
+/// The demo's scenario through the whole daemon in-process, on the simulated clock at full
+/// speed with a generous sample deadline (so a loaded machine cannot turn ticks into gaps, as
+/// `gpuwatch demo --speed 200` can), delivering to a webhook receiver served here.
+fn demo_db(dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/demo.toml"))
+        .expect("demo scenario");
+    let sim = SimGpus::prepare(
+        &find_fake_library().expect("the fake NVML library is built (cargo build --workspace)"),
+        &text,
+        "demo.toml",
+    )
+    .expect("scenario");
+    let notify = dir.join("notify.toml");
+    std::fs::write(
+        &notify,
+        format!(
+            "[notify]\ngroup_wait = \"30s\"\ngroup_interval = \"2m\"\n[[notify.webhook]]\nname = \"hook\"\nurl = \"http://127.0.0.1:{}/\"\n",
+            accepting_server()
+        ),
+    )
+    .expect("config");
+    let db = dir.join("demo.db");
+    let mut config = Config {
+        host: "demo-node".into(),
+        database: db.clone(),
+        interval: Duration::from_millis(sim.scenario.tick_ms()),
+        sample_deadline: Duration::from_secs(2),
+        ..Config::default()
+    };
+    config.http.enabled = false;
+    config.notify = Config::load(&notify).expect("notify config").notify;
+    let start_ms = (chrono::Utc::now().timestamp() - 2 * 3600) * 1000;
+    daemon::run(
+        DaemonParts {
+            config,
+            rules: gpuwatch::rules::load_configured(true, &[]).expect("default rules"),
+            alert_sink: None,
+            nvml: nvml::init(Some(&sim.library_path())).expect("init"),
+            ticker: Box::new(sim.ticker(start_ms, f64::INFINITY, None).expect("ticker")),
+            overrides: sim.process_overrides(start_ms),
+            observer: None,
+            reload: None,
+        },
+        Arc::new(AtomicBool::new(false)),
+    )
+    .expect("daemon runs");
+    db
+}
+
+#[test]
+fn alerts_and_incidents_of_a_demo_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = demo_db(dir.path());
+
+    // The history: every episode, newest first, with durations that add up.
+    let all = json(&gpuwatch(&["alerts", "--format", "json"], &db));
+    let all = all.as_array().expect("array");
+    let rules: Vec<&str> = all
+        .iter()
+        .map(|a| a["rule"].as_str().expect("rule"))
+        .collect();
+    for want in [
+        "gpu_overheating",
+        "training_hang",
+        "gpu_memory_leak",
+        "gpu_xid_error",
+    ] {
+        assert!(rules.contains(&want), "{want} missing from {rules:?}");
+    }
+    let starts: Vec<i64> = all
+        .iter()
+        .map(|a| a["started_ms"].as_i64().expect("ms"))
+        .collect();
+    assert!(
+        starts.windows(2).all(|w| w[0] >= w[1]),
+        "newest first: {starts:?}"
+    );
+    for a in all {
+        let started = a["started_ms"].as_i64().expect("start");
+        let active = a["active_ms"].as_i64().expect("active");
+        assert_eq!(
+            a["pending_ms"].as_i64().expect("pending") + a["firing_ms"].as_i64().unwrap_or(0),
+            active,
+            "{a}"
+        );
+        match a["state"].as_str().expect("state") {
+            "resolved" => {
+                assert_eq!(a["resolved_ms"].as_i64(), Some(started + active), "{a}");
+                assert_eq!(a["ongoing"], false);
+            }
+            _ => assert!(a["resolved_ms"].is_null() && a["ongoing"] == true, "{a}"),
+        }
+        if let Some(f) = a["fired_ms"].as_i64() {
+            assert_eq!(a["pending_ms"].as_i64(), Some(f - started), "{a}");
+        }
+    }
+
+    // Filters: rule + state, and a range.
+    let hangs = json(&gpuwatch(
+        &[
+            "alerts",
+            "--rule",
+            "training_hang",
+            "--state",
+            "resolved",
+            "--format",
+            "json",
+        ],
+        &db,
+    ));
+    let hangs = hangs.as_array().expect("array");
+    assert!(!hangs.is_empty());
+    assert!(
+        hangs
+            .iter()
+            .all(|a| a["rule"] == "training_hang" && a["state"] == "resolved")
+    );
+    let hang = &hangs[0];
+    let id = hang["alert_id"].as_i64().expect("id");
+    let (start, fired, resolved) = (
+        hang["started_ms"].as_i64().expect("s"),
+        hang["fired_ms"].as_i64().expect("fired"),
+        hang["resolved_ms"].as_i64().expect("resolved"),
+    );
+    let secs = |ms: i64| format!("{}", ms as f64 / 1000.0);
+    let around = json(&gpuwatch(
+        &[
+            "alerts",
+            "--from",
+            &secs(resolved + 1),
+            "--to",
+            &secs(resolved + 2),
+            "--format",
+            "json",
+        ],
+        &db,
+    ));
+    assert!(
+        around
+            .as_array()
+            .expect("array")
+            .iter()
+            .all(|a| a["alert_id"] != id),
+        "an alert resolved before --from is not listed"
+    );
+    let around = json(&gpuwatch(
+        &[
+            "alerts",
+            "--from",
+            &secs(fired),
+            "--to",
+            &secs(fired + 1),
+            "--format",
+            "json",
+        ],
+        &db,
+    ));
+    assert!(
+        around
+            .as_array()
+            .expect("array")
+            .iter()
+            .any(|a| a["alert_id"] == id)
+    );
+    let table = ok_stdout(&gpuwatch(&["alerts"], &db));
+    assert!(table.starts_with("ID  STATE"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with(&format!("{id} ")) && l.contains("training_hang")),
+        "{table}"
+    );
+
+    // The incident: its timeline, who was notified, what the GPU and the job did.
+    let inc = json(&gpuwatch(
+        &["incident", &id.to_string(), "--format", "json"],
+        &db,
+    ));
+    assert_eq!(inc["alert"]["alert_id"], id);
+    let notes = inc["notifications"].as_array().expect("notifications");
+    let kinds: Vec<(&str, &str)> = notes
+        .iter()
+        .map(|n| {
+            (
+                n["kind"].as_str().expect("k"),
+                n["status"].as_str().expect("s"),
+            )
+        })
+        .collect();
+    assert!(kinds.contains(&("firing", "sent")), "{kinds:?}");
+    assert!(kinds.contains(&("resolved", "sent")), "{kinds:?}");
+    assert!(
+        notes
+            .iter()
+            .all(|n| n["receiver"] == "hook" && n["attempts"] == 1)
+    );
+    let util = inc["metrics"]
+        .as_array()
+        .expect("metrics")
+        .iter()
+        .find(|m| m["metric"] == "util_gpu")
+        .expect("util_gpu");
+    assert!(util["before"]["samples"].as_i64() > Some(100), "{util}");
+    assert!(
+        util["during"]["max"].as_f64() > Some(90.0),
+        "the hang signature: {util}"
+    );
+    let step = inc["training"]
+        .as_array()
+        .expect("training")
+        .iter()
+        .find(|t| t["metric"] == "training_step")
+        .expect("the GPU's step series");
+    let stopped = chrono::DateTime::parse_from_rfc3339(
+        step["last_change_before_start"]
+            .as_str()
+            .expect("when it stopped"),
+    )
+    .expect("time")
+    .timestamp_millis();
+    assert!(
+        stopped < start && start - stopped >= 4 * 60_000,
+        "the step stopped at least 4 min before the alert started to hold"
+    );
+    assert!(!inc["processes"].as_array().expect("processes").is_empty());
+
+    let text = ok_stdout(&gpuwatch(&["incident", &id.to_string()], &db));
+    let order: Vec<usize> = [
+        "pending ",
+        "firing ",
+        "notify    hook (firing): sent",
+        "resolved ",
+    ]
+    .iter()
+    .map(|w| {
+        text.find(w)
+            .unwrap_or_else(|| panic!("{w:?} missing:\n{text}"))
+    })
+    .collect();
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "timeline order:\n{text}"
+    );
+    assert!(
+        text.contains("util_gpu") && text.contains("training_step{"),
+        "{text}"
+    );
+
+    // The XID alert's story lists the XID event.
+    let xid = all
+        .iter()
+        .find(|a| a["rule"] == "gpu_xid_error")
+        .expect("xid alert");
+    let inc = json(&gpuwatch(
+        &[
+            "incident",
+            &xid["alert_id"].to_string(),
+            "--format",
+            "json",
+            "--window",
+            "5m",
+        ],
+        &db,
+    ));
+    let events = inc["events"].as_array().expect("events");
+    assert!(
+        events.iter().any(|e| e["kind"] == "xid" && e["code"] == 48),
+        "{events:?}"
+    );
+
+    // An unknown id: a clear error, exit code 2.
+    let o = gpuwatch(&["incident", "999999"], &db);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("no alert with id 999999") && err.contains("gpuwatch alerts"),
+        "{err}"
+    );
+}
