@@ -95,6 +95,25 @@ pub fn short_number(v: f64) -> String {
     }
 }
 
+/// Round times for the x axis: multiples of a "nice" step, at most about ten of them.
+pub fn time_ticks(from: TsMs, to: TsMs) -> Vec<TsMs> {
+    const STEPS_S: &[i64] = &[
+        10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10_800, 21_600, 43_200, 86_400, 172_800,
+        604_800,
+    ];
+    let span = (to - from).max(1);
+    let step = STEPS_S
+        .iter()
+        .map(|s| s * 1000)
+        .find(|s| span / s <= 10)
+        .unwrap_or(span / 10);
+    let first = (from + step - 1).div_euclid(step) * step;
+    (0..)
+        .map(|i| first + i * step)
+        .take_while(|&t| t <= to)
+        .collect()
+}
+
 /// The runs of known values (a `None` ends a run).
 fn runs(points: &[(TsMs, Option<f64>)]) -> Vec<Vec<(TsMs, f64)>> {
     let mut out: Vec<Vec<(TsMs, f64)>> = vec![Vec::new()];
@@ -131,13 +150,13 @@ fn draw(
         .margin_right(24)
         .x_label_area_size(26)
         .y_label_area_size(56)
-        .build_cartesian_2d(from..to, lo..hi)?;
+        .build_cartesian_2d((from..to).with_key_points(time_ticks(from, to)), lo..hi)?;
     let label_style = ("sans-serif", 12).into_font().color(&grey);
     let x_fmt = |x: &TsMs| time_label(*x, long);
     let y_fmt = |y: &f64| short_number(*y);
     chart
         .configure_mesh()
-        .x_labels(10)
+        .x_labels(12)
         .y_labels(6)
         .x_label_formatter(&x_fmt)
         .y_label_formatter(&y_fmt)
@@ -237,6 +256,15 @@ mod tests {
         };
         assert_eq!(ours("<polyline"), 1, "one run of two points: {s}");
         assert_eq!(ours("<circle"), 1, "one lone point: {s}");
+    }
+
+    #[test]
+    fn round_time_ticks() {
+        let t0 = 1_796_063_459_000; // 18:30:59
+        let ticks = time_ticks(t0, t0 + 40 * 60_000);
+        assert_eq!(ticks.len(), 8, "every 5 minutes");
+        assert!(ticks.iter().all(|t| t % 300_000 == 0));
+        assert!(ticks[0] >= t0 && ticks[0] - t0 < 300_000);
     }
 
     #[test]

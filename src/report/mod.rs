@@ -12,6 +12,7 @@
 //! - Unknown values are gaps in the charts and `-` in the tables, never 0.
 
 pub mod chart;
+mod figures;
 mod html;
 
 pub use html::render;
