@@ -11,6 +11,8 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -69,17 +71,43 @@ impl<W: Write> RowSink for JsonLinesSink<W> {
     }
 }
 
+/// Passes rows on until Ctrl-C, then fails with [`std::io::ErrorKind::Interrupted`].
+struct UntilCtrlC<'a> {
+    inner: &'a mut dyn RowSink,
+    stop: &'a AtomicBool,
+}
+
+impl RowSink for UntilCtrlC<'_> {
+    fn columns(&mut self, names: &[String]) -> std::io::Result<()> {
+        self.inner.columns(names)
+    }
+    fn row(&mut self, cells: &[Cell]) -> std::io::Result<()> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(std::io::ErrorKind::Interrupted.into());
+        }
+        self.inner.row(cells)
+    }
+}
+
 /// Exports into `w`; returns the rows written.
 fn export_to(
     conn: &rusqlite::Connection,
     filter: &ExportFilter,
     format: Format,
     w: &mut dyn Write,
+    stop: &AtomicBool,
 ) -> Result<u64, ExportError> {
     match format {
         Format::Csv => {
             let mut sink = CsvSink::new(w);
-            let n = ex::samples(conn, filter, &mut sink)?;
+            let n = ex::samples(
+                conn,
+                filter,
+                &mut UntilCtrlC {
+                    inner: &mut sink,
+                    stop,
+                },
+            )?;
             sink.0.flush()?;
             Ok(n)
         }
@@ -88,7 +116,14 @@ fn export_to(
                 out: w,
                 keys: Vec::new(),
             };
-            let n = ex::samples(conn, filter, &mut sink)?;
+            let n = ex::samples(
+                conn,
+                filter,
+                &mut UntilCtrlC {
+                    inner: &mut sink,
+                    stop,
+                },
+            )?;
             sink.out.flush()?;
             Ok(n)
         }
@@ -108,16 +143,41 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
         gpu: args.gpu.as_deref().map(GpuFilter::parse),
     };
     let conn = crate::store::open_read_only(&cfg.database)?;
+    // Ctrl-C stops the export between rows, so `-o FILE` leaves neither FILE nor a temporary
+    // file behind; a second Ctrl-C ends the process at once.
+    let stop = Arc::new(AtomicBool::new(false));
+    let _ = signal_hook::flag::register_conditional_shutdown(
+        signal_hook::consts::SIGINT,
+        130,
+        stop.clone(),
+    );
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone());
     let usage = |e: ExportError| match e {
         e @ (ExportError::UnknownHost { .. } | ExportError::UnknownGpu { .. }) => {
             fail(exit::USAGE, e)
         }
+        ExportError::Output(e) if e.kind() == std::io::ErrorKind::Interrupted => fail(
+            exit::FAILURE,
+            anyhow::anyhow!(
+                "the export was interrupted by Ctrl-C{}",
+                args.output.as_ref().map_or_else(String::new, |p| format!(
+                    "; {} was not written",
+                    p.display()
+                ))
+            ),
+        ),
         e => fail(exit::FAILURE, e),
     };
     let rows = match &args.output {
         None => {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            export_to(&conn, &filter, args.format, &mut out).map_err(usage)?
+            match export_to(&conn, &filter, args.format, &mut out, &stop) {
+                // `gpuwatch export ... | head`: the reader has what it wanted.
+                Err(ExportError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                    return Ok(());
+                }
+                r => r.map_err(usage)?,
+            }
         }
         Some(path) => {
             let dir = path
@@ -127,7 +187,7 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
             let tmp = tempfile::NamedTempFile::new_in(dir)
                 .with_context(|| format!("cannot create a file in {}", dir.display()))?;
             let mut out = std::io::BufWriter::new(tmp);
-            let rows = export_to(&conn, &filter, args.format, &mut out).map_err(usage)?;
+            let rows = export_to(&conn, &filter, args.format, &mut out, &stop).map_err(usage)?;
             let tmp = out
                 .into_inner()
                 .map_err(|e| e.into_error())

@@ -153,11 +153,20 @@ impl<W: Write> RowSink for JsonSink<W> {
     }
 }
 
-/// Collects the rows, then prints them aligned.
-#[derive(Default)]
-struct TableSink {
+/// Rows a table measures before it prints: the column widths come from the first rows, so
+/// memory stays bounded however many rows follow (a later, wider value shifts its line).
+const TABLE_MEASURE_ROWS: usize = 1000;
+
+/// Aligned columns: the first [`TABLE_MEASURE_ROWS`] rows are measured, then everything is
+/// printed as it arrives; [`TableSink::finish`] adds the row count.
+struct TableSink<W: Write> {
+    out: W,
     names: Vec<String>,
-    rows: Vec<Vec<(String, bool)>>,
+    /// Text and "right-aligned" of the rows not printed yet.
+    pending: Vec<Vec<(String, bool)>>,
+    /// Widths and numeric columns, once fixed.
+    layout: Option<(Vec<usize>, Vec<bool>)>,
+    rows: u64,
 }
 
 /// Control characters would break the alignment: show them escaped.
@@ -165,86 +174,121 @@ fn one_line(s: &str) -> String {
     s.chars().flat_map(char::escape_default).collect()
 }
 
-impl RowSink for TableSink {
+fn width(s: &str) -> usize {
+    s.chars().count()
+}
+
+impl<W: Write> TableSink<W> {
+    fn new(out: W) -> Self {
+        Self {
+            out,
+            names: Vec::new(),
+            pending: Vec::new(),
+            layout: None,
+            rows: 0,
+        }
+    }
+
+    /// One line; `right` says which cells are right-aligned.
+    fn line(&mut self, cells: &mut dyn Iterator<Item = (&str, bool)>) -> std::io::Result<()> {
+        let Some((widths, _)) = &self.layout else {
+            return Ok(());
+        };
+        let mut s = String::new();
+        for (i, (t, right)) in cells.enumerate() {
+            if i > 0 {
+                s.push_str("  ");
+            }
+            let pad = " ".repeat(widths[i].saturating_sub(width(t)));
+            if right {
+                s.push_str(&pad);
+                s.push_str(t);
+            } else {
+                s.push_str(t);
+                s.push_str(&pad);
+            }
+        }
+        writeln!(self.out, "{}", s.trim_end())
+    }
+
+    fn print_row(&mut self, row: &[(String, bool)]) -> std::io::Result<()> {
+        let numeric = self
+            .layout
+            .as_ref()
+            .map(|l| l.1.clone())
+            .unwrap_or_default();
+        self.line(
+            &mut row
+                .iter()
+                .zip(numeric)
+                // NULL in a numeric column aligns with the numbers.
+                .map(|((t, num), n)| (t.as_str(), *num || (n && t == "NULL"))),
+        )
+    }
+
+    /// Fixes the layout from the rows seen so far and prints the header and those rows.
+    fn flush_pending(&mut self) -> std::io::Result<()> {
+        if self.layout.is_none() {
+            let mut widths: Vec<usize> = self.names.iter().map(|n| width(n)).collect();
+            // A column is numeric when every non-NULL value in it is a number.
+            let mut numeric = vec![true; self.names.len()];
+            for row in &self.pending {
+                for (i, (t, num)) in row.iter().enumerate() {
+                    widths[i] = widths[i].max(width(t));
+                    if !num && t != "NULL" {
+                        numeric[i] = false;
+                    }
+                }
+            }
+            let dashes: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+            self.layout = Some((widths, numeric.clone()));
+            let names = std::mem::take(&mut self.names);
+            self.line(&mut names.iter().zip(&numeric).map(|(n, r)| (n.as_str(), *r)))?;
+            self.line(&mut dashes.iter().map(|d| (d.as_str(), false)))?;
+            self.names = names;
+        }
+        for row in std::mem::take(&mut self.pending) {
+            self.print_row(&row)?;
+        }
+        Ok(())
+    }
+
+    /// Prints what is left and the row count.
+    fn finish(&mut self) -> std::io::Result<()> {
+        if self.names.is_empty() {
+            return writeln!(self.out, "(no result columns)");
+        }
+        self.flush_pending()?;
+        let n = self.rows;
+        writeln!(self.out, "({n} row{})", if n == 1 { "" } else { "s" })?;
+        self.out.flush()
+    }
+}
+
+impl<W: Write> RowSink for TableSink<W> {
     fn columns(&mut self, names: &[String]) -> std::io::Result<()> {
         self.names = names.iter().map(|n| one_line(n)).collect();
         Ok(())
     }
     fn row(&mut self, cells: &[Cell]) -> std::io::Result<()> {
-        self.rows.push(
-            cells
-                .iter()
-                .map(|c| match text(c) {
-                    None => ("NULL".to_string(), c.is_number()),
-                    Some(t) if c.is_number() => (t, true),
-                    Some(t) if t.chars().any(char::is_control) => (one_line(&t), false),
-                    Some(t) => (t, false),
-                })
-                .collect(),
-        );
+        let row: Vec<(String, bool)> = cells
+            .iter()
+            .map(|c| match text(c) {
+                None => ("NULL".to_string(), c.is_number()),
+                Some(t) if c.is_number() => (t, true),
+                Some(t) if t.chars().any(char::is_control) => (one_line(&t), false),
+                Some(t) => (t, false),
+            })
+            .collect();
+        self.rows += 1;
+        if self.layout.is_some() {
+            return self.print_row(&row);
+        }
+        self.pending.push(row);
+        if self.pending.len() >= TABLE_MEASURE_ROWS {
+            self.flush_pending()?;
+        }
         Ok(())
-    }
-}
-
-impl TableSink {
-    fn render(&self) -> String {
-        if self.names.is_empty() {
-            return "(no result columns)\n".into();
-        }
-        let width = |s: &str| s.chars().count();
-        let mut widths: Vec<usize> = self.names.iter().map(|n| width(n)).collect();
-        // A column is numeric when every non-NULL value in it is a number.
-        let mut numeric = vec![true; self.names.len()];
-        for row in &self.rows {
-            for (i, (t, num)) in row.iter().enumerate() {
-                widths[i] = widths[i].max(width(t));
-                if !num && t != "NULL" {
-                    numeric[i] = false;
-                }
-            }
-        }
-        let line = |cells: &mut dyn Iterator<Item = (usize, &str, bool)>| {
-            let mut s = String::new();
-            for (i, t, right) in cells {
-                if i > 0 {
-                    s.push_str("  ");
-                }
-                let pad = " ".repeat(widths[i].saturating_sub(width(t)));
-                if right {
-                    s.push_str(&pad);
-                    s.push_str(t);
-                } else {
-                    s.push_str(t);
-                    s.push_str(&pad);
-                }
-            }
-            s.trim_end().to_string() + "\n"
-        };
-        let mut out = line(
-            &mut self
-                .names
-                .iter()
-                .enumerate()
-                .map(|(i, n)| (i, n.as_str(), numeric[i])),
-        );
-        let dashes: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-        out += &line(
-            &mut dashes
-                .iter()
-                .enumerate()
-                .map(|(i, d)| (i, d.as_str(), false)),
-        );
-        for row in &self.rows {
-            out += &line(
-                &mut row
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (t, num))| (i, t.as_str(), *num || (numeric[i] && t == "NULL"))),
-            );
-        }
-        let n = self.rows.len();
-        out += &format!("({n} row{})\n", if n == 1 { "" } else { "s" });
-        out
     }
 }
 
@@ -293,11 +337,8 @@ pub fn run(args: QueryArgs) -> Result<(), Failure> {
     let stdout = std::io::stdout();
     let result = match args.format {
         Format::Table => {
-            let mut sink = TableSink::default();
-            q::run(&conn, &args.sql, &mut sink).and_then(|_| {
-                stdout.lock().write_all(sink.render().as_bytes())?;
-                Ok(())
-            })
+            let mut sink = TableSink::new(std::io::BufWriter::new(stdout.lock()));
+            q::run(&conn, &args.sql, &mut sink).and_then(|_| Ok(sink.finish()?))
         }
         Format::Csv => {
             let mut sink = CsvSink::new(std::io::BufWriter::new(stdout.lock()));
@@ -319,7 +360,11 @@ pub fn run(args: QueryArgs) -> Result<(), Failure> {
     };
     drop(done_tx);
     let _ = watcher.join();
-    result.map_err(|e| failure(e, why.load(Ordering::Relaxed), args.timeout))
+    match result {
+        // `gpuwatch query ... | head`: the reader has what it wanted.
+        Err(QueryError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.map_err(|e| failure(e, why.load(Ordering::Relaxed), args.timeout)),
+    }
 }
 
 fn failure(e: QueryError, why: u8, timeout: Duration) -> Failure {
@@ -352,19 +397,40 @@ mod tests {
 
     #[test]
     fn table_aligns_numbers_right_and_shows_null() {
-        let mut t = TableSink::default();
+        let mut t = TableSink::new(Vec::new());
         t.columns(&["gpu".into(), "name".into(), "util".into()])
             .unwrap();
         t.row(&[Cell::Int(0), Cell::Text("H100".into()), Cell::Int(100)])
             .unwrap();
         t.row(&[Cell::Int(10), Cell::Null, Cell::Null]).unwrap();
-        let out = t.render();
+        t.finish().unwrap();
+        let out = String::from_utf8(t.out).unwrap();
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines[0], "gpu  name  util");
         assert_eq!(lines[1], "---  ----  ----");
         assert_eq!(lines[2], "  0  H100   100");
         assert_eq!(lines[3], " 10  NULL  NULL");
         assert_eq!(lines[4], "(2 rows)");
+    }
+
+    #[test]
+    fn a_long_table_streams_after_the_measured_rows() {
+        let mut t = TableSink::new(Vec::new());
+        t.columns(&["n".into()]).unwrap();
+        for i in 0..2500 {
+            t.row(&[Cell::Int(i)]).unwrap();
+            assert!(t.pending.len() < TABLE_MEASURE_ROWS);
+        }
+        t.finish().unwrap();
+        let out = String::from_utf8(t.out).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 2 + 2500 + 1);
+        assert_eq!(lines[0], "  n");
+        assert_eq!(lines[2], "  0");
+        // Wider than the measured rows: printed whole.
+        assert_eq!(lines[2 + 1000], "1000");
+        assert_eq!(lines.last(), Some(&"(2500 rows)"));
+        assert_eq!(out.matches("---").count(), 1);
     }
 
     #[test]

@@ -160,6 +160,55 @@ pub fn samples(
 mod tests {
     use super::*;
 
+    /// The export walks the samples' primary key in time order and sorts only within one
+    /// timestamp, so it streams instead of sorting the whole range.
+    #[test]
+    fn the_plan_streams_in_key_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("g.db");
+        let mut st = crate::store::open(&path, &crate::store::StoreConfig::new("h")).expect("open");
+        let mut tg = crate::store::synth::TickGen::new(2, 0);
+        st.write_tick(&tg.tick(1_000)).expect("write");
+        let conn = crate::store::open_read_only(&path).expect("ro");
+        let mut stmt = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {SAMPLES_SQL}"))
+            .expect("plan");
+        let plan: Vec<String> = stmt
+            .query_map(
+                params![0, 2_000, None::<String>, None::<u32>, None::<String>],
+                |r| r.get(3),
+            )
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        let plan = plan.join("\n");
+        assert!(
+            plan.contains("SEARCH s USING PRIMARY KEY (ts_ms>? AND ts_ms<?)"),
+            "{plan}"
+        );
+        assert!(!plan.contains("USE TEMP B-TREE FOR ORDER BY"), "{plan}");
+        let mut sink = Vec::new();
+        struct V<'a>(&'a mut Vec<Vec<Cell>>);
+        impl RowSink for V<'_> {
+            fn columns(&mut self, names: &[String]) -> std::io::Result<()> {
+                assert_eq!(names[0], "ts_ms");
+                Ok(())
+            }
+            fn row(&mut self, cells: &[Cell]) -> std::io::Result<()> {
+                self.0.push(cells.to_vec());
+                Ok(())
+            }
+        }
+        let f = ExportFilter {
+            from_ms: 0,
+            to_ms: 2_000,
+            host: None,
+            gpu: Some(GpuFilter::Index(1)),
+        };
+        assert_eq!(samples(&conn, &f, &mut V(&mut sink)).expect("export"), 1);
+        assert_eq!(sink[0][0], Cell::Int(1_000));
+    }
+
     #[test]
     fn gpu_filter_parses_index_or_uuid() {
         assert_eq!(GpuFilter::parse("3"), GpuFilter::Index(3));
