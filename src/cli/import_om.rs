@@ -64,11 +64,14 @@ pub struct ImportOmArgs {
     pub loss_metric: String,
 }
 
+/// A stored point's identity: (stored name, sorted labels, time).
+type PointKey = (String, Vec<(String, String)>, TsMs);
+
 /// What the files held, mapped to training points.
 #[derive(Debug, Default)]
 struct Mapped {
-    /// (stored name, labels, ts) → value: a point given twice keeps the last one.
-    points: BTreeMap<(String, Vec<(String, String)>, TsMs), f64>,
+    /// A point given twice keeps the last value.
+    points: BTreeMap<PointKey, f64>,
     non_finite: usize,
     /// Ignored samples per metric name.
     ignored: BTreeMap<String, usize>,
