@@ -240,3 +240,78 @@ fn bad_requests_fail_clearly_and_write_nothing() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--alert ID"));
     assert!(!file.exists());
 }
+
+#[test]
+fn hostile_text_is_escaped_and_unknown_values_are_gaps() {
+    use gpuwatch::model::Event;
+    use gpuwatch::store::synth::TickGen;
+    use gpuwatch::store::{StoreConfig, open};
+    const T0: i64 = 1_800_000_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("h.db");
+    let mut st = open(&db, &StoreConfig::new("node-<b>")).unwrap();
+    let mut tg = TickGen::new(2, 1);
+    let hostile = "python x.py --tag '<script>alert(1)</script>' & \"quoted\"";
+    let batches: Vec<_> = (0..300)
+        .map(|i| {
+            let ts = T0 + i * 1000;
+            let mut b = tg.tick(ts);
+            for p in &mut b.processes {
+                p.process.cmdline = Some(hostile.into());
+                p.process.user = Some("<img src=x>".into());
+            }
+            if (100..200).contains(&i) {
+                b.samples[0].util_gpu_pct = None;
+                b.samples[0].temp_c = None;
+            }
+            if i == 150 {
+                b.events.push(Event {
+                    ts_ms: ts,
+                    gpu_uuid: Some(tg.uuid(1)),
+                    kind: "xid".into(),
+                    code: Some(79),
+                    message: "XID 79: <fallen off the bus>".into(),
+                });
+            }
+            b
+        })
+        .collect();
+    st.write_ticks(&batches).unwrap();
+    drop(st);
+    let file = dir.path().join("r.html");
+    let out = bin()
+        .arg("report")
+        .arg("--db")
+        .arg(&db)
+        .arg("-o")
+        .arg(&file)
+        .args([
+            "--from",
+            &(T0 / 1000).to_string(),
+            "--to",
+            &(T0 / 1000 + 300).to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&file).unwrap();
+    assert_well_formed(&html);
+    assert!(!html.contains("<script") && !html.contains("<img") && !html.contains("<b>"));
+    assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert!(html.contains("&amp; &quot;quoted&quot;") && html.contains("node-&lt;b&gt;"));
+    assert!(html.contains("XID 79: &lt;fallen off the bus&gt;"));
+    assert!(
+        !html.contains("<h2>Training</h2>"),
+        "no training data, no training section"
+    );
+    assert!(html.contains("No alert was active in this window."));
+    // GPU 0's utilisation line is broken where its values are unknown (not drawn at 0):
+    // the first (utilisation) chart holds three runs: GPU 0 before and after the gap, GPU 1.
+    let first_chart = &html[html.find("<svg").unwrap()..html.find("</svg>").unwrap()];
+    let runs = first_chart.matches("stroke-width=\"2\" points=").count();
+    assert_eq!(runs, 3, "{first_chart}");
+}
