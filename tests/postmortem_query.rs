@@ -193,7 +193,21 @@ fn writes_query_only_off_and_attach_fail_and_change_nothing() {
     }
     // Turning query_only off alone changes nothing either: the file is read-only below it.
     let o = query(&db, &["PRAGMA query_only=0"]);
-    assert!(o.status.code().is_some(), "{}", stderr(&o));
+    assert!(o.status.success(), "{}", stderr(&o));
+    for sql in [
+        "VACUUM",
+        "PRAGMA user_version=99",
+        "PRAGMA journal_mode=DELETE",
+        "ANALYZE",
+    ] {
+        let o = query(&db, &[sql]);
+        assert_eq!(o.status.code(), Some(2), "{sql}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("gpuwatch query is read-only: this"),
+            "{sql}: {}",
+            stderr(&o)
+        );
+    }
     assert!(!other.exists() && !copy.exists());
     assert_eq!(count(&db, "SELECT count(*) FROM samples"), samples);
     assert_eq!(

@@ -67,8 +67,8 @@ pub enum QueryError {
     )]
     MultipleStatements,
     #[error(
-        "gpuwatch query is read-only: this statement would change the database ({0}); the file \
-         is opened read-only and nothing was changed"
+        "gpuwatch query is read-only: {0}; the database is opened read-only and nothing was \
+         changed"
     )]
     Write(String),
     #[error(
@@ -155,7 +155,9 @@ pub fn run(conn: &Connection, sql: &str, sink: &mut dyn RowSink) -> Result<u64, 
             .next()
             .unwrap_or_default()
             .to_uppercase();
-        return Err(QueryError::Write(format!("a {verb} statement")));
+        return Err(QueryError::Write(format!(
+            "this {verb} statement would write"
+        )));
     }
     let names: Vec<String> = stmt.column_names().map(str::to_string).collect();
     sink.columns(&names)?;
