@@ -628,3 +628,33 @@ fn replay_over_an_imported_log_fires_gpu_idle() {
         "{at}"
     );
 }
+
+#[test]
+fn a_header_that_cannot_be_imported_or_a_missing_header_fails_with_a_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.db");
+    let accounted = dir.path().join("accounted.csv");
+    std::fs::write(
+        &accounted,
+        "timestamp, gpu_name, gpu_bus_id, gpu_serial, gpu_uuid, pid, gpu_utilization [%], mem_utilization [%], max_memory_usage [MiB], time [ms]\n\
+         2026/07/03 08:33:38.975, NVIDIA L40S, 00000000:01:00.0, 0, GPU-00000000-0000-0000-0000-000000000000, 15727, 71 %, 8 %, 0 MiB, 5270 ms\n",
+    )
+    .unwrap();
+    let o = import(&path, &["--tz", "UTC"], &[fixture("units.csv"), accounted]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("accounted.csv:1: header:") && err.contains("--query-accounted-apps"),
+        "{err}"
+    );
+    let n: i64 = one(&db(&path), "SELECT count(*) FROM samples");
+    assert_eq!(n, 0, "units.csv was not imported either");
+
+    let o = import(&path, &["--tz", "UTC"], &[fixture("nounits.csv")]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("nounits.csv:1:") && err.contains("--columns"),
+        "{err}"
+    );
+}

@@ -15,7 +15,7 @@
 //!   backlog before it) in short transactions of at most [`ROLLUP_CHUNK_MS`] each and raises
 //!   the host's rollup progress, so history, reports and retention see imported minutes.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, Statement, params};
 
 use super::rollup::{ceil_minute, floor_minute, rollup_host, set_done};
 use super::rows::sample_metric_columns;
@@ -103,18 +103,35 @@ pub struct StoredGpu {
 /// Rows of an import being staged; see the module doc.
 pub struct Staging<'a> {
     conn: &'a Connection,
+    /// Prepared once: the per-row inserts are the hot path of an import.
+    insert_sample: Option<Statement<'a>>,
+    insert_app: Option<Statement<'a>>,
     open: bool,
 }
+
+const INSERT_SAMPLE: &str = concat!(
+    "INSERT OR REPLACE INTO gw_imp_samples (ts_ms, gpu, ",
+    sample_metric_columns!(),
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+       ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)"
+);
+
+const INSERT_APP: &str = "INSERT OR REPLACE INTO gw_imp_apps (ts_ms, gpu_ref, proc, used_mem_bytes)
+     VALUES (?1, ?2, ?3, ?4)";
 
 impl Store {
     /// Starts staging an import on this store's connection.
     pub fn stage_import(&self) -> Result<Staging<'_>, StoreError> {
         self.conn.execute_batch("BEGIN DEFERRED")?;
-        let staging = Staging {
+        let mut staging = Staging {
             conn: &self.conn,
+            insert_sample: None,
+            insert_app: None,
             open: true,
         };
         self.conn.execute_batch(CREATE_SQL)?;
+        staging.insert_sample = Some(self.conn.prepare(INSERT_SAMPLE)?);
+        staging.insert_app = Some(self.conn.prepare(INSERT_APP)?);
         Ok(staging)
     }
 
@@ -186,43 +203,44 @@ impl Staging<'_> {
     /// Stages one sample of importer-local GPU `gpu` (a later row with the same time and GPU
     /// replaces it).
     pub fn sample(&mut self, gpu: usize, s: &GpuSample) -> Result<(), StoreError> {
-        self.conn
-            .prepare_cached(concat!(
-                "INSERT OR REPLACE INTO gw_imp_samples (ts_ms, gpu, ",
-                sample_metric_columns!(),
-                ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                   ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)"
-            ))?
-            .execute(params![
-                s.ts_ms,
-                gpu as i64,
-                s.status.as_i64(),
-                s.util_gpu_pct,
-                s.util_mem_pct,
-                sat(s.mem_used_bytes),
-                sat(s.mem_free_bytes),
-                sat(s.mem_total_bytes),
-                s.temp_c,
-                s.fan_pct,
-                s.clock_sm_mhz,
-                s.clock_mem_mhz,
-                s.power_mw,
-                s.power_limit_mw,
-                sat(s.energy_mj),
-                s.pstate,
-                s.pcie_tx_kbs,
-                s.pcie_rx_kbs,
-                s.pcie_gen,
-                s.pcie_width,
-                s.throttle_reasons.map(|v| v as i64),
-                sat(s.ecc_corrected),
-                sat(s.ecc_uncorrected),
-                s.retired_pages,
-                s.remapped_rows_correctable,
-                s.remapped_rows_uncorrectable,
-                s.remap_pending,
-                s.remap_failure
-            ])?;
+        let stmt = match &mut self.insert_sample {
+            Some(s) => s,
+            None => {
+                return Err(StoreError::Config(
+                    "import staging already published".into(),
+                ));
+            }
+        };
+        stmt.execute(params![
+            s.ts_ms,
+            gpu as i64,
+            s.status.as_i64(),
+            s.util_gpu_pct,
+            s.util_mem_pct,
+            sat(s.mem_used_bytes),
+            sat(s.mem_free_bytes),
+            sat(s.mem_total_bytes),
+            s.temp_c,
+            s.fan_pct,
+            s.clock_sm_mhz,
+            s.clock_mem_mhz,
+            s.power_mw,
+            s.power_limit_mw,
+            sat(s.energy_mj),
+            s.pstate,
+            s.pcie_tx_kbs,
+            s.pcie_rx_kbs,
+            s.pcie_gen,
+            s.pcie_width,
+            s.throttle_reasons.map(|v| v as i64),
+            sat(s.ecc_corrected),
+            sat(s.ecc_uncorrected),
+            s.retired_pages,
+            s.remapped_rows_correctable,
+            s.remapped_rows_uncorrectable,
+            s.remap_pending,
+            s.remap_failure
+        ])?;
         Ok(())
     }
 
@@ -234,22 +252,27 @@ impl Staging<'_> {
         proc: usize,
         used_mem_bytes: Option<u64>,
     ) -> Result<(), StoreError> {
-        self.conn
-            .prepare_cached(
-                "INSERT OR REPLACE INTO gw_imp_apps (ts_ms, gpu_ref, proc, used_mem_bytes)
-                 VALUES (?1, ?2, ?3, ?4)",
-            )?
-            .execute(params![
-                ts_ms,
-                gpu_ref as i64,
-                proc as i64,
-                sat(used_mem_bytes)
-            ])?;
+        let stmt = match &mut self.insert_app {
+            Some(s) => s,
+            None => {
+                return Err(StoreError::Config(
+                    "import staging already published".into(),
+                ));
+            }
+        };
+        stmt.execute(params![
+            ts_ms,
+            gpu_ref as i64,
+            proc as i64,
+            sat(used_mem_bytes)
+        ])?;
         Ok(())
     }
 
     /// Publishes everything staged in one IMMEDIATE transaction.
     pub fn publish(mut self, plan: &ImportPlan) -> Result<Published, StoreError> {
+        self.insert_sample = None;
+        self.insert_app = None;
         self.conn.execute_batch("COMMIT")?;
         self.open = false;
         self.conn.execute_batch("BEGIN IMMEDIATE")?;
@@ -263,6 +286,8 @@ impl Staging<'_> {
 
 impl Drop for Staging<'_> {
     fn drop(&mut self) {
+        self.insert_sample = None;
+        self.insert_app = None;
         if self.open {
             let _ = self.conn.execute_batch("ROLLBACK");
         }

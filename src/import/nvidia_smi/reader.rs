@@ -7,6 +7,8 @@
 //! - Without `--columns` a file must start with a header; a later header line starts a new
 //!   section (logs appended by several runs). With `--columns` the file has no header.
 //! - A row that cannot be read is a [`BadLine`] (`file:line: what`) and contributes nothing.
+//!   A header that cannot be imported (or data before any header) ends the import: every row
+//!   after it would be unreadable.
 //! - A `--query-compute-apps` section without a timestamp column takes the time of the most
 //!   recent timestamped row before it in the same file; rows before any such row are bad.
 
@@ -17,9 +19,24 @@ use super::registry::Registry;
 use super::values::{self as v, Clock, Unit};
 use super::{BadLine, SmiError};
 use crate::model::{GpuSample, TsMs};
+use crate::store::StoreError;
 use crate::store::import::Staging;
 
 const MIB: f64 = 1_048_576.0;
+
+/// Why a row was not imported: a bad line, or the store failed (which ends the import).
+pub enum RowError {
+    Bad(String),
+    /// A line that makes the rest of the file unreadable (a bad header): ends the import.
+    Fatal(String),
+    Store(StoreError),
+}
+
+impl From<String> for RowError {
+    fn from(m: String) -> Self {
+        RowError::Bad(m)
+    }
+}
 
 /// Per-file reading state.
 pub struct FileReader<'a> {
@@ -79,15 +96,20 @@ impl FileReader<'_> {
             }
             let result = match std::str::from_utf8(bytes) {
                 Ok(line) => self.line(line.trim(), line_no, sinks),
-                Err(_) => Err("the line is not valid UTF-8".to_string()),
+                Err(_) => Err(RowError::Bad("the line is not valid UTF-8".to_string())),
             };
-            if let Err(message) = result {
+            if let Err(e) = result {
+                let (message, fatal) = match e {
+                    RowError::Bad(m) => (m, false),
+                    RowError::Fatal(m) => (m, true),
+                    RowError::Store(e) => return Err(SmiError::Store(e)),
+                };
                 let b = BadLine {
                     file: self.path.clone(),
                     line: line_no,
                     message,
                 };
-                if strict {
+                if strict || fatal {
                     return Err(SmiError::Bad(b));
                 }
                 bad(b);
@@ -97,29 +119,35 @@ impl FileReader<'_> {
         Ok(())
     }
 
-    fn line(&mut self, line: &str, line_no: u64, sinks: &mut Sinks<'_, '_>) -> Result<(), String> {
+    fn line(
+        &mut self,
+        line: &str,
+        line_no: u64,
+        sinks: &mut Sinks<'_, '_>,
+    ) -> Result<(), RowError> {
         if line.is_empty() || line.starts_with('#') {
             return Ok(());
         }
         if looks_like_header(line) {
             if self.fixed {
-                return Err(
+                return Err(RowError::Bad(
                     "this looks like a header line, but --columns says the file has none: drop --columns"
                         .to_string(),
-                );
+                ));
             }
             let cells: Vec<&str> = line.split(',').collect();
-            let layout = Layout::new(&cells).map_err(|e| format!("header: {e}"))?;
+            let layout =
+                Layout::new(&cells).map_err(|e| RowError::Fatal(format!("header: {e}")))?;
             self.ignored.extend(layout.ignored.iter().cloned());
             self.layout = Some(layout);
             return Ok(());
         }
         let Some(layout) = self.layout.take() else {
-            return Err(
+            return Err(RowError::Fatal(
                 "expected a header line first (nvidia-smi --format=csv writes one); for a log \
                  written with noheader, pass the --query-gpu fields as --columns"
                     .to_string(),
-            );
+            ));
         };
         let r = self.row(&layout, line, line_no, sinks);
         self.layout = Some(layout);
@@ -132,7 +160,7 @@ impl FileReader<'_> {
         line: &str,
         line_no: u64,
         sinks: &mut Sinks<'_, '_>,
-    ) -> Result<(), String> {
+    ) -> Result<(), RowError> {
         let mut cells: Vec<&str> = line.split(',').map(str::trim).collect();
         let n = layout.names.len();
         let mut joined = String::new();
@@ -147,10 +175,10 @@ impl FileReader<'_> {
             }
         }
         if cells.len() != n {
-            return Err(format!(
+            return Err(RowError::Bad(format!(
                 "expected {n} fields as in the header, found {}",
                 cells.len()
-            ));
+            )));
         }
         if !joined.is_empty()
             && let Some(pc) = layout.col(Target::ProcessName)
@@ -163,7 +191,9 @@ impl FileReader<'_> {
             format!("{name}: {e}")
         };
         let ts = match get(Target::Timestamp) {
-            Some(s) if v::is_null(s) => return Err("timestamp: no value".to_string()),
+            Some(s) if v::is_null(s) => {
+                return Err(RowError::Bad("timestamp: no value".to_string()));
+            }
             Some(s) => self.clock.parse(s).map_err(|e| ctx(Target::Timestamp, e))?,
             None => self.last_ts.ok_or_else(|| {
                 "no timestamp: this --query-compute-apps log has no timestamp column and no \
@@ -194,7 +224,7 @@ impl FileReader<'_> {
                 sinks
                     .staging
                     .process_sample(ts, gref, proc, used)
-                    .map_err(|e| format!("staging failed: {e}"))?;
+                    .map_err(RowError::Store)?;
             }
         }
         if get(Target::Timestamp).is_some() {
@@ -212,7 +242,7 @@ impl FileReader<'_> {
         uuid: Option<&str>,
         sinks: &mut Sinks<'_, '_>,
         ctx: impl Fn(Target, String) -> String,
-    ) -> Result<(), String> {
+    ) -> Result<(), RowError> {
         let get = |t: Target| layout.col(t).map(|c| cells[c]);
         let u32_of = |t: Target, unit: Unit, scale: f64| -> Result<Option<u32>, String> {
             match get(t) {
@@ -237,10 +267,10 @@ impl FileReader<'_> {
         };
         let real_uuid = uuid.is_some_and(|u| !super::registry::is_masked(u));
         if layout.col(Target::Index).is_some() && index.is_none() && !real_uuid {
-            return Err(
+            return Err(RowError::Bad(
                 "no usable uuid (missing or masked) and no index: cannot tell which GPU this is"
                     .to_string(),
-            );
+            ));
         }
         let mut throttle = match get(Target::ThrottleMask) {
             Some(s) => v::mask(s).map_err(|e| ctx(Target::ThrottleMask, e))?,
@@ -303,10 +333,7 @@ impl FileReader<'_> {
 
         // Everything parsed: only now touch the registry and the staging tables.
         let id = sinks.registry.gpu(self.host, uuid, index, ts);
-        sinks
-            .staging
-            .sample(id, &sample)
-            .map_err(|e| format!("staging failed: {e}"))?;
+        sinks.staging.sample(id, &sample).map_err(RowError::Store)?;
         let acc = &mut sinks.registry.gpus[id];
         acc.sampled(ts);
         if let (Some(t), Some(m)) = (temp, margin) {
