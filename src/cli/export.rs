@@ -35,10 +35,14 @@ pub enum Format {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "The rows are those of the gpu_samples view (docs/SCHEMA.md) with \
+    --from <= ts_ms < --to (default: the last hour), in time order. Example: gpuwatch export \
+    --from 2025-06-15T14:12:00Z --to 2025-06-15T14:32:00Z --gpu 3 --format jsonl -o gpu3.jsonl"
+)]
 pub struct ExportArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
-    /// The time range (--from inclusive, --to exclusive; default: the last hour).
     #[command(flatten)]
     pub range: RangeArgs,
     /// Only this host's GPUs.

@@ -35,6 +35,13 @@ pub enum Format {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "The database is opened read-only: writes, ATTACH and several \
+    statements are refused. Views: gpu_inventory, gpu_samples, gpu_rollups, gpu_processes, \
+    gpu_events, gpu_metric_errors, training_metrics, training_sources, alerts, notifications \
+    (columns and units in docs/SCHEMA.md); times are ms since the epoch (ts_ms, *_ms) with \
+    RFC 3339 text beside them (time_utc, *_utc)."
+)]
 pub struct QueryArgs {
     /// One SQL statement (the views are documented in docs/SCHEMA.md), e.g.
     /// "SELECT time_utc, gpu_index, util_gpu_pct FROM gpu_samples ORDER BY ts_ms DESC LIMIT 10".
