@@ -68,6 +68,10 @@ fn openmetrics_seconds_and_prometheus_milliseconds_are_stored_with_their_labels(
     assert!(out.contains("(OpenMetrics)"), "{out}");
     assert!(out.contains("skipped 1 NaN/Inf values"), "{out}");
     assert!(
+        out.contains("host node-1 has no GPUs in the database yet"),
+        "{out}"
+    );
+    assert!(
         out.contains("learning_rate (1)") && out.contains("training_step_created (2)"),
         "ignored metrics are listed: {out}"
     );
@@ -259,6 +263,13 @@ fn an_imported_step_counter_that_stops_on_a_busy_gpu_replays_as_a_training_hang(
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
     assert!(out.contains("of 2 series for host node-1"), "{out}");
+    assert!(
+        out.contains("training_step{gpu=\"0\",job=\"llm\"} -> GPU 0")
+            && out.contains(
+                "training_step{UUID=\"GPU-5e1f0c3a-0000-0000-0000-000000000001\",job=\"llm\"} -> GPU 1"
+            ),
+        "the import says how each series joins: {out}"
+    );
 
     let o = gpuwatch(&["replay", "--format", "jsonl"], &db, &[]);
     let (out, err) = text(&o);

@@ -13,7 +13,9 @@
 //!
 //! Labels are kept as they are (sorted, `__name__` dropped): the GPU join reads `gpu`,
 //! `uuid`/`UUID` (see `training::join`). NaN and ±Inf values are skipped, as the live fetcher
-//! does. Points belong to `--host` (default: the database's only host, else this machine's).
+//! does. Points belong to `--host` (default: the database's only host with GPUs, else this
+//! machine's). The summary says which GPUs each imported series joins, and warns about series
+//! that join none (a `gpu`/`uuid` label naming a GPU the host lacks, `pod` labels).
 //!
 //! Invariants: every file is parsed completely before anything is written, and all points go
 //! in one transaction: an error anywhere (reported as `FILE:LINE:COL: what is expected`)
@@ -25,9 +27,10 @@ use std::path::PathBuf;
 use anyhow::{Context, anyhow};
 
 use crate::model::{TrainingPoint, TrainingWrite, TsMs};
+use crate::store::history;
 use crate::store::{self, incident as store_incident};
-use crate::training::Role;
 use crate::training::openmetrics::{self, Exposition, Format};
+use crate::training::{GpuRef, Join, Role, gpus_for_series};
 
 use super::{ConfigArgs, Failure, exit, fail};
 
@@ -182,10 +185,10 @@ pub fn run(args: ImportOmArgs) -> Result<(), Failure> {
     let mut st = store::open(&cfg.database, &st_cfg)
         .with_context(|| format!("opening {}", cfg.database.display()))?;
 
-    let series: BTreeSet<(&str, &[(String, String)])> = mapped
+    let series: BTreeSet<(String, Vec<(String, String)>)> = mapped
         .points
         .keys()
-        .map(|(n, l, _)| (n.as_str(), l.as_slice()))
+        .map(|(n, l, _)| (n.clone(), l.clone()))
         .collect();
     let (first, last) = (
         mapped.points.keys().map(|k| k.2).min().unwrap_or(0),
@@ -219,6 +222,14 @@ pub fn run(args: ImportOmArgs) -> Result<(), Failure> {
         crate::notify::text::utc(last),
         formats.join(", ")
     );
+    let gpus: Vec<GpuRef> = history::gpus(st.conn(), Some(&host))?
+        .into_iter()
+        .map(|g| GpuRef {
+            index: g.inventory.index,
+            uuid: g.inventory.uuid,
+        })
+        .collect();
+    print!("{}", joins(&series, &gpus, &host));
     if mapped.non_finite > 0 {
         println!("skipped {} NaN/Inf values", mapped.non_finite);
     }
@@ -234,4 +245,42 @@ pub fn run(args: ImportOmArgs) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+/// One line per series (at most 20): which GPUs of the host it joins (the rule evaluator's
+/// join rules), with a hint where it joins none.
+fn joins(
+    series: &BTreeSet<(String, Vec<(String, String)>)>,
+    gpus: &[GpuRef],
+    host: &str,
+) -> String {
+    if gpus.is_empty() {
+        return format!(
+            "host {host} has no GPUs in the database yet: the series join its GPUs once their samples are there (e.g. `gpuwatch import nvidia-smi --host {host}`)\n"
+        );
+    }
+    let mut out = String::new();
+    for (i, (name, labels)) in series.iter().enumerate() {
+        if i == 20 {
+            out.push_str(&format!("  ... and {} more series\n", series.len() - 20));
+            break;
+        }
+        let l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+        let to = match gpus_for_series(labels, gpus) {
+            Join::All => "every GPU of the host (no gpu/uuid label)".to_string(),
+            Join::Gpus(ix) if ix.is_empty() => format!(
+                "no GPU: its gpu/uuid label names no GPU of host {host} (rules will not see it)"
+            ),
+            Join::Gpus(ix) => {
+                let ix: Vec<String> = ix.iter().map(u32::to_string).collect();
+                format!("GPU {}", ix.join(", "))
+            }
+            Join::Unknown => {
+                "no GPU yet: pod/namespace labels cannot be joined to GPUs (rules will not see it)"
+                    .to_string()
+            }
+        };
+        out.push_str(&format!("  {name}{{{}}} -> {to}\n", l.join(",")));
+    }
+    out
 }
