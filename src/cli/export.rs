@@ -21,7 +21,7 @@ use crate::clock::now_ms;
 use crate::store::export::{self as ex, ExportError, ExportFilter, GpuFilter};
 use crate::store::query::{Cell, RowSink};
 
-use super::query::{CsvSink, json_keys, json_object};
+use super::query::rows::{CsvSink, JsonLinesSink};
 use super::timearg::RangeArgs;
 use super::{ConfigArgs, Failure, exit, fail};
 
@@ -57,22 +57,6 @@ pub struct ExportArgs {
     /// Write to FILE instead of stdout (replaced only when the export is complete).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
-}
-
-/// One JSON object per line.
-struct JsonLinesSink<W: Write> {
-    out: W,
-    keys: Vec<String>,
-}
-
-impl<W: Write> RowSink for JsonLinesSink<W> {
-    fn columns(&mut self, names: &[String]) -> std::io::Result<()> {
-        self.keys = json_keys(names);
-        Ok(())
-    }
-    fn row(&mut self, cells: &[Cell]) -> std::io::Result<()> {
-        writeln!(self.out, "{}", json_object(&self.keys, cells))
-    }
 }
 
 /// Passes rows on until Ctrl-C, then fails with [`std::io::ErrorKind::Interrupted`].
@@ -112,14 +96,11 @@ fn export_to(
                     stop,
                 },
             )?;
-            sink.0.flush()?;
+            sink.finish()?;
             Ok(n)
         }
         Format::Jsonl => {
-            let mut sink = JsonLinesSink {
-                out: w,
-                keys: Vec::new(),
-            };
+            let mut sink = JsonLinesSink::new(w);
             let n = ex::samples(
                 conn,
                 filter,
@@ -128,7 +109,7 @@ fn export_to(
                     stop,
                 },
             )?;
-            sink.out.flush()?;
+            sink.finish()?;
             Ok(n)
         }
     }
