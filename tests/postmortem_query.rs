@@ -116,6 +116,23 @@ fn csv_json_and_table_output_of_a_views_query() {
         assert_eq!(rec[6].parse::<f64>().expect("power"), *power);
     }
 
+    // Quoting: commas, quotes and newlines survive a CSV and a JSON round trip.
+    let tricky = "SELECT 'a,\"b\"' AS t, 'x' || char(10) || 'y' AS nl, NULL AS n, 2.0 AS r";
+    let o = query(&db, &[tricky, "--format", "csv"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut r = csv::Reader::from_reader(o.stdout.as_slice());
+    let rec = r.records().next().expect("a row").expect("csv");
+    assert_eq!(
+        rec.iter().collect::<Vec<_>>(),
+        ["a,\"b\"", "x\ny", "", "2.0"]
+    );
+    let o = query(&db, &[tricky, "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(
+        v,
+        serde_json::json!([{"t": "a,\"b\"", "nl": "x\ny", "n": null, "r": 2.0}])
+    );
+
     // JSON: an array of objects; integers stay integers, NULL is null.
     let o = query(&db, &[VIEW_SQL, "--format", "json"]);
     assert!(o.status.success(), "{}", stderr(&o));
