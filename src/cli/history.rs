@@ -60,6 +60,9 @@ pub struct HistoryArgs {
     /// Bucket width [default: the range / 60, rounded to 1s, 5s, 1m, 5m, 1h, ...].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub step: Option<Duration>,
+    /// table: averages, local times; csv and json: avg/min/max with epoch ms and UTC times;
+    /// chart: a sparkline per GPU and metric. (--since counts back from now, or from the
+    /// newest sample when that is later, as in a demo's database.)
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Where to aggregate from.

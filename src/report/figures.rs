@@ -75,8 +75,22 @@ fn bands(d: &ReportData) -> Vec<Band> {
             });
         }
     }
+    // Events (XIDs, a GPU lost) as thin dark lines, about two pixels wide.
+    let px = ((d.to_ms - d.from_ms) / i64::from(chart::WIDTH)).max(1);
+    for e in &d.events {
+        out.push(Band {
+            from_ms: e.ts_ms,
+            to_ms: e.ts_ms + 2 * px,
+            colour: EVENT_COLOUR,
+            opacity: 0.8,
+            full: true,
+        });
+    }
     out
 }
+
+/// The colour of event markers.
+pub(super) const EVENT_COLOUR: RGBColor = RGBColor(127, 29, 29);
 
 fn legend(o: &mut String, items: &[(String, RGBColor, bool)]) {
     o.push_str("<div class=\"legend\">");

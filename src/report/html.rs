@@ -165,7 +165,7 @@ fn overview(o: &mut String, d: &ReportData) {
     let _ = writeln!(
         o,
         "</table><p class=\"muted\">Charts: averages per {} from {src}; times in UTC; shaded: alert periods \
-         (red critical, amber warning, blue info; lighter while pending{}).</p></section>",
+         (red critical, amber warning, blue info; lighter while pending{}); dark red vertical lines: events.</p></section>",
         duration(d.step_ms),
         if d.focus.is_some() {
             "; full height: this report's alert; strips along the top: the other alerts"
