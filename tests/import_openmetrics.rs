@@ -9,6 +9,7 @@ use std::process::{Command, Output};
 
 use gpuwatch::model::TickBatch;
 use gpuwatch::store::{self, StoreConfig, synth::TickGen};
+use gpuwatch::training::openmetrics::{self, Format};
 use serde_json::Value;
 
 fn fixture(name: &str) -> PathBuf {
@@ -303,4 +304,74 @@ fn an_imported_step_counter_that_stops_on_a_busy_gpu_replays_as_a_training_hang(
         hang("firing", 1).is_none(),
         "GPU 1's counter (joined by UUID) kept moving: {lines:?}"
     );
+}
+
+/// The real Prometheus text renderings of an H100 in ../shared/data (no timestamps: a scrape)
+/// parse completely once the scrape time is given, and only then.
+#[test]
+fn real_prometheus_scrapes_parse_completely() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/data/nvidia-smi-captures-multiformat");
+    if !dir.is_dir() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{} is missing",
+            dir.display()
+        );
+        eprintln!("skipped: {} is missing", dir.display());
+        return;
+    }
+    for name in [
+        "prometheus__h100__idle.metrics",
+        "prometheus__h100__load.metrics",
+    ] {
+        let text = std::fs::read_to_string(dir.join(name)).expect("read");
+        let e = openmetrics::parse(&text, None).expect_err("no timestamps");
+        assert_eq!(e.line, 3, "{name}: {e}");
+        assert!(e.message.contains("--at"), "{e}");
+        let at = 1_764_511_500_000;
+        let parsed = openmetrics::parse_at(&text, None, Some(at)).expect(name);
+        assert_eq!(parsed.format, Format::Prometheus);
+        let lines = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .count();
+        assert_eq!(parsed.samples.len(), lines, "{name}: every sample line");
+        assert!(parsed.samples.iter().all(|s| s.ts_ms == at));
+        let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
+        assert_eq!(
+            parsed.families.len(),
+            types,
+            "{name}: one family per # TYPE"
+        );
+        assert!(parsed.families.values().all(|f| {
+            matches!(f.kind.as_deref(), Some("gauge" | "counter")) && f.help.is_some()
+        }));
+        let sm = parsed
+            .samples
+            .iter()
+            .find(|s| s.name == "nvidia_smi_clocks_current_sm_clock_hz")
+            .expect("sm clock");
+        assert_eq!(
+            sm.labels,
+            vec![(
+                "uuid".to_string(),
+                "00000000-0000-0000-0000-000000000000".to_string()
+            )]
+        );
+        assert!(sm.value > 1.0e8, "{name}: {}", sm.value);
+        let info = parsed
+            .samples
+            .iter()
+            .find(|s| s.name == "nvidia_smi_gpu_info")
+            .expect("info");
+        assert!(
+            info.labels
+                .contains(&("name".to_string(), "NVIDIA H100 80GB HBM3".to_string()))
+        );
+        assert!(
+            info.labels
+                .contains(&("driver_model_current".to_string(), "[N/A]".to_string()))
+        );
+    }
 }

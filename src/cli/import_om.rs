@@ -11,6 +11,9 @@
 //!   summary: the rule evaluator treats every stored training series that is not a step
 //!   counter as a loss candidate, so storing other metrics would make the GPU join ambiguous.
 //!
+//! A sample without a timestamp is an error (a post-mortem needs the time of every point)
+//! unless `--at T` says when the file was scraped.
+//!
 //! Labels are kept as they are (sorted, `__name__` dropped): the GPU join reads `gpu`,
 //! `uuid`/`UUID` (see `training::join`). NaN and ±Inf values are skipped, as the live fetcher
 //! does. Points belong to `--host` (default: the database's only host with GPUs, else this
@@ -59,6 +62,10 @@ pub struct ImportOmArgs {
     /// Text format of the files (decides the timestamp unit).
     #[arg(long, value_enum, default_value_t)]
     pub format: FormatArg,
+    /// When the files were scraped: the time of samples written without a timestamp (RFC 3339
+    /// or unix seconds) [default: such samples are an error].
+    #[arg(long, value_name = "T", value_parser = super::timearg::parse_time)]
+    pub at: Option<TsMs>,
     /// The step counter's name in the files (also accepted with `_total`).
     #[arg(long, value_name = "NAME", default_value = "training_step")]
     pub step_metric: String,
@@ -125,7 +132,7 @@ pub fn run(args: ImportOmArgs) -> Result<(), Failure> {
                 continue;
             }
         };
-        match openmetrics::parse(&text, format) {
+        match openmetrics::parse_at(&text, format, args.at) {
             Ok(e) => {
                 formats.push(format!("{} ({})", file.display(), e.format.name()));
                 mapped.add(&e, &args.step_metric, &args.loss_metric);

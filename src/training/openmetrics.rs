@@ -10,8 +10,9 @@
 //!   (or the caller forces one with [`Format`]).
 //! - Every error names the line and column (1-based, columns in characters) and what was
 //!   expected there; the first error stops the parse, so a caller never sees half a file.
-//! - A sample without a timestamp is an error: an import places points on the GPU timeline,
-//!   and "now" (what a scrape would use) is not when a past run produced them.
+//! - A sample without a timestamp is an error unless the caller says when the file was
+//!   scraped ([`parse_at`]): an import places points on the GPU timeline, and "now" (what a
+//!   scrape would use) is not when a past run produced them.
 //! - Label values are unescaped (`\\`, `\"`, `\n`); labels are returned sorted by name;
 //!   a label name given twice in one sample is an error.
 //! - Values are kept as written, NaN and ±Inf included: the caller decides what to store.
@@ -124,8 +125,18 @@ const KINDS: &[&str] = &[
     "untyped",
 ];
 
-/// Parses a whole file; `format` None means [`Format::detect`].
+/// Parses a whole file; `format` None means [`Format::detect`]. Every sample needs a timestamp.
 pub fn parse(text: &str, format: Option<Format>) -> Result<Exposition, ParseError> {
+    parse_at(text, format, None)
+}
+
+/// As [`parse`], but a sample without a timestamp gets `scraped_at` (the time the file was
+/// scraped, which the caller knows) when that is given.
+pub fn parse_at(
+    text: &str,
+    format: Option<Format>,
+    scraped_at: Option<TsMs>,
+) -> Result<Exposition, ParseError> {
     let format = format.unwrap_or_else(|| Format::detect(text));
     let mut out = Exposition {
         format,
@@ -165,7 +176,7 @@ pub fn parse(text: &str, format: Option<Format>) -> Result<Exposition, ParseErro
             comment(line, n, format, &mut out.families)?;
             continue;
         }
-        out.samples.push(sample(line, n, format)?);
+        out.samples.push(sample(line, n, format, scraped_at)?);
     }
     if format == Format::OpenMetrics && eof_line.is_none() {
         return Err(err(
@@ -248,7 +259,12 @@ fn other_comment(c: &Cursor, format: Format) -> Result<(), ParseError> {
 }
 
 /// `name[{labels}] value timestamp[ # exemplar]`.
-fn sample(line: &str, n: usize, format: Format) -> Result<Sample, ParseError> {
+fn sample(
+    line: &str,
+    n: usize,
+    format: Format,
+    scraped_at: Option<TsMs>,
+) -> Result<Sample, ParseError> {
     let mut c = Cursor::new(line, n);
     let name = c.metric_name()?;
     let mut labels: Vec<(String, String)> = Vec::new();
@@ -275,26 +291,26 @@ fn sample(line: &str, n: usize, format: Format) -> Result<Sample, ParseError> {
     } else {
         ""
     };
-    if ts_text.is_empty() {
-        return Err(err(
-            n,
-            ts_col,
-            format!(
-                "expected a timestamp ({}) after the value: an import needs the time of every point; export the series with timestamps (e.g. a range query or a TSDB dump), not a scrape",
-                unit_hint(format)
-            ),
-        ));
-    }
-    let ts_ms = parse_timestamp(ts_text, format).ok_or_else(|| {
-        err(
-            n,
-            ts_col,
-            format!(
-                "expected a timestamp ({}), found `{ts_text}`",
-                unit_hint(format)
-            ),
-        )
-    })?;
+    let ts_ms = match (ts_text, scraped_at) {
+        ("", Some(at)) => at,
+        ("", None) => {
+            return Err(err(
+                n,
+                ts_col,
+                format!(
+                    "expected a timestamp ({}) after the value: an import needs the time of every point; export the series with timestamps (e.g. a range query or a TSDB dump), or give the scrape's time with --at",
+                    unit_hint(format)
+                ),
+            ));
+        }
+        (t, _) => parse_timestamp(t, format).ok_or_else(|| {
+            err(
+                n,
+                ts_col,
+                format!("expected a timestamp ({}), found `{t}`", unit_hint(format)),
+            )
+        })?,
+    };
     c.skip_spaces();
     if !c.rest().is_empty() && !c.rest().starts_with('#') {
         return Err(c.fail("expected the end of the line (or ` # exemplar`) after the timestamp"));
@@ -564,6 +580,14 @@ mod tests {
             assert_eq!((e.line, e.col), (*line, *col), "{text:?}: {e}");
             assert!(e.message.contains(want), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn a_scrape_without_timestamps_takes_the_given_time() {
+        let text = "a{x=\"1\"} 5\nb 6 7\n";
+        assert!(parse(text, None).is_err());
+        let e = parse_at(text, None, Some(42_000)).unwrap();
+        assert_eq!((e.samples[0].ts_ms, e.samples[1].ts_ms), (42_000, 7));
     }
 
     #[test]
