@@ -147,7 +147,7 @@ fn draw(
     let grey = RGBColor(107, 114, 128);
     let mut chart = ChartBuilder::on(&root)
         .margin(10)
-        .margin_right(24)
+        .margin_right(40)
         .x_label_area_size(26)
         .y_label_area_size(56)
         .build_cartesian_2d((from..to).with_key_points(time_ticks(from, to)), lo..hi)?;

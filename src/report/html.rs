@@ -66,9 +66,23 @@ fn opt_utc(ms: Option<TsMs>) -> String {
     ms.map_or_else(|| "-".into(), utc)
 }
 
+/// `7d`, `2h 5m`, `34m 59s`, `12s`: the two largest units.
 fn duration(ms: i64) -> String {
-    humantime::format_duration(std::time::Duration::from_secs((ms.max(0) / 1000) as u64))
-        .to_string()
+    let s = ms.max(0) / 1000;
+    let parts = [
+        (s / 86_400, "d"),
+        (s / 3600 % 24, "h"),
+        (s / 60 % 60, "m"),
+        (s % 60, "s"),
+    ];
+    let first = parts.iter().position(|p| p.0 > 0).unwrap_or(3);
+    parts[first..(first + 2).min(4)]
+        .iter()
+        .enumerate()
+        .filter(|(i, p)| *i == 0 || p.0 > 0)
+        .map(|(_, (n, u))| format!("{n}{u}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 impl ReportData {
@@ -286,6 +300,14 @@ fn events(o: &mut String, d: &ReportData) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration(7 * 86_400_000), "7d");
+        assert_eq!(duration(2_099_000), "34m 59s");
+        assert_eq!(duration(3_900_000), "1h 5m");
+        assert_eq!(duration(0), "0s");
+    }
 
     #[test]
     fn escapes() {
