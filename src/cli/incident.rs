@@ -4,6 +4,8 @@
 //! summary per metric (min / avg / max before vs during), its processes, its events (XIDs) and
 //! the training step/loss series joined to it (the rule evaluator's join rules).
 //!
+//! This file gathers the story and renders JSON; `incident/text.rs` renders it for people.
+//!
 //! Invariants: read-only; "before" is `[start - window, start)`, "during" is `[start, end]`
 //! where end is the resolution (or, while live, the alert's last evaluation); a metric with no
 //! value in a phase prints `-` / JSON null, never 0.
@@ -18,7 +20,9 @@ use crate::model::TsMs;
 use crate::store::{self, history, incident as q, series};
 use crate::training::{GpuRef, Join, gpus_for_series};
 
-use super::alerts::{alert_json, dur, durations, render, rfc3339, short, subject};
+mod text;
+
+use super::alerts::{alert_json, durations, rfc3339};
 use super::{ConfigArgs, Failure, exit, fail};
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum, Default)]
@@ -87,14 +91,6 @@ impl Stats {
     fn json(&self) -> Value {
         json!({"samples": self.n, "missing": self.missing, "min": self.min, "avg": self.avg(), "max": self.max})
     }
-
-    fn text(&self) -> String {
-        let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
-        if self.n == self.missing {
-            return format!("- ({} samples)", self.n);
-        }
-        format!("{} / {} / {}", f(self.min), f(self.avg()), f(self.max))
-    }
 }
 
 /// One training series' points in both phases.
@@ -135,21 +131,6 @@ fn phase_json(p: &[(TsMs, f64)]) -> Value {
         "min": p.iter().map(|x| x.1).reduce(f64::min),
         "max": p.iter().map(|x| x.1).reduce(f64::max),
     })
-}
-
-fn phase_text(p: &[(TsMs, f64)]) -> String {
-    match (p.first(), p.last()) {
-        (Some(a), Some(b)) => format!("{} → {} ({} points)", num(a.1), num(b.1), p.len()),
-        _ => "no points".into(),
-    }
-}
-
-fn num(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.4}")
-    }
 }
 
 pub fn run(args: IncidentArgs) -> Result<(), Failure> {
@@ -222,7 +203,7 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
             });
             serde_json::to_string_pretty(&doc).context("rendering JSON")? + "\n"
         }
-        Format::Text => text(
+        Format::Text => text::render(
             &alert,
             &notes,
             &metrics,
@@ -277,169 +258,4 @@ fn training(
         });
     }
     Ok(out)
-}
-
-fn text(
-    a: &q::AlertRow,
-    notes: &[q::NotificationRow],
-    metrics: &[(&str, &str, Stats, Stats)],
-    procs: &[q::WindowProcess],
-    events: &[q::WindowEvent],
-    training: &[Training],
-    window: Duration,
-) -> String {
-    let d = durations(a);
-    let mut o = format!(
-        "alert {}: {} ({}) on {}, GPU {}{}\n",
-        a.alert_id,
-        a.rule,
-        a.severity.as_deref().unwrap_or("no severity"),
-        a.host,
-        subject(a),
-        a.gpu_uuid
-            .as_deref()
-            .map_or(String::new(), |u| format!(" ({u})")),
-    );
-    if let Some(s) = &a.summary {
-        o.push_str(&format!("summary: {s}\n"));
-    }
-    o.push_str(&format!(
-        "state now: {}{}\n\ntimeline (UTC):\n",
-        a.state,
-        if d.ongoing {
-            " (still active at its last evaluation)"
-        } else {
-            ""
-        }
-    ));
-    let mut tl: Vec<(TsMs, u8, String)> = vec![(
-        a.active_since_ms,
-        0,
-        "pending   the condition started to hold".into(),
-    )];
-    if let Some(f) = a.fired_ms {
-        tl.push((
-            f,
-            1,
-            format!("firing    after {} pending", dur(d.pending_ms)),
-        ));
-    }
-    for n in notes {
-        let err = n
-            .last_error
-            .as_deref()
-            .map_or(String::new(), |e| format!(", last error: {e}"));
-        let when = n
-            .done_ms
-            .map_or("not done yet".into(), |t| format!("done {}", short(t)));
-        tl.push((
-            n.created_ms,
-            2,
-            format!(
-                "notify    {} ({}): {}, {} attempt(s), {when}{err}",
-                n.receiver, n.kind, n.status, n.attempts
-            ),
-        ));
-    }
-    if let Some(r) = a.resolved_ms {
-        let how = d.firing_ms.map_or(
-            format!("without firing, after {} pending", dur(d.pending_ms)),
-            |f| format!("after {} firing", dur(f)),
-        );
-        tl.push((r, 3, format!("resolved  {how}")));
-    }
-    tl.sort_by_key(|(t, k, _)| (*t, *k));
-    for (t, _, line) in &tl {
-        o.push_str(&format!("  {}  {line}\n", short(*t)));
-    }
-    if notes.is_empty() {
-        o.push_str("  (no notifications recorded for this alert)\n");
-    }
-
-    let w = humantime::format_duration(window);
-    o.push_str(&format!(
-        "\nGPU metrics, min / avg / max ({w} before vs during):\n"
-    ));
-    let mut cells = vec![vec![
-        "METRIC".to_string(),
-        "UNIT".into(),
-        "BEFORE".into(),
-        "DURING".into(),
-    ]];
-    for (m, unit, b, du) in metrics {
-        cells.push(vec![m.to_string(), unit.to_string(), b.text(), du.text()]);
-    }
-    o.push_str(&indent(&render(&cells)));
-
-    o.push_str(&format!("\ntraining metrics ({w} before vs during):\n"));
-    if training.is_empty() {
-        o.push_str("  none joined to this GPU\n");
-    }
-    for t in training {
-        let labels: Vec<String> = t.labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
-        let change = match (t.last_change_before(), t.last_change()) {
-            (_, None) => "no change in the window".to_string(),
-            (Some(b), Some(c)) if b != c => {
-                format!(
-                    "last change before the start {}, last change {}",
-                    short(b),
-                    short(c)
-                )
-            }
-            (_, Some(c)) => format!("last change {}", short(c)),
-        };
-        o.push_str(&format!(
-            "  {}{{{}}}: before {}; during {}; {change}\n",
-            t.name,
-            labels.join(","),
-            phase_text(&t.before),
-            phase_text(&t.during)
-        ));
-    }
-
-    o.push_str("\nprocesses on the GPU:\n");
-    if procs.is_empty() {
-        o.push_str("  none seen\n");
-    } else {
-        let mut cells = vec![vec![
-            "PID".to_string(),
-            "NAME".into(),
-            "USER".into(),
-            "FIRST SEEN".into(),
-            "LAST SEEN".into(),
-            "MAX MEM (MiB)".into(),
-        ]];
-        for p in procs {
-            cells.push(vec![
-                p.pid.to_string(),
-                p.name.clone().unwrap_or_else(|| "-".into()),
-                p.user.clone().unwrap_or_else(|| "-".into()),
-                short(p.first_ms),
-                short(p.last_ms),
-                p.max_mem_bytes
-                    .map_or("-".into(), |b| format!("{:.0}", b as f64 / 1_048_576.0)),
-            ]);
-        }
-        o.push_str(&indent(&render(&cells)));
-    }
-
-    o.push_str("\nevents:\n");
-    if events.is_empty() {
-        o.push_str("  none\n");
-    }
-    for e in events {
-        let code = e.code.map_or(String::new(), |c| format!(" {c}"));
-        let whose = if e.on_gpu { "" } else { " (host)" };
-        o.push_str(&format!(
-            "  {}  {}{code}{whose}: {}\n",
-            short(e.ts_ms),
-            e.kind,
-            e.message
-        ));
-    }
-    o
-}
-
-fn indent(s: &str) -> String {
-    s.lines().map(|l| format!("  {l}\n")).collect()
 }

@@ -4,6 +4,8 @@
 //! the Prometheus text exposition format 0.0.4 (timestamps in integer MILLISECONDS, no
 //! `# EOF`). One parser serves `gpuwatch import openmetrics` and the tests.
 //!
+//! `openmetrics/cursor.rs` holds the line cursor (names, labels, escapes, tokens).
+//!
 //! Invariants:
 //! - The format decides the timestamp unit and nothing guesses from the numbers: a file whose
 //!   last non-blank line is `# EOF` is OpenMetrics, any other is the Prometheus text format
@@ -20,6 +22,12 @@
 use std::collections::HashMap;
 
 use crate::model::TsMs;
+
+mod cursor;
+#[cfg(test)]
+mod tests;
+
+use cursor::Cursor;
 
 /// Which text format a file is in (it decides the timestamp unit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -356,246 +364,5 @@ fn parse_timestamp(s: &str, format: Format) -> Option<TsMs> {
             let ms = (secs * 1000.0).round();
             (ms.abs() < 9.0e15).then_some(ms as TsMs)
         }
-    }
-}
-
-/// A position in one line; `pos` is a byte offset, columns are reported in characters.
-struct Cursor<'a> {
-    line: &'a str,
-    n: usize,
-    pos: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn new(line: &'a str, n: usize) -> Self {
-        Self { line, n, pos: 0 }
-    }
-
-    fn rest(&self) -> &'a str {
-        &self.line[self.pos..]
-    }
-
-    fn peek(&self) -> Option<char> {
-        self.rest().chars().next()
-    }
-
-    fn col(&self) -> usize {
-        self.line[..self.pos].chars().count() + 1
-    }
-
-    fn fail(&self, message: impl Into<String>) -> ParseError {
-        err(self.n, self.col(), message)
-    }
-
-    fn expect_char(&mut self, want: char) -> Result<(), ParseError> {
-        match self.peek() {
-            Some(ch) if ch == want => {
-                self.pos += ch.len_utf8();
-                Ok(())
-            }
-            Some(ch) => Err(self.fail(format!("expected `{want}`, found `{ch}`"))),
-            None => Err(self.fail(format!("expected `{want}`, found the end of the line"))),
-        }
-    }
-
-    /// Skips spaces and tabs; true when there was at least one.
-    fn skip_spaces(&mut self) -> bool {
-        let start = self.pos;
-        while matches!(self.peek(), Some(' ' | '\t')) {
-            self.pos += 1;
-        }
-        self.pos > start
-    }
-
-    /// Up to the next space, tab or end of line.
-    fn token(&mut self) -> &'a str {
-        let rest = self.rest();
-        let len = rest.find([' ', '\t']).unwrap_or(rest.len());
-        self.pos += len;
-        &rest[..len]
-    }
-
-    fn ident(&mut self, colon: bool, what: &str) -> Result<String, ParseError> {
-        let rest = self.rest();
-        let ok_first = |ch: char| ch.is_ascii_alphabetic() || ch == '_' || (colon && ch == ':');
-        let len = rest
-            .char_indices()
-            .find(|&(i, ch)| !(ok_first(ch) || (i > 0 && ch.is_ascii_digit())))
-            .map_or(rest.len(), |(i, _)| i);
-        if len == 0 {
-            let found = self
-                .peek()
-                .map_or("the end of the line".to_string(), |ch| format!("`{ch}`"));
-            return Err(self.fail(format!("expected {what}, found {found}")));
-        }
-        self.pos += len;
-        Ok(rest[..len].to_string())
-    }
-
-    fn metric_name(&mut self) -> Result<String, ParseError> {
-        self.ident(true, "a metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)")
-    }
-
-    /// After `{`: `name="value"` pairs separated by commas (a trailing comma allowed), then `}`.
-    fn labels(&mut self) -> Result<Vec<(String, String)>, ParseError> {
-        let mut labels: Vec<(String, String)> = Vec::new();
-        loop {
-            self.skip_spaces();
-            if self.peek() == Some('}') {
-                self.pos += 1;
-                return Ok(labels);
-            }
-            let col = self.col();
-            let name = self.ident(false, "a label name ([a-zA-Z_][a-zA-Z0-9_]*) or `}`")?;
-            if labels.iter().any(|(k, _)| *k == name) {
-                return Err(err(self.n, col, format!("label `{name}` is given twice")));
-            }
-            self.skip_spaces();
-            self.expect_char('=')?;
-            self.skip_spaces();
-            let value = self.quoted()?;
-            labels.push((name, value));
-            self.skip_spaces();
-            match self.peek() {
-                Some(',') => self.pos += 1,
-                Some('}') => {}
-                Some(ch) => {
-                    return Err(
-                        self.fail(format!("expected `,` or `}}` after a label, found `{ch}`"))
-                    );
-                }
-                None => {
-                    return Err(
-                        self.fail("expected `,` or `}` after a label, found the end of the line")
-                    );
-                }
-            }
-        }
-    }
-
-    /// A double-quoted label value with `\\`, `\"` and `\n` escapes.
-    fn quoted(&mut self) -> Result<String, ParseError> {
-        self.expect_char('"')?;
-        let mut out = String::new();
-        let mut chars = self.rest().char_indices();
-        while let Some((i, ch)) = chars.next() {
-            match ch {
-                '"' => {
-                    self.pos += i + 1;
-                    return Ok(out);
-                }
-                '\\' => match chars.next() {
-                    Some((_, '\\')) => out.push('\\'),
-                    Some((_, '"')) => out.push('"'),
-                    Some((_, 'n')) => out.push('\n'),
-                    Some((j, other)) => {
-                        self.pos += j;
-                        return Err(self.fail(format!(
-                            "unknown escape `\\{other}` in a label value: expected \\\\, \\\" or \\n"
-                        )));
-                    }
-                    None => break,
-                },
-                _ => out.push(ch),
-            }
-        }
-        self.pos = self.line.len();
-        Err(self.fail("expected `\"` to close the label value, found the end of the line"))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn openmetrics_seconds_and_counters() {
-        let text = "# TYPE training_step counter\n# HELP training_step Steps.\ntraining_step_total{job=\"a\",gpu=\"1\"} 17 1764511500.25\ntraining_step_created{job=\"a\",gpu=\"1\"} 1764511000 1764511500.25\n# EOF\n";
-        let e = parse(text, None).unwrap();
-        assert_eq!(e.format, Format::OpenMetrics);
-        assert_eq!(e.samples.len(), 2);
-        let s = &e.samples[0];
-        assert_eq!(s.ts_ms, 1_764_511_500_250);
-        assert_eq!(
-            s.labels,
-            vec![("gpu".into(), "1".into()), ("job".into(), "a".into())]
-        );
-        assert_eq!(e.family_of("training_step_total"), "training_step");
-        assert_eq!(e.kind_of("training_step_created"), Some("counter"));
-    }
-
-    #[test]
-    fn prometheus_milliseconds_comments_and_escapes() {
-        let text = "# a free comment\n\nloss{path=\"C:\\\\x\",msg=\"a \\\"b\\\"\\n\",} 0.5 1764511500250\nloss 1e-3\t1764511501000\n";
-        let e = parse(text, None).unwrap();
-        assert_eq!(e.format, Format::Prometheus);
-        assert_eq!(e.samples[0].ts_ms, 1_764_511_500_250);
-        assert_eq!(e.samples[0].labels[0], ("msg".into(), "a \"b\"\n".into()));
-        assert_eq!(e.samples[0].labels[1], ("path".into(), "C:\\x".into()));
-        assert_eq!(e.samples[1].value, 0.001);
-    }
-
-    #[test]
-    fn errors_name_line_column_and_what_is_expected() {
-        let cases: &[(&str, Option<Format>, usize, usize, &str)] = &[
-            ("a{b=\"1\" 2 3\n", None, 1, 9, "`,` or `}`"),
-            ("a 1\n", None, 1, 4, "timestamp"),
-            ("a 1 2\nb{x=\"1\",x=\"2\"} 1 2\n", None, 2, 9, "twice"),
-            ("a one 2\n", None, 1, 3, "a number"),
-            ("a 1 2.5\n", None, 1, 5, "integer unix milliseconds"),
-            ("a 1 2\n# EOF\nb 1 2\n", None, 2, 1, "must be the last line"),
-            (
-                "a 1 2\n# EOF\nb 1 2\n",
-                Some(Format::OpenMetrics),
-                3,
-                1,
-                "nothing may follow",
-            ),
-            (
-                "a 1 2\n",
-                Some(Format::OpenMetrics),
-                2,
-                1,
-                "expected `# EOF`",
-            ),
-            (
-                "# TYPE a countr\na 1 2\n# EOF\n",
-                None,
-                1,
-                10,
-                "unknown metric type",
-            ),
-            (
-                "# comment\na 1 2\n# EOF\n",
-                None,
-                1,
-                2,
-                "OpenMetrics has no other comments",
-            ),
-            ("a{b=\"x\\q\"} 1 2\n", None, 1, 8, "unknown escape"),
-            ("é 1 2\n", None, 1, 1, "a metric name"),
-        ];
-        for (text, format, line, col, want) in cases {
-            let e = parse(text, *format).expect_err(text);
-            assert_eq!((e.line, e.col), (*line, *col), "{text:?}: {e}");
-            assert!(e.message.contains(want), "{text:?}: {e}");
-        }
-    }
-
-    #[test]
-    fn a_scrape_without_timestamps_takes_the_given_time() {
-        let text = "a{x=\"1\"} 5\nb 6 7\n";
-        assert!(parse(text, None).is_err());
-        let e = parse_at(text, None, Some(42_000)).unwrap();
-        assert_eq!((e.samples[0].ts_ms, e.samples[1].ts_ms), (42_000, 7));
-    }
-
-    #[test]
-    fn special_values_and_exemplars() {
-        let text = "a NaN 1\nb +Inf 2 # {trace_id=\"x\"} 1\nc -Inf 3\n# EOF\n";
-        let e = parse(text, None).unwrap();
-        assert!(e.samples[0].value.is_nan());
-        assert_eq!(e.samples[1].value, f64::INFINITY);
-        assert_eq!(e.samples[2].ts_ms, 3000);
     }
 }
