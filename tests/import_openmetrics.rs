@@ -203,6 +203,37 @@ fn a_syntax_error_names_file_line_and_column_and_imports_nothing() {
     }
 }
 
+#[test]
+fn the_host_is_asked_for_when_the_database_has_several() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("g.db");
+    for (host, prefix) in [
+        ("a", "GPU-aaaaaaaa-0000-0000-0000-"),
+        ("b", "GPU-bbbbbbbb-0000-0000-0000-"),
+    ] {
+        let mut st = store::open(&db, &StoreConfig::new(host)).expect("open");
+        let mut tick_gen = TickGen::new(1, 0);
+        tick_gen.uuid_prefix = prefix.into();
+        st.write_tick(&tick_gen.tick(1_764_511_500_000))
+            .expect("tick");
+    }
+    let o = gpuwatch(&["import", "openmetrics"], &db, &[fixture("run.om")]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("several hosts (a, b)") && err.contains("--host"),
+        "{err}"
+    );
+    assert!(points(&db).is_empty());
+    let o = gpuwatch(
+        &["import", "openmetrics", "--host", "b"],
+        &db,
+        &[fixture("run.om")],
+    );
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert_eq!(points(&db).len(), 3);
+}
+
 const T0: i64 = 1_764_500_000_000;
 const MINUTES: i64 = 50;
 const HANG: (i64, i64) = (30 * 60_000, 45 * 60_000);

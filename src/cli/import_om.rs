@@ -201,6 +201,13 @@ pub fn run(args: ImportOmArgs) -> Result<(), Failure> {
         mapped.points.keys().map(|k| k.2).min().unwrap_or(0),
         mapped.points.keys().map(|k| k.2).max().unwrap_or(0),
     );
+    retention_guard(
+        store_incident::host_span(st.conn(), &host)?,
+        (first, last),
+        cfg.retention,
+        &host,
+    )
+    .map_err(|e| fail(exit::FAILURE, e))?;
     let n_series = series.len();
     let n_points = mapped.points.len();
     let points: Vec<TrainingPoint> = std::mem::take(&mut mapped.points)
@@ -290,4 +297,62 @@ fn joins(
         out.push_str(&format!("  {name}{{{}}} -> {to}\n", l.join(",")));
     }
     out
+}
+
+/// Refuses an import that retention would undo at once: raw data is kept for `retention`
+/// counted back from the host's newest timestamp, which the import may move forward.
+fn retention_guard(
+    host_span: Option<(TsMs, TsMs)>,
+    (first, last): (TsMs, TsMs),
+    retention: std::time::Duration,
+    host: &str,
+) -> anyhow::Result<()> {
+    let keep = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+    let newest = host_span.map_or(last, |(_, l)| l.max(last));
+    let cutoff = newest.saturating_sub(keep);
+    let utc = crate::notify::text::utc;
+    let what = if first < cutoff {
+        format!("imported points before {}", utc(cutoff))
+    } else if let Some((host_first, host_last)) = host_span
+        && last > host_last
+        && host_first < cutoff
+    {
+        format!("stored data of host {host} before {}", utc(cutoff))
+    } else {
+        return Ok(());
+    };
+    Err(anyhow!(
+        "the import spans {} .. {}, and with retention {} counted back from the host's newest time ({}) the {what} would be deleted right away; nothing was imported: use a config (--config) with a longer `retention`, or import into another host (--host)",
+        utc(first),
+        utc(last),
+        humantime::format_duration(retention),
+        utc(newest)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY: TsMs = 86_400_000;
+
+    #[test]
+    fn retention_guard_refuses_what_retention_would_delete() {
+        let week = std::time::Duration::from_secs(7 * 86_400);
+        // Fresh host: a span within retention is fine, a longer one is not.
+        assert!(retention_guard(None, (0, 6 * DAY), week, "h").is_ok());
+        let e = retention_guard(None, (0, 8 * DAY), week, "h").unwrap_err();
+        assert!(e.to_string().contains("imported points before"), "{e}");
+        // Points older than the host's newest data minus retention.
+        let e = retention_guard(Some((20 * DAY, 30 * DAY)), (DAY, 2 * DAY), week, "h").unwrap_err();
+        assert!(e.to_string().contains("imported points before"), "{e}");
+        // Newer points that would push the host's stored samples out.
+        let e = retention_guard(Some((0, DAY)), (9 * DAY, 10 * DAY), week, "h").unwrap_err();
+        assert!(
+            e.to_string().contains("stored data of host h before"),
+            "{e}"
+        );
+        // Inside the host's span: fine.
+        assert!(retention_guard(Some((0, 6 * DAY)), (DAY, 2 * DAY), week, "h").is_ok());
+    }
 }

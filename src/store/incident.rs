@@ -6,7 +6,7 @@
 //! Invariants: read only (works on a read-only connection, beside a writing daemon); times
 //! are ms since the epoch, UTC; a column that is NULL in the database is `None` here, never 0.
 
-use rusqlite::{Connection, Row, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::StoreError;
 use crate::model::TsMs;
@@ -244,4 +244,17 @@ pub fn training_points(
     )?;
     let rows = stmt.query_map(params![series_id, from, to], |r| Ok((r.get(0)?, r.get(1)?)))?;
     Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// `(first_seen_ms, last_seen_ms)` of a host (the span its retention counts from); `None`
+/// when the host is unknown or has no data yet.
+pub fn host_span(conn: &Connection, host: &str) -> Result<Option<(TsMs, TsMs)>, StoreError> {
+    let span: Option<(Option<TsMs>, Option<TsMs>)> = conn
+        .query_row(
+            "SELECT first_seen_ms, last_seen_ms FROM hosts WHERE name = ?1",
+            params![host],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    Ok(span.and_then(|(a, b)| a.zip(b)))
 }
