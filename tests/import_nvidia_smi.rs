@@ -658,3 +658,62 @@ fn a_header_that_cannot_be_imported_or_a_missing_header_fails_with_a_hint() {
         "{err}"
     );
 }
+
+#[test]
+fn staging_does_not_hold_the_write_lock_and_dropping_it_imports_nothing() {
+    use gpuwatch::model::{GpuSample, SampleStatus, TickBatch};
+    use gpuwatch::store::import::{ImportGpu, ImportPlan};
+    use gpuwatch::store::{self, StoreConfig};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.db");
+    let importer = store::open(&path, &StoreConfig::new("imported")).unwrap();
+    let mut daemon = store::open(&path, &StoreConfig::new("live")).unwrap();
+    let sample = |ts| GpuSample {
+        util_gpu_pct: Some(1),
+        ..GpuSample::empty(ts, "GPU-live", SampleStatus::Ok)
+    };
+    let plan = ImportPlan {
+        hosts: vec!["imported".into()],
+        gpus: vec![ImportGpu {
+            host: 0,
+            inventory: gpuwatch::model::GpuInventory {
+                uuid: "GPU-imp".into(),
+                ..Default::default()
+            },
+            first_ms: T0,
+            last_ms: T0,
+            last_sample_ms: Some(T0),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    {
+        let mut staging = importer.stage_import().unwrap();
+        staging.sample(0, &sample(T0)).unwrap();
+        // The daemon's writer commits while the import is staged.
+        let live = TickBatch {
+            ts_ms: T0 + 5,
+            samples: vec![sample(T0 + 5)],
+            ..TickBatch::default()
+        };
+        daemon.write_tick(&live).unwrap();
+        // Dropped without publishing: nothing of the import is visible.
+    }
+    let c = db(&path);
+    let n: i64 = one(&c, "SELECT count(*) FROM samples");
+    assert_eq!(n, 1, "only the daemon's sample");
+    let mut staging = importer.stage_import().unwrap();
+    staging.sample(0, &sample(T0)).unwrap();
+    daemon
+        .write_tick(&TickBatch {
+            ts_ms: T0 + 6,
+            samples: vec![sample(T0 + 6)],
+            ..TickBatch::default()
+        })
+        .unwrap();
+    let published = staging.publish(&plan).unwrap();
+    assert_eq!(published.samples, 1);
+    let n: i64 = one(&c, "SELECT count(*) FROM samples");
+    assert_eq!(n, 3);
+}

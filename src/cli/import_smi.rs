@@ -163,6 +163,12 @@ fn print_summary(s: &Summary, db: &std::path::Path, took: std::time::Duration) {
         rows as f64 / secs,
         s.rollups
     );
+    println!(
+        "read and staged in {:.2} s, published in one transaction of {:.2} s, rolled up in {:.2} s",
+        s.stage_time.as_secs_f64(),
+        s.publish_time.as_secs_f64(),
+        s.rollup_time.as_secs_f64()
+    );
     match s.span {
         Some((a, b)) => println!("time span: {} .. {}", rfc3339(a), rfc3339(b)),
         None => println!("time span: none (no rows)"),

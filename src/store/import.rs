@@ -23,6 +23,10 @@ use super::write::ensure_host;
 use super::{Store, StoreError};
 use crate::model::{GpuInventory, GpuSample, TsMs};
 
+/// `PRAGMA cache_size` (negative: KiB) while an import is staged and published, and after.
+const IMPORT_CACHE_SIZE: i64 = -65_536;
+const DEFAULT_CACHE_SIZE: i64 = -2_000;
+
 /// The longest time range one rollup transaction of an import covers.
 pub const ROLLUP_CHUNK_MS: i64 = 3_600_000;
 
@@ -32,10 +36,9 @@ const CREATE_SQL: &str = concat!(
     "temp_c, fan_pct, clock_sm_mhz, clock_mem_mhz, power_mw, power_limit_mw, energy_mj, ",
     "pstate, pcie_tx_kbs, pcie_rx_kbs, pcie_gen, pcie_width, throttle_reasons, ",
     "ecc_corrected, ecc_uncorrected, retired_pages, remapped_rows_correctable, ",
-    "remapped_rows_uncorrectable, remap_pending, remap_failure, ",
-    "PRIMARY KEY (ts_ms, gpu)) WITHOUT ROWID;
+    "remapped_rows_uncorrectable, remap_pending, remap_failure);
      CREATE TEMP TABLE IF NOT EXISTS gw_imp_apps (ts_ms INTEGER NOT NULL, gpu_ref INTEGER NOT NULL,
-       proc INTEGER NOT NULL, used_mem_bytes INTEGER, PRIMARY KEY (ts_ms, gpu_ref, proc)) WITHOUT ROWID;
+       proc INTEGER NOT NULL, used_mem_bytes INTEGER);
      CREATE TEMP TABLE IF NOT EXISTS gw_imp_gpu_map (local INTEGER PRIMARY KEY, gpu_id INTEGER NOT NULL);
      CREATE TEMP TABLE IF NOT EXISTS gw_imp_ref_map (ref INTEGER PRIMARY KEY, gpu_id INTEGER NOT NULL);
      CREATE TEMP TABLE IF NOT EXISTS gw_imp_proc_map (local INTEGER PRIMARY KEY, process_id INTEGER NOT NULL);
@@ -110,13 +113,13 @@ pub struct Staging<'a> {
 }
 
 const INSERT_SAMPLE: &str = concat!(
-    "INSERT OR REPLACE INTO gw_imp_samples (ts_ms, gpu, ",
+    "INSERT INTO gw_imp_samples (ts_ms, gpu, ",
     sample_metric_columns!(),
     ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
        ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)"
 );
 
-const INSERT_APP: &str = "INSERT OR REPLACE INTO gw_imp_apps (ts_ms, gpu_ref, proc, used_mem_bytes)
+const INSERT_APP: &str = "INSERT INTO gw_imp_apps (ts_ms, gpu_ref, proc, used_mem_bytes)
      VALUES (?1, ?2, ?3, ?4)";
 
 impl Store {
@@ -130,6 +133,9 @@ impl Store {
             open: true,
         };
         self.conn.execute_batch(CREATE_SQL)?;
+        // A larger page cache for this connection: the publish appends many pages at once.
+        self.conn
+            .pragma_update(None, "cache_size", IMPORT_CACHE_SIZE)?;
         staging.insert_sample = Some(self.conn.prepare(INSERT_SAMPLE)?);
         staging.insert_app = Some(self.conn.prepare(INSERT_APP)?);
         Ok(staging)
@@ -200,8 +206,8 @@ impl Store {
 }
 
 impl Staging<'_> {
-    /// Stages one sample of importer-local GPU `gpu` (a later row with the same time and GPU
-    /// replaces it).
+    /// Stages one sample of importer-local GPU `gpu`. Rows are kept in staging order; at
+    /// publish a later row with the same time and GPU replaces an earlier one.
     pub fn sample(&mut self, gpu: usize, s: &GpuSample) -> Result<(), StoreError> {
         let stmt = match &mut self.insert_sample {
             Some(s) => s,
@@ -292,6 +298,9 @@ impl Drop for Staging<'_> {
             let _ = self.conn.execute_batch("ROLLBACK");
         }
         let _ = self.conn.execute_batch(DROP_SQL);
+        let _ = self
+            .conn
+            .pragma_update(None, "cache_size", DEFAULT_CACHE_SIZE);
     }
 }
 
@@ -408,7 +417,7 @@ fn publish_rows(conn: &Connection, plan: &ImportPlan) -> Result<Published, Store
             sample_metric_columns!(),
             ") SELECT s.ts_ms, m.gpu_id, ",
             sample_metric_columns!(),
-            " FROM gw_imp_samples s JOIN gw_imp_gpu_map m ON m.local = s.gpu"
+            " FROM gw_imp_samples s JOIN gw_imp_gpu_map m ON m.local = s.gpu ORDER BY s.rowid"
         ),
         [],
     )?;
@@ -440,7 +449,8 @@ fn publish_rows(conn: &Connection, plan: &ImportPlan) -> Result<Published, Store
     let process_samples = conn.execute(
         "INSERT OR REPLACE INTO process_samples (ts_ms, gpu_id, process_id, used_mem_bytes)
          SELECT a.ts_ms, r.gpu_id, p.process_id, a.used_mem_bytes FROM gw_imp_apps a
-         JOIN gw_imp_ref_map r ON r.ref = a.gpu_ref JOIN gw_imp_proc_map p ON p.local = a.proc",
+         JOIN gw_imp_ref_map r ON r.ref = a.gpu_ref JOIN gw_imp_proc_map p ON p.local = a.proc
+         ORDER BY a.rowid",
         [],
     )?;
     for (host, span) in spans.iter().enumerate() {

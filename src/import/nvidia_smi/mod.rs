@@ -104,6 +104,11 @@ pub struct Summary {
     pub unresolved: Vec<Unresolved>,
     /// Rollup rows written for the imported minutes.
     pub rollups: usize,
+    /// Time spent reading and staging, in the one publish transaction (the only time the
+    /// database's write lock is held, besides short rollup steps), and rolling up.
+    pub stage_time: std::time::Duration,
+    pub publish_time: std::time::Duration,
+    pub rollup_time: std::time::Duration,
 }
 
 /// The host of a file's rows when no `--host` is given: the file stem, or `imported`.
@@ -143,6 +148,7 @@ pub fn import(
     }
     let mut registry = registry::Registry::default();
     let mut clock = values::Clock::new(opts.zone.clone());
+    let started = std::time::Instant::now();
     let mut staging = store.stage_import()?;
     for path in files {
         let shown = path.display().to_string();
@@ -196,7 +202,11 @@ pub fn import(
             how: format!("{} process rows", u.rows),
         });
     }
+    summary.stage_time = started.elapsed();
+    let started = std::time::Instant::now();
     let published = staging.publish(&plan)?;
+    summary.publish_time = started.elapsed();
+    let started = std::time::Instant::now();
     summary.samples = published.samples;
     summary.process_samples = published.process_samples;
     summary.gpus = plan.gpus.len();
@@ -225,5 +235,6 @@ pub fn import(
             );
         }
     }
+    summary.rollup_time = started.elapsed();
     Ok(summary)
 }
