@@ -169,51 +169,54 @@ fn raw_for_short_ranges_rollups_for_long_and_both_agree() {
     assert_eq!(short["source"], "raw");
     assert_eq!(short["step_ms"], 60_000);
 
-    // Two hours at 5 minutes through both paths: the same buckets, the same numbers.
-    let window = [
-        "--from",
-        &secs(T0 + 86_400_000),
-        "--to",
-        &secs(T0 + 86_400_000 + 7_200_000),
-        "--step",
-        "5m",
-        "--metric",
-        "util,mem,temp,power,clocks",
-    ];
-    let mut raw_args = window.to_vec();
-    raw_args.extend(["--source", "raw"]);
-    let mut rollup_args = window.to_vec();
-    rollup_args.extend(["--source", "rollups"]);
-    let raw = json(&db, &raw_args);
-    let rolled = json(&db, &rollup_args);
-    assert_eq!(
-        (raw["source"].as_str(), rolled["source"].as_str()),
-        (Some("raw"), Some("rollups"))
-    );
-    let (rs, ls) = (
-        raw["series"].as_array().unwrap(),
-        rolled["series"].as_array().unwrap(),
-    );
-    assert_eq!(rs.len(), 2 * 6, "clocks is clock_sm and clock_mem");
-    assert_eq!(rs.len(), ls.len());
-    for (r, l) in rs.iter().zip(ls) {
-        assert_eq!(r["metric"], l["metric"]);
-        let (rp, lp) = (
-            r["points"].as_array().unwrap(),
-            l["points"].as_array().unwrap(),
+    // Two hours at 5 minutes and at 1 minute (the rollups' one-row-per-bucket path) through
+    // both paths: the same buckets, the same numbers.
+    for (step, buckets) in [("5m", 24), ("1m", 120)] {
+        let window = [
+            "--from",
+            &secs(T0 + 86_400_000),
+            "--to",
+            &secs(T0 + 86_400_000 + 7_200_000),
+            "--step",
+            step,
+            "--metric",
+            "util,mem,temp,power,clocks",
+        ];
+        let mut raw_args = window.to_vec();
+        raw_args.extend(["--source", "raw"]);
+        let mut rollup_args = window.to_vec();
+        rollup_args.extend(["--source", "rollups"]);
+        let raw = json(&db, &raw_args);
+        let rolled = json(&db, &rollup_args);
+        assert_eq!(
+            (raw["source"].as_str(), rolled["source"].as_str()),
+            (Some("raw"), Some("rollups"))
         );
-        assert_eq!(rp.len(), 24);
-        assert_eq!(rp.len(), lp.len());
-        for (a, b) in rp.iter().zip(lp) {
-            assert_eq!(a["ts_ms"], b["ts_ms"]);
-            for k in ["avg", "min", "max"] {
-                let (x, y) = (a[k].as_f64().unwrap(), b[k].as_f64().unwrap());
-                assert!(
-                    (x - y).abs() <= 1e-6 * x.abs().max(1.0),
-                    "{} {k} at {}: raw {x} vs rollups {y}",
-                    r["metric"],
-                    a["ts_ms"]
-                );
+        let (rs, ls) = (
+            raw["series"].as_array().unwrap(),
+            rolled["series"].as_array().unwrap(),
+        );
+        assert_eq!(rs.len(), 2 * 6, "clocks is clock_sm and clock_mem");
+        assert_eq!(rs.len(), ls.len());
+        for (r, l) in rs.iter().zip(ls) {
+            assert_eq!(r["metric"], l["metric"]);
+            let (rp, lp) = (
+                r["points"].as_array().unwrap(),
+                l["points"].as_array().unwrap(),
+            );
+            assert_eq!(rp.len(), buckets);
+            assert_eq!(rp.len(), lp.len());
+            for (a, b) in rp.iter().zip(lp) {
+                assert_eq!(a["ts_ms"], b["ts_ms"]);
+                for k in ["avg", "min", "max"] {
+                    let (x, y) = (a[k].as_f64().unwrap(), b[k].as_f64().unwrap());
+                    assert!(
+                        (x - y).abs() <= 1e-6 * x.abs().max(1.0),
+                        "{} {k} at {}: raw {x} vs rollups {y}",
+                        r["metric"],
+                        a["ts_ms"]
+                    );
+                }
             }
         }
     }

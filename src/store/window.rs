@@ -251,10 +251,17 @@ pub fn series(
         return Ok(out);
     }
     let ids: Vec<String> = gpu_ids.iter().map(i64::to_string).collect();
+    // Rollups at a one-minute step: each row is its own bucket, so no GROUP BY (and no sort
+    // of a week of rows: 15x faster).
+    let per_row = source == Source::Rollups && step == MINUTE;
     let mut cols = String::new();
     for m in metrics {
         let s = m.scale;
         match source {
+            Source::Rollups if per_row => cols.push_str(&format!(
+                ", {c}_avg / {s:?}, {c}_min / {s:?}, {c}_max / {s:?}",
+                c = m.rollup_col
+            )),
             Source::Raw => cols.push_str(&format!(
                 ", avg({c}) / {s:?}, min({c}) / {s:?}, max({c}) / {s:?}",
                 c = m.raw_col
@@ -272,9 +279,9 @@ pub fn series(
     };
     let sql = format!(
         "SELECT gpu_id, (ts_ms - ?1) / ?3 AS b{cols} FROM {table}
-         WHERE ts_ms >= ?4 AND ts_ms < ?2 AND gpu_id IN ({})
-         GROUP BY gpu_id, b",
-        ids.join(",")
+         WHERE ts_ms >= ?4 AND ts_ms < ?2 AND gpu_id IN ({}){}",
+        ids.join(","),
+        if per_row { "" } else { " GROUP BY gpu_id, b" }
     );
     let mut stmt = conn.prepare(&sql)?;
     let mut rows = stmt.query(params![first, to_ms, step, lo])?;
@@ -297,4 +304,39 @@ pub fn series(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_aliases_and_errors() {
+        let names = |l: &[&str]| -> Vec<&str> {
+            resolve_metrics(l).unwrap().iter().map(|m| m.name).collect()
+        };
+        assert_eq!(
+            names(&["util", "util_gpu", "clocks"]),
+            ["util_gpu", "clock_sm", "clock_mem"]
+        );
+        assert_eq!(
+            names(&["mem", "temp", "power"]),
+            ["mem_used", "temp", "power"]
+        );
+        let e = resolve_metrics(&["util", "xid"]).unwrap_err();
+        assert!(
+            e.starts_with("unknown metric \"xid\": valid metrics are util_gpu,"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn buckets_are_aligned_to_the_step() {
+        assert_eq!(buckets(90_000, 300_000, 60_000), (60_000, 4));
+        assert_eq!(buckets(0, 60_000, 60_000), (0, 1));
+        assert_eq!(Source::auto(0, 3_600_000, 60_000), Source::Raw);
+        assert_eq!(Source::auto(0, 86_400_000, 30_000), Source::Raw);
+        assert_eq!(Source::auto(0, 86_400_000, 90_000), Source::Raw);
+        assert_eq!(Source::auto(0, 86_400_000, 120_000), Source::Rollups);
+    }
 }
