@@ -427,6 +427,8 @@ fn a_bad_line_is_skipped_with_its_line_number_or_fails_everything_under_strict()
     assert_eq!(n, 0, "nothing of units.csv either");
     let g: i64 = one(&c, "SELECT count(*) FROM gpus");
     assert_eq!(g, 0);
+    let h: i64 = one(&c, "SELECT count(*) FROM hosts");
+    assert_eq!(h, 0, "not even the host row");
 
     let lenient = dir.path().join("lenient.db");
     let o = import(&lenient, &["--tz", "UTC"], &[fixture("bad_line.csv")]);

@@ -85,7 +85,8 @@ pub fn run(args: ImportSmiArgs) -> Result<(), Failure> {
         total += meta.len();
     }
     let first_host = nvidia_smi::host_of(&opts, &args.files[0]);
-    let mut st_cfg = store::StoreConfig::new(first_host);
+    let host_existed = store::import::host_exists(&cfg.database, &first_host);
+    let mut st_cfg = store::StoreConfig::new(first_host.clone());
     st_cfg.retention = cfg.retention;
     st_cfg.rollup_retention = cfg.rollup_retention;
     st_cfg.max_db_size = cfg.max_db_size;
@@ -109,6 +110,12 @@ pub fn run(args: ImportSmiArgs) -> Result<(), Failure> {
     });
     if let Some(b) = &bar {
         b.finish_and_clear();
+    }
+    if result.is_err() && !host_existed {
+        // `open` registered the host; the failed import leaves no trace of it.
+        if let Err(e) = store.forget_unused_host(&first_host) {
+            tracing::warn!(error = %e, host = first_host, "could not remove the unused host row");
+        }
     }
     let summary = result.map_err(|e| {
         let code = match e {

@@ -14,6 +14,8 @@
 //! - [`Store::import_rollups`] recomputes the 1-minute rollups of the imported range (plus any
 //!   backlog before it) in short transactions of at most [`ROLLUP_CHUNK_MS`] each and raises
 //!   the host's rollup progress, so history, reports and retention see imported minutes.
+//! - [`Store::forget_unused_host`] removes only a host row nothing refers to, so a failed
+//!   import leaves no trace; callers use it only for a host they created.
 
 use rusqlite::{Connection, OptionalExtension, Statement, params};
 
@@ -122,7 +124,41 @@ const INSERT_SAMPLE: &str = concat!(
 const INSERT_APP: &str = "INSERT INTO gw_imp_apps (ts_ms, gpu_ref, proc, used_mem_bytes)
      VALUES (?1, ?2, ?3, ?4)";
 
+/// Whether the database at `path` already knows host `name` (true when that cannot be told,
+/// so that a caller never removes a host it did not create).
+pub fn host_exists(path: &std::path::Path, name: &str) -> bool {
+    if !path.is_file() {
+        return false;
+    }
+    let Ok(conn) = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+    else {
+        return true;
+    };
+    conn.query_row("SELECT count(*) FROM hosts WHERE name = ?1", [name], |r| {
+        r.get::<_, i64>(0)
+    })
+    .map_or(true, |n| n > 0)
+}
+
 impl Store {
+    /// Removes host `name` if nothing refers to it (no GPU, process, event, rollup progress,
+    /// training series or source): undoes the host row `open` registered for an import that
+    /// then failed. Returns whether it was removed. Only call it for a host this process
+    /// created ([`host_exists`] said no before `open`).
+    pub fn forget_unused_host(&self, name: &str) -> Result<bool, StoreError> {
+        let n = self.conn.execute(
+            "DELETE FROM hosts WHERE name = ?1 AND last_seen_ms IS NULL
+               AND NOT EXISTS (SELECT 1 FROM gpus WHERE host_id = hosts.id)
+               AND NOT EXISTS (SELECT 1 FROM processes WHERE host_id = hosts.id)
+               AND NOT EXISTS (SELECT 1 FROM events WHERE host_id = hosts.id)
+               AND NOT EXISTS (SELECT 1 FROM rollup_state WHERE host_id = hosts.id)
+               AND NOT EXISTS (SELECT 1 FROM training_series WHERE host_id = hosts.id)
+               AND NOT EXISTS (SELECT 1 FROM training_source WHERE host_id = hosts.id)",
+            [name],
+        )?;
+        Ok(n > 0)
+    }
+
     /// Starts staging an import on this store's connection.
     pub fn stage_import(&self) -> Result<Staging<'_>, StoreError> {
         self.conn.execute_batch("BEGIN DEFERRED")?;
