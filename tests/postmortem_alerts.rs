@@ -339,6 +339,28 @@ fn alerts_and_incidents_of_a_demo_run() {
         "{events:?}"
     );
 
+    // A per-process alert's story has the process's own memory, growing.
+    let leak = all
+        .iter()
+        .find(|a| a["rule"] == "gpu_memory_leak")
+        .expect("leak alert");
+    assert!(leak["pid"].is_i64(), "{leak}");
+    let inc = json(&gpuwatch(
+        &[
+            "incident",
+            &leak["alert_id"].to_string(),
+            "--format",
+            "json",
+        ],
+        &db,
+    ));
+    let mem = &inc["metrics"][0];
+    assert_eq!(mem["metric"], "process_mem", "{inc}");
+    assert!(
+        mem["during"]["max"].as_f64() > mem["before"]["max"].as_f64(),
+        "{mem}"
+    );
+
     // An unknown id: a clear error, exit code 2.
     let o = gpuwatch(&["incident", "999999"], &db);
     assert_eq!(o.status.code(), Some(2));

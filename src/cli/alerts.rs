@@ -280,6 +280,7 @@ mod tests {
             gpu_id: 1,
             gpu_uuid: None,
             gpu_index: Some(0),
+            process_id: None,
             pid: None,
             process_name: None,
             reported: true,

@@ -164,6 +164,15 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
         let during = series::metric_series(&conn, alert.gpu_id, m, start, end).with_context(ctx)?;
         metrics.push((*m, *unit, Stats::of(&before), Stats::of(&during)));
     }
+    if let Some(pid) = alert.process_id {
+        let before =
+            q::process_mem(&conn, alert.gpu_id, pid, before_from, start - 1).with_context(ctx)?;
+        let during = q::process_mem(&conn, alert.gpu_id, pid, start, end).with_context(ctx)?;
+        metrics.insert(
+            0,
+            ("process_mem", "MiB", Stats::of(&before), Stats::of(&during)),
+        );
+    }
     let procs = q::processes(&conn, alert.gpu_id, before_from, end).with_context(ctx)?;
     let events = q::events(&conn, alert.gpu_id, before_from, end).with_context(ctx)?;
     let training = training(&conn, &alert, before_from, start, end).with_context(ctx)?;

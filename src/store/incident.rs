@@ -35,6 +35,8 @@ pub struct AlertRow {
     pub gpu_id: i64,
     pub gpu_uuid: Option<String>,
     pub gpu_index: Option<i64>,
+    /// `processes.id` of a per-process alert's process.
+    pub process_id: Option<i64>,
     pub pid: Option<i64>,
     pub process_name: Option<String>,
     pub reported: bool,
@@ -59,7 +61,7 @@ pub struct AlertFilter {
 
 const ALERT_COLUMNS: &str = "v.alert_id, v.rule, v.state, v.severity, v.scope, v.host, a.gpu_id,
     v.gpu_uuid, v.gpu_index, v.pid, v.process_name, v.reported, v.active_since_ms, v.fired_ms,
-    v.resolved_ms, v.active_ms, v.summary, a.labels_json
+    v.resolved_ms, v.active_ms, v.summary, a.labels_json, a.process_id
     FROM alerts v JOIN alert_state a ON a.id = v.alert_id";
 
 fn alert_row(r: &Row) -> rusqlite::Result<AlertRow> {
@@ -82,6 +84,7 @@ fn alert_row(r: &Row) -> rusqlite::Result<AlertRow> {
         active_ms: r.get(15)?,
         summary: r.get(16)?,
         labels_json: r.get(17)?,
+        process_id: r.get(18)?,
     })
 }
 
@@ -257,4 +260,23 @@ pub fn host_span(conn: &Connection, host: &str) -> Result<Option<(TsMs, TsMs)>, 
         )
         .optional()?;
     Ok(span.and_then(|(a, b)| a.zip(b)))
+}
+
+/// GPU memory of process `process_id` on GPU `gpu_id` in `[from, to]`, in MiB (`None` where
+/// the driver did not say), in time order.
+pub fn process_mem(
+    conn: &Connection,
+    gpu_id: i64,
+    process_id: i64,
+    from: TsMs,
+    to: TsMs,
+) -> Result<Vec<(TsMs, Option<f64>)>, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT ts_ms, used_mem_bytes / 1048576.0 FROM process_samples
+         WHERE ts_ms >= ?3 AND ts_ms <= ?4 AND gpu_id = ?1 AND process_id = ?2 ORDER BY ts_ms",
+    )?;
+    let rows = stmt.query_map(params![gpu_id, process_id, from, to], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
