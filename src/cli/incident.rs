@@ -150,10 +150,10 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
             ),
         ));
     };
-    let window_ms = args.window.as_millis() as TsMs;
+    let window_ms = TsMs::try_from(args.window.as_millis()).unwrap_or(TsMs::MAX);
     let start = alert.active_since_ms;
     let end = start + alert.active_ms;
-    let before_from = start - window_ms;
+    let before_from = start.saturating_sub(window_ms);
     let ctx = || format!("reading alert {} from {}", args.id, cfg.database.display());
 
     let notes = q::notifications(&conn, args.id).with_context(ctx)?;
