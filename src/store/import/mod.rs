@@ -19,11 +19,13 @@
 
 use rusqlite::{Connection, OptionalExtension, Statement, params};
 
+mod publish;
+
 use super::rollup::{ceil_minute, floor_minute, rollup_host, set_done};
 use super::rows::sample_metric_columns;
-use super::write::ensure_host;
 use super::{Store, StoreError};
 use crate::model::{GpuInventory, GpuSample, TsMs};
+use publish::{publish_rows, sat};
 
 /// `PRAGMA cache_size` (negative: KiB) while an import is staged and published, and after.
 const IMPORT_CACHE_SIZE: i64 = -65_536;
@@ -338,169 +340,4 @@ impl Drop for Staging<'_> {
             .conn
             .pragma_update(None, "cache_size", DEFAULT_CACHE_SIZE);
     }
-}
-
-fn sat(v: Option<u64>) -> Option<i64> {
-    v.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
-}
-
-/// Inventory columns: the imported value wins when the import is at least as recent.
-macro_rules! newer {
-    ($c:literal) => {
-        concat!(
-            $c,
-            " = CASE WHEN excluded.last_seen_ms >= last_seen_ms THEN coalesce(excluded.",
-            $c,
-            ", ",
-            $c,
-            ") ELSE coalesce(",
-            $c,
-            ", excluded.",
-            $c,
-            ") END"
-        )
-    };
-}
-
-const GPU_UPSERT: &str = concat!(
-    "INSERT INTO gpus (host_id, uuid, gpu_index, name, serial, pci_bus_id, driver_version,
-       memory_total_bytes, power_limit_mw, power_limit_min_mw, power_limit_max_mw,
-       temp_slowdown_c, pcie_max_gen, pcie_max_width, persistence_mode, mig_mode,
-       first_seen_ms, last_seen_ms, last_sample_ms)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)
-     ON CONFLICT (host_id, uuid) DO UPDATE SET ",
-    newer!("gpu_index"),
-    ", ",
-    newer!("name"),
-    ", ",
-    newer!("serial"),
-    ", ",
-    newer!("pci_bus_id"),
-    ", ",
-    newer!("driver_version"),
-    ", ",
-    newer!("memory_total_bytes"),
-    ", ",
-    newer!("power_limit_mw"),
-    ", ",
-    newer!("power_limit_min_mw"),
-    ", ",
-    newer!("power_limit_max_mw"),
-    ", ",
-    newer!("temp_slowdown_c"),
-    ", ",
-    newer!("pcie_max_gen"),
-    ", ",
-    newer!("pcie_max_width"),
-    ", ",
-    newer!("persistence_mode"),
-    ", ",
-    newer!("mig_mode"),
-    ",
-       first_seen_ms = min(first_seen_ms, excluded.first_seen_ms),
-       last_seen_ms = max(last_seen_ms, excluded.last_seen_ms),
-       last_sample_ms = CASE WHEN excluded.last_sample_ms IS NULL THEN last_sample_ms
-                             ELSE max(coalesce(last_sample_ms, excluded.last_sample_ms),
-                                      excluded.last_sample_ms) END
-     RETURNING id"
-);
-
-fn publish_rows(conn: &Connection, plan: &ImportPlan) -> Result<Published, StoreError> {
-    let mut host_ids = Vec::with_capacity(plan.hosts.len());
-    for h in &plan.hosts {
-        host_ids.push(ensure_host(conn, h)?);
-    }
-    let mut gpu_ids = Vec::with_capacity(plan.gpus.len());
-    let mut spans: Vec<Option<(TsMs, TsMs)>> = vec![None; plan.hosts.len()];
-    let mut widen = |host: usize, a: TsMs, b: TsMs| {
-        let s = &mut spans[host];
-        *s = Some(s.map_or((a, b), |(x, y)| (x.min(a), y.max(b))));
-    };
-    for (local, g) in plan.gpus.iter().enumerate() {
-        let inv = &g.inventory;
-        let id: i64 = conn.prepare_cached(GPU_UPSERT)?.query_row(
-            params![
-                host_ids[g.host],
-                inv.uuid,
-                g.index_known.then_some(inv.index),
-                inv.name,
-                inv.serial,
-                inv.pci_bus_id,
-                inv.driver_version,
-                sat(inv.memory_total_bytes),
-                inv.power_limit_mw,
-                inv.power_limit_min_mw,
-                inv.power_limit_max_mw,
-                inv.temp_slowdown_c,
-                inv.pcie_max_gen,
-                inv.pcie_max_width,
-                inv.persistence_mode,
-                inv.mig_mode,
-                g.first_ms,
-                g.last_ms,
-                g.last_sample_ms
-            ],
-            |r| r.get(0),
-        )?;
-        conn.prepare_cached("INSERT INTO gw_imp_gpu_map (local, gpu_id) VALUES (?1, ?2)")?
-            .execute(params![local as i64, id])?;
-        gpu_ids.push(id);
-        widen(g.host, g.first_ms, g.last_ms);
-    }
-    let samples = conn.execute(
-        concat!(
-            "INSERT OR REPLACE INTO samples (ts_ms, gpu_id, ",
-            sample_metric_columns!(),
-            ") SELECT s.ts_ms, m.gpu_id, ",
-            sample_metric_columns!(),
-            " FROM gw_imp_samples s JOIN gw_imp_gpu_map m ON m.local = s.gpu ORDER BY s.rowid"
-        ),
-        [],
-    )?;
-    for (r, g) in plan.gpu_refs.iter().enumerate() {
-        if let Some(g) = g {
-            conn.prepare_cached("INSERT INTO gw_imp_ref_map (ref, gpu_id) VALUES (?1, ?2)")?
-                .execute(params![r as i64, gpu_ids[*g]])?;
-        }
-    }
-    for (local, p) in plan.processes.iter().enumerate() {
-        let id: i64 = conn
-            .prepare_cached(
-                "INSERT INTO processes (host_id, pid, start_time_ms, name, first_seen_ms, last_seen_ms)
-                 VALUES (?1, ?2, 0, ?3, ?4, ?5)
-                 ON CONFLICT (host_id, pid, start_time_ms) DO UPDATE SET
-                   name = coalesce(excluded.name, name),
-                   first_seen_ms = min(first_seen_ms, excluded.first_seen_ms),
-                   last_seen_ms = max(last_seen_ms, excluded.last_seen_ms)
-                 RETURNING id",
-            )?
-            .query_row(
-                params![host_ids[p.host], p.pid, p.name, p.first_ms, p.last_ms],
-                |r| r.get(0),
-            )?;
-        conn.prepare_cached("INSERT INTO gw_imp_proc_map (local, process_id) VALUES (?1, ?2)")?
-            .execute(params![local as i64, id])?;
-        widen(p.host, p.first_ms, p.last_ms);
-    }
-    let process_samples = conn.execute(
-        "INSERT OR REPLACE INTO process_samples (ts_ms, gpu_id, process_id, used_mem_bytes)
-         SELECT a.ts_ms, r.gpu_id, p.process_id, a.used_mem_bytes FROM gw_imp_apps a
-         JOIN gw_imp_ref_map r ON r.ref = a.gpu_ref JOIN gw_imp_proc_map p ON p.local = a.proc
-         ORDER BY a.rowid",
-        [],
-    )?;
-    for (host, span) in spans.iter().enumerate() {
-        if let Some((first, last)) = span {
-            conn.prepare_cached(
-                "UPDATE hosts SET first_seen_ms = min(coalesce(first_seen_ms, ?1), ?1),
-                   raw_floor_ms = min(coalesce(raw_floor_ms, ?1), ?1),
-                   last_seen_ms = max(coalesce(last_seen_ms, ?2), ?2) WHERE id = ?3",
-            )?
-            .execute(params![first, last, host_ids[host]])?;
-        }
-    }
-    Ok(Published {
-        samples: samples as u64,
-        process_samples: process_samples as u64,
-    })
 }
