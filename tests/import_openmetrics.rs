@@ -406,3 +406,89 @@ fn real_prometheus_scrapes_parse_completely() {
         );
     }
 }
+
+/// The issue's backtest end to end, from logs only: an `nvidia-smi --query-gpu` CSV log
+/// (`import nvidia-smi`) and the job's step counters as OpenMetrics, joined by `uuid`
+/// (`import openmetrics`), then `replay` with the default rules. GPU 0's step stops from
+/// 30:00 to 45:00 while its utilisation drops to 0 % with the memory still held (a dead
+/// dataloader); GPU 1 keeps training.
+#[test]
+fn an_nvidia_smi_log_and_an_openmetrics_file_backtest_the_hang() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("g.db");
+    let t0 = chrono::DateTime::parse_from_rfc3339("2025-11-30T10:00:00Z")
+        .expect("t0")
+        .timestamp();
+    let uuid = |g: u32| format!("GPU-11111111-2222-3333-4444-55555555555{g}");
+    let hung = |g: u32, t: i64| g == 0 && (30 * 60..45 * 60).contains(&t);
+    let mut csv = String::from(
+        "timestamp, index, uuid, name, utilization.gpu [%], memory.used [MiB], memory.total [MiB], power.draw [W], power.limit [W]\n",
+    );
+    for k in 0..=(MINUTES * 12) {
+        let t = k * 5;
+        let at = chrono::DateTime::from_timestamp(t0 + t, 0).expect("time");
+        for g in 0..2 {
+            let (util, power) = if hung(g, t) { (0, 70.5) } else { (95, 610.2) };
+            csv.push_str(&format!(
+                "{}, {g}, {}, NVIDIA H100 80GB HBM3, {util} %, 60000 MiB, 81559 MiB, {power:.2} W, 700.00 W\n",
+                at.format("%Y/%m/%d %H:%M:%S%.3f"),
+                uuid(g)
+            ));
+        }
+    }
+    let smi = dir.path().join("smi.csv");
+    std::fs::write(&smi, csv).expect("write");
+    let mut om = String::from("# TYPE training_step counter\n");
+    let mut steps = [0; 2];
+    for k in 0..=(MINUTES * 4) {
+        let t = k * 15;
+        for g in 0..2u32 {
+            if !hung(g, t) {
+                steps[g as usize] += 3;
+            }
+            om.push_str(&format!(
+                "training_step_total{{uuid=\"{}\",job=\"llm\"}} {} {}\n",
+                uuid(g),
+                steps[g as usize],
+                t0 + t
+            ));
+        }
+    }
+    om.push_str("# EOF\n");
+    let om_file = dir.path().join("steps.om");
+    std::fs::write(&om_file, om).expect("write");
+
+    let o = gpuwatch(
+        &["import", "nvidia-smi", "--tz", "UTC", "--host", "node-9"],
+        &db,
+        &[smi],
+    );
+    assert!(o.status.success(), "{}", text(&o).1);
+    let o = gpuwatch(&["import", "openmetrics"], &db, &[om_file]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("for host node-9"), "{out}");
+    assert!(out.contains(&format!("{}\"}} -> GPU 0", uuid(0))), "{out}");
+
+    let o = gpuwatch(&["replay", "--format", "jsonl"], &db, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let hangs: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("jsonl"))
+        .filter(|v| v["rule"] == "training_hang")
+        .collect();
+    let minute = |v: &Value| {
+        let at = chrono::DateTime::parse_from_rfc3339(v["at"].as_str().expect("at")).expect("t");
+        (at.timestamp() - t0) as f64 / 60.0
+    };
+    let fired: Vec<&Value> = hangs.iter().filter(|v| v["state"] == "firing").collect();
+    assert_eq!(fired.len(), 1, "one hang, on GPU 0: {hangs:?}");
+    assert_eq!(fired[0]["gpu"], 0);
+    assert!((31.0..=37.0).contains(&minute(fired[0])), "{hangs:?}");
+    let resolved = hangs
+        .iter()
+        .find(|v| v["state"] == "resolved")
+        .expect("resolved when the steps resume");
+    assert!((45.0..=47.0).contains(&minute(resolved)), "{hangs:?}");
+}
