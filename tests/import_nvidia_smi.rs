@@ -719,3 +719,53 @@ fn staging_does_not_hold_the_write_lock_and_dropping_it_imports_nothing() {
     let n: i64 = one(&c, "SELECT count(*) FROM samples");
     assert_eq!(n, 3);
 }
+
+#[test]
+fn a_compute_apps_section_without_timestamps_takes_the_time_of_the_rows_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.db");
+    let log = dir.path().join("loop.csv");
+    // What `while true; do nvidia-smi --query-gpu=...; nvidia-smi --query-compute-apps=...;
+    // sleep 1; done >> loop.csv` writes with an older driver: sections appended, apps
+    // without a timestamp column, CRLF line ends.
+    let mut s = String::new();
+    for (i, t) in ["12:00:00.000", "12:00:01.000"].iter().enumerate() {
+        s.push_str("timestamp, index, uuid, utilization.gpu [%]\r\n");
+        s.push_str(&format!(
+            "2024/05/01 {t}, 0, GPU-1e2f3a4b-5c6d-4e7f-8091-a2b3c4d5e6f7, {} %\r\n",
+            50 + i
+        ));
+        s.push_str("pid, process_name, used_gpu_memory [MiB]\r\n");
+        s.push_str(&format!("31337, trainer, {} MiB\r\n", 1000 + i));
+    }
+    std::fs::write(&log, s).unwrap();
+    let out = ok(&import(&path, &["--tz", "UTC", "--strict"], &[log]));
+    assert!(
+        out.contains("imported 2 samples and 2 process samples"),
+        "{out}"
+    );
+    let rows: Vec<(i64, i64)> = db(&path)
+        .prepare("SELECT ts_ms, used_mem_bytes FROM process_samples ORDER BY ts_ms")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(rows, vec![(T0, 1000 * MIB), (T0 + 1000, 1001 * MIB)]);
+
+    // Without any timestamped row before them, such rows are bad lines.
+    let apps_only = dir.path().join("apps-only.csv");
+    std::fs::write(
+        &apps_only,
+        "pid, process_name, used_gpu_memory [MiB]\n1, x, 5 MiB\n",
+    )
+    .unwrap();
+    let o = import(
+        &dir.path().join("h.db"),
+        &["--tz", "UTC", "--strict"],
+        &[apps_only],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("apps-only.csv:2: no timestamp"), "{err}");
+}
