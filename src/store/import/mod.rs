@@ -163,6 +163,9 @@ impl Store {
 
     /// Starts staging an import on this store's connection.
     pub fn stage_import(&self) -> Result<Staging<'_>, StoreError> {
+        // Staged rows go to a temporary file (bounded memory for week-long logs), with a
+        // page cache of their own.
+        self.conn.pragma_update(None, "temp_store", "FILE")?;
         self.conn.execute_batch("BEGIN DEFERRED")?;
         let mut staging = Staging {
             conn: &self.conn,
@@ -174,6 +177,8 @@ impl Store {
         // A larger page cache for this connection: the publish appends many pages at once.
         self.conn
             .pragma_update(None, "cache_size", IMPORT_CACHE_SIZE)?;
+        self.conn
+            .pragma_update(Some("temp"), "cache_size", IMPORT_CACHE_SIZE)?;
         staging.insert_sample = Some(self.conn.prepare(INSERT_SAMPLE)?);
         staging.insert_app = Some(self.conn.prepare(INSERT_APP)?);
         Ok(staging)
