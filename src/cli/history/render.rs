@@ -30,13 +30,13 @@ struct JsonSeries<'a> {
     gpu_uuid: Option<&'a str>,
     metric: &'static str,
     unit: &'static str,
-    points: Vec<JsonPoint>,
+    points: Vec<JsonPoint<'a>>,
 }
 
 #[derive(Serialize)]
-struct JsonPoint {
+struct JsonPoint<'a> {
     ts_ms: TsMs,
-    time_utc: String,
+    time_utc: &'a str,
     avg: Option<f64>,
     min: Option<f64>,
     max: Option<f64>,
@@ -137,10 +137,11 @@ impl History<'_> {
         let mut out = head + "\n";
         let n = self.series.first().map_or(0, |s| s.points.len());
         for i in 0..n {
+            let time = self.series.first().map(|s| local(s.points[i].ts_ms));
             for chunk in self.series.chunks(w) {
                 let mut line = format!(
                     "{:<19}  {:>6}",
-                    local(chunk[0].points[i].ts_ms),
+                    time.as_deref().unwrap_or(""),
                     self.gpu_label(chunk[0].gpu_id)
                 );
                 for s in chunk {
@@ -201,6 +202,12 @@ impl History<'_> {
     /// `{from_ms, to_ms, step_ms, source, series: [{host, gpu_index, gpu_uuid, metric, unit,
     /// points: [{ts_ms, time_utc, avg, min, max}]}]}`, compact (a week per minute is large).
     pub fn json(&self) -> String {
+        // Every series has the same buckets: format their times once.
+        let times: Vec<String> = self
+            .series
+            .first()
+            .map(|s| s.points.iter().map(|p| rfc3339(p.ts_ms)).collect())
+            .unwrap_or_default();
         let doc = JsonHistory {
             from_ms: self.from,
             to_ms: self.to,
@@ -222,9 +229,10 @@ impl History<'_> {
                         points: s
                             .points
                             .iter()
-                            .map(|p| JsonPoint {
+                            .enumerate()
+                            .map(|(i, p)| JsonPoint {
                                 ts_ms: p.ts_ms,
-                                time_utc: rfc3339(p.ts_ms),
+                                time_utc: times.get(i).map_or("", String::as_str),
                                 avg: p.avg,
                                 min: p.min,
                                 max: p.max,
