@@ -388,6 +388,15 @@ fn masked_uuids_are_identified_by_host_and_index_and_apps_by_bus_id() {
         .map(Result::unwrap)
         .collect();
     let train = "python train.py --name a,b".to_string();
+    // Process rows sit at their GPU's nearest sample time (12:00:00.500 → 12:00:00.000).
+    let times: Vec<i64> = c
+        .prepare("SELECT DISTINCT ts_ms FROM process_samples ORDER BY ts_ms")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(times, vec![T0, T0 + 1000]);
     assert_eq!(
         procs,
         vec![
@@ -576,7 +585,9 @@ fn every_real_capture_imports() {
 }
 
 /// 40 minutes at 1 s of one GPU: 5 minutes busy, then 0 % utilisation while a process keeps
-/// 30 GiB allocated; and the matching `--query-compute-apps` log.
+/// 30 GiB allocated; and the matching `--query-compute-apps` log, 150 ms after each poll
+/// (without moving those rows to the sample times, the GPU would look like it held memory
+/// with no process: `gpu_memory_orphaned`, which inhibits `gpu_idle`).
 fn idle_logs(gpu: &Path, apps: &Path) {
     let uuid = "GPU-9d5a6e32-5f60-4182-ad34-456789abcdef";
     let mut s = String::from(
@@ -591,7 +602,10 @@ fn idle_logs(gpu: &Path, apps: &Path) {
         let t = (start + chrono::Duration::seconds(i)).format("%Y/%m/%d %H:%M:%S%.3f");
         let util = if i < 300 { 95 } else { 0 };
         writeln!(s, "{t}, 0, {uuid}, {util} %, 30720 MiB, 81559 MiB, 75.00 W").unwrap();
-        writeln!(a, "{t}, {uuid}, 4242, python, 30200 MiB").unwrap();
+        // The compute-apps call of the same poll runs a little later.
+        let ta = (start + chrono::Duration::milliseconds(i * 1000 + 150))
+            .format("%Y/%m/%d %H:%M:%S%.3f");
+        writeln!(a, "{ta}, {uuid}, 4242, python, 30200 MiB").unwrap();
     }
     std::fs::write(gpu, s).unwrap();
     std::fs::write(apps, a).unwrap();

@@ -5,8 +5,16 @@
 //! Invariants: staged importer-local ids are mapped to row ids through TEMP map tables; rows
 //! are upserted by their natural keys (a later staged row wins); hosts' first/last/raw-floor
 //! times and GPUs' last sample times only widen.
+//! - Process rows are placed at the time of the nearest sample of their GPU within
+//!   [`PROCESS_SNAP_MS`] (imported or already stored), so `process_count` sees them.
 
 use rusqlite::{Connection, params};
+
+/// A process row is moved to the time of the nearest sample of its GPU at most this far away
+/// (the earlier one on a tie): `--query-compute-apps` runs as its own call, a little after
+/// the `--query-gpu` call of the same poll, and rules count a GPU's processes at its sample
+/// times. Without such a sample the row keeps its own time.
+pub const PROCESS_SNAP_MS: i64 = 1_000;
 
 use super::super::StoreError;
 use super::super::rows::sample_metric_columns;
@@ -158,10 +166,13 @@ pub(super) fn publish_rows(conn: &Connection, plan: &ImportPlan) -> Result<Publi
     }
     let process_samples = conn.execute(
         "INSERT OR REPLACE INTO process_samples (ts_ms, gpu_id, process_id, used_mem_bytes)
-         SELECT a.ts_ms, r.gpu_id, p.process_id, a.used_mem_bytes FROM gw_imp_apps a
+         SELECT coalesce((SELECT s.ts_ms FROM samples s
+                          WHERE s.gpu_id = r.gpu_id AND s.ts_ms BETWEEN a.ts_ms - ?1 AND a.ts_ms + ?1
+                          ORDER BY abs(s.ts_ms - a.ts_ms), s.ts_ms LIMIT 1), a.ts_ms),
+                r.gpu_id, p.process_id, a.used_mem_bytes FROM gw_imp_apps a
          JOIN gw_imp_ref_map r ON r.ref = a.gpu_ref JOIN gw_imp_proc_map p ON p.local = a.proc
          ORDER BY a.rowid",
-        [],
+        [PROCESS_SNAP_MS],
     )?;
     for (host, span) in spans.iter().enumerate() {
         if let Some((first, last)) = span {
