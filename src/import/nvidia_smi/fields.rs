@@ -241,6 +241,10 @@ impl Layout {
                 _ => {}
             }
         }
+        if cols[Target::Temp as usize].is_none() {
+            // The margin alone cannot give the threshold: without temperature.gpu it is unused.
+            cols[Target::TempMargin as usize] = None;
+        }
         for c in cols.iter().flatten() {
             used[*c] = true;
         }
