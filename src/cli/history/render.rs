@@ -164,26 +164,30 @@ impl History<'_> {
             out.push_str(&format!(",{n},{n}_min,{n}_max"));
         }
         out.push('\n');
-        let n = self.series.first().map_or(0, |s| s.points.len());
-        for i in 0..n {
-            for chunk in self.series.chunks(w) {
-                let ts = chunk[0].points[i].ts_ms;
-                let (host, index, uuid) = self.gpu(chunk[0].gpu_id).map_or_else(
-                    || (String::new(), String::new(), String::new()),
+        // Per GPU once: `host,index,uuid`.
+        let ids: Vec<String> = self
+            .series
+            .chunks(w)
+            .map(|c| {
+                self.gpu(c[0].gpu_id).map_or_else(
+                    || ",,".to_string(),
                     |g| {
-                        (
-                            g.host.clone(),
-                            g.inventory.index.to_string(),
-                            g.inventory.uuid.clone(),
+                        format!(
+                            "{},{},{}",
+                            csv_field(&g.host),
+                            g.inventory.index,
+                            csv_field(&g.inventory.uuid)
                         )
                     },
-                );
-                out.push_str(&format!(
-                    "{ts},{},{},{index},{}",
-                    rfc3339(ts),
-                    csv_field(&host),
-                    csv_field(&uuid)
-                ));
+                )
+            })
+            .collect();
+        let n = self.series.first().map_or(0, |s| s.points.len());
+        for i in 0..n {
+            let ts = self.series[0].points[i].ts_ms;
+            let time = rfc3339(ts);
+            for (chunk, id) in self.series.chunks(w).zip(&ids) {
+                out.push_str(&format!("{ts},{time},{id}"));
                 for s in chunk {
                     let p = s.points[i];
                     out.push_str(&format!(
