@@ -19,8 +19,8 @@
 mod client;
 mod error;
 mod fetcher;
-pub mod openmetrics;
 pub mod join;
+pub mod openmetrics;
 mod response;
 
 pub use client::{MAX_BODY_BYTES, PromClient, Secret};
