@@ -352,3 +352,31 @@ fn writer_thread_counts_a_full_queue_instead_of_blocking() {
     let s = handle.flush().unwrap();
     assert_eq!(s.ticks_written + s.write_errors + s.dropped_batches, 10);
 }
+
+/// Another process holding the write lock past the busy timeout (an import publishing a long
+/// log) delays the daemon's ticks; it does not lose them.
+#[test]
+fn the_writer_waits_out_a_long_foreign_write_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    let writer = WriterHandle::spawn(open(&path)).unwrap();
+    let mut ticks = TickGen::new(2, 1);
+    writer
+        .send_tick(ticks.tick(T0), Duration::from_secs(1))
+        .unwrap();
+    writer.flush().unwrap();
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    for i in 1..=3 {
+        writer
+            .send_tick(ticks.tick(T0 + i * 1000), Duration::from_secs(1))
+            .unwrap();
+    }
+    // Longer than the 5 s busy timeout.
+    std::thread::sleep(Duration::from_secs(7));
+    other.execute_batch("COMMIT").unwrap();
+    let stats = writer.flush().unwrap();
+    assert_eq!(stats.write_errors, 0, "{:?}", stats.last_error);
+    assert_eq!(stats.ticks_written, 4);
+    assert_eq!(writer.committed().get(), Some(T0 + 3000));
+}

@@ -163,6 +163,15 @@ impl StoreError {
             _ => false,
         }
     }
+
+    /// True for SQLITE_BUSY / SQLITE_LOCKED: another connection (an import, a CLI command)
+    /// held the write lock past the busy timeout. Worth retrying.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Self::Sqlite(e) if matches!(
+            e.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        ))
+    }
 }
 
 fn is_full(e: &rusqlite::Error) -> bool {

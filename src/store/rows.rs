@@ -16,7 +16,7 @@ use super::write::{Caches, PROCESS_SEEN_RESOLUTION_MS, ProcEntry};
 use crate::model::{GpuInventory, GpuSample, ProcessSample, TickBatch, TrainingPoint, TsMs};
 
 /// Saturating conversion for counters and byte counts.
-fn sat(v: Option<u64>) -> Option<i64> {
+pub(crate) fn sat(v: Option<u64>) -> Option<i64> {
     v.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
 }
 
@@ -31,6 +31,45 @@ macro_rules! sample_metric_columns {
     };
 }
 pub(super) use sample_metric_columns;
+
+/// The values of [`sample_metric_columns!`] for one sample, in the same order, as SQL
+/// parameters after the time and GPU key: `params![ts, gpu, ...]` for the writer and the
+/// import staging alike.
+macro_rules! sample_params {
+    ($ts:expr, $gpu:expr, $s:ident) => {
+        rusqlite::params![
+            $ts,
+            $gpu,
+            $s.status.as_i64(),
+            $s.util_gpu_pct,
+            $s.util_mem_pct,
+            $crate::store::rows::sat($s.mem_used_bytes),
+            $crate::store::rows::sat($s.mem_free_bytes),
+            $crate::store::rows::sat($s.mem_total_bytes),
+            $s.temp_c,
+            $s.fan_pct,
+            $s.clock_sm_mhz,
+            $s.clock_mem_mhz,
+            $s.power_mw,
+            $s.power_limit_mw,
+            $crate::store::rows::sat($s.energy_mj),
+            $s.pstate,
+            $s.pcie_tx_kbs,
+            $s.pcie_rx_kbs,
+            $s.pcie_gen,
+            $s.pcie_width,
+            $s.throttle_reasons.map(|v| v as i64),
+            $crate::store::rows::sat($s.ecc_corrected),
+            $crate::store::rows::sat($s.ecc_uncorrected),
+            $s.retired_pages,
+            $s.remapped_rows_correctable,
+            $s.remapped_rows_uncorrectable,
+            $s.remap_pending,
+            $s.remap_failure,
+        ]
+    };
+}
+pub(crate) use sample_params;
 
 /// Writes rows of one transaction, resolving ids through the caches.
 pub(super) struct TickWriter<'a> {
@@ -209,36 +248,7 @@ impl TickWriter<'_> {
                 ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
                    ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)"
             ))?
-            .execute(params![
-                s.ts_ms,
-                gpu_id,
-                s.status.as_i64(),
-                s.util_gpu_pct,
-                s.util_mem_pct,
-                sat(s.mem_used_bytes),
-                sat(s.mem_free_bytes),
-                sat(s.mem_total_bytes),
-                s.temp_c,
-                s.fan_pct,
-                s.clock_sm_mhz,
-                s.clock_mem_mhz,
-                s.power_mw,
-                s.power_limit_mw,
-                sat(s.energy_mj),
-                s.pstate,
-                s.pcie_tx_kbs,
-                s.pcie_rx_kbs,
-                s.pcie_gen,
-                s.pcie_width,
-                s.throttle_reasons.map(|v| v as i64),
-                sat(s.ecc_corrected),
-                sat(s.ecc_uncorrected),
-                s.retired_pages,
-                s.remapped_rows_correctable,
-                s.remapped_rows_uncorrectable,
-                s.remap_pending,
-                s.remap_failure
-            ])?;
+            .execute(sample_params!(s.ts_ms, gpu_id, s))?;
         // lost_at_ms: set by the first 'lost' sample, cleared by a later 'ok' one; samples
         // older than the newest one (imports) do not change it.
         self.conn

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::Store;
+use super::{Store, StoreError};
 use crate::model::{TickBatch, TrainingWrite, TsMs};
 
 /// Ticks the queue holds by default.
@@ -267,8 +267,17 @@ fn run(mut store: Store, rx: Receiver<Command>, shared: &Shared) {
     }
 }
 
+/// How long the writer keeps retrying a tick while another process holds the write lock
+/// (an import publishing a long log): the queue holds the ticks meanwhile.
+const BUSY_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
 fn write_one(store: &mut Store, batch: &TickBatch, shared: &Shared) {
-    let result = store.write_tick(batch);
+    let started = std::time::Instant::now();
+    let mut result = store.write_tick(batch);
+    while result.as_ref().is_err_and(StoreError::is_busy) && started.elapsed() < BUSY_RETRY_FOR {
+        tracing::debug!("the database is locked by another process; retrying the tick");
+        result = store.write_tick(batch);
+    }
     let mut s = shared.lock();
     match result {
         Ok(w) => {

@@ -24,7 +24,7 @@ use rusqlite::{Connection, OptionalExtension, Statement, params};
 mod publish;
 
 use super::rollup::{ceil_minute, floor_minute, rollup_host, set_done};
-use super::rows::sample_metric_columns;
+use super::rows::{sample_metric_columns, sample_params};
 use super::{Store, StoreError};
 use crate::model::{GpuInventory, GpuSample, TsMs};
 use publish::{publish_rows, sat};
@@ -262,36 +262,7 @@ impl Staging<'_> {
                 ));
             }
         };
-        stmt.execute(params![
-            s.ts_ms,
-            gpu as i64,
-            s.status.as_i64(),
-            s.util_gpu_pct,
-            s.util_mem_pct,
-            sat(s.mem_used_bytes),
-            sat(s.mem_free_bytes),
-            sat(s.mem_total_bytes),
-            s.temp_c,
-            s.fan_pct,
-            s.clock_sm_mhz,
-            s.clock_mem_mhz,
-            s.power_mw,
-            s.power_limit_mw,
-            sat(s.energy_mj),
-            s.pstate,
-            s.pcie_tx_kbs,
-            s.pcie_rx_kbs,
-            s.pcie_gen,
-            s.pcie_width,
-            s.throttle_reasons.map(|v| v as i64),
-            sat(s.ecc_corrected),
-            sat(s.ecc_uncorrected),
-            s.retired_pages,
-            s.remapped_rows_correctable,
-            s.remapped_rows_uncorrectable,
-            s.remap_pending,
-            s.remap_failure
-        ])?;
+        stmt.execute(sample_params!(s.ts_ms, gpu as i64, s))?;
         Ok(())
     }
 
