@@ -148,7 +148,10 @@ pub fn run(args: HistoryArgs) -> Result<(), Failure> {
     let gpus = select_gpus(&store::history::gpus(&conn, host)?, &args.gpu)
         .map_err(|e| fail(exit::USAGE, anyhow!(e)))?;
     let source = match args.source {
-        SourceArg::Auto => Source::auto(from, to, step),
+        SourceArg::Auto => {
+            let ids: Vec<i64> = gpus.iter().map(|g| g.gpu_id).collect();
+            Source::choose(&conn, &ids, from, to, step)?
+        }
         SourceArg::Raw => Source::Raw,
         SourceArg::Rollups if step % 60_000 != 0 => {
             return Err(fail(

@@ -123,7 +123,15 @@ pub fn gather(
         return Err(ReportError::NoGpus);
     }
     let ids: Vec<i64> = gpus.iter().map(|g| g.gpu_id).collect();
-    let (step_ms, source) = report_step(from_ms, to_ms);
+    let (mut step_ms, mut source) = report_step(from_ms, to_ms);
+    // A window older than the raw samples still stored is drawn from the rollups.
+    if source == Source::Raw {
+        let minute_step = (step_ms + 59_999) / 60_000 * 60_000;
+        if Source::choose(conn, &ids, from_ms, to_ms, minute_step)? == Source::Rollups {
+            step_ms = minute_step;
+            source = Source::Rollups;
+        }
+    }
     let series = window::series(
         conn,
         &ids,

@@ -188,6 +188,47 @@ impl Source {
             Self::Rollups
         }
     }
+
+    /// [`Source::auto`], except that a range starting before the oldest raw sample still
+    /// stored for these GPUs (raw samples expire after `retention`, rollups live longer) is
+    /// read from the rollups whenever the step is whole minutes.
+    pub fn choose(
+        conn: &Connection,
+        gpu_ids: &[i64],
+        from_ms: TsMs,
+        to_ms: TsMs,
+        step_ms: i64,
+    ) -> Result<Self, StoreError> {
+        let auto = Self::auto(from_ms, to_ms, step_ms);
+        if auto == Self::Rollups || step_ms < MINUTE || step_ms % MINUTE != 0 || gpu_ids.is_empty()
+        {
+            return Ok(auto);
+        }
+        let ids = gpu_ids
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let oldest = |table: &str| -> Result<Option<TsMs>, StoreError> {
+            Ok(conn.query_row(
+                &format!("SELECT min(ts_ms) FROM {table} WHERE gpu_id IN ({ids})"),
+                [],
+                |r| r.get(0),
+            )?)
+        };
+        let raw = oldest("samples")?;
+        // Rollups older than the oldest raw minute mean raw samples were deleted there.
+        let expired = match (raw, oldest("rollups_1m")?) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(r), Some(m)) => m < r.div_euclid(MINUTE) * MINUTE,
+        };
+        Ok(if expired && raw.is_none_or(|r| from_ms < r) {
+            Self::Rollups
+        } else {
+            Self::Raw
+        })
+    }
 }
 
 /// One step of one metric of one GPU.
@@ -267,7 +308,8 @@ pub fn series(
                 c = m.raw_col
             )),
             Source::Rollups => cols.push_str(&format!(
-                ", sum({c}_avg * n) / sum(CASE WHEN {c}_avg IS NOT NULL THEN n END) / {s:?}, \
+                ", sum({c}_avg * (n - n_missed - n_lost)) \
+                 / sum(CASE WHEN {c}_avg IS NOT NULL THEN n - n_missed - n_lost END) / {s:?}, \
                  min({c}_min) / {s:?}, max({c}_max) / {s:?}",
                 c = m.rollup_col
             )),
@@ -309,6 +351,44 @@ pub fn series(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expired_raw_samples_are_read_from_the_rollups() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        let mut store = crate::store::open(&path, &crate::store::StoreConfig::new("h")).unwrap();
+        let t0 = 1_750_000_020_000 / MINUTE * MINUTE;
+        let mut ticks = crate::store::synth::TickGen::new(1, 0);
+        let batches: Vec<_> = (0..600).map(|i| ticks.tick(t0 + i * 1000)).collect();
+        store.write_ticks(&batches).unwrap();
+        store.maintain_fully().unwrap();
+        let conn = store.conn();
+        let ids: Vec<i64> = vec![
+            conn.query_row("SELECT id FROM gpus", [], |r| r.get(0))
+                .unwrap(),
+        ];
+        let (from, to) = (t0, t0 + 600_000);
+        assert_eq!(
+            Source::choose(conn, &ids, from, to, MINUTE).unwrap(),
+            Source::Raw
+        );
+        // Retention deleted the first five minutes of raw samples; their rollups remain.
+        conn.execute("DELETE FROM samples WHERE ts_ms < ?1", [t0 + 300_000])
+            .unwrap();
+        assert_eq!(
+            Source::choose(conn, &ids, from, to, MINUTE).unwrap(),
+            Source::Rollups
+        );
+        assert_eq!(
+            Source::choose(conn, &ids, t0 + 360_000, to, MINUTE).unwrap(),
+            Source::Raw,
+            "a range within the raw samples stays raw"
+        );
+        assert_eq!(
+            Source::choose(conn, &ids, from, to, 1000).unwrap(),
+            Source::Raw
+        );
+    }
 
     #[test]
     fn names_aliases_and_errors() {
