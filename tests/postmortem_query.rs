@@ -208,8 +208,21 @@ fn writes_query_only_off_and_attach_fail_and_change_nothing() {
         assert!(lines[0].contains(want), "{sql}: {err}");
         assert!(o.stdout.is_empty(), "{sql}");
     }
-    // Turning query_only off alone changes nothing either: the file is read-only below it.
-    let o = query(&db, &["PRAGMA query_only=0"]);
+    // Pragmas with a value are refused (SQLite calls them read-only).
+    for sql in [
+        "PRAGMA query_only=0",
+        "pragma query_only(false)",
+        "PRAGMA writable_schema = 1",
+    ] {
+        let o = query(&db, &[sql]);
+        assert_eq!(o.status.code(), Some(2), "{sql}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("with a value would change the connection"),
+            "{sql}: {}",
+            stderr(&o)
+        );
+    }
+    let o = query(&db, &["PRAGMA table_info(samples)"]);
     assert!(o.status.success(), "{}", stderr(&o));
     for sql in [
         "VACUUM",
@@ -220,7 +233,7 @@ fn writes_query_only_off_and_attach_fail_and_change_nothing() {
         let o = query(&db, &[sql]);
         assert_eq!(o.status.code(), Some(2), "{sql}: {}", stderr(&o));
         assert!(
-            stderr(&o).contains("gpuwatch query is read-only: this"),
+            stderr(&o).contains("gpuwatch query is read-only:"),
             "{sql}: {}",
             stderr(&o)
         );

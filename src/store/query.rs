@@ -139,6 +139,58 @@ fn classify(e: rusqlite::Error, sql: &str, prepared: bool) -> QueryError {
     }
 }
 
+/// SQLite counts `PRAGMA x = v` / `PRAGMA x(v)` as read-only even when it changes the
+/// connection (`query_only`, `writable_schema`, ...): refuse every pragma with a value,
+/// except the read-only ones that take a table or index name.
+fn pragma_setter(sql: &str) -> Option<String> {
+    let mut rest = sql.trim_start();
+    loop {
+        if let Some(r) = rest.strip_prefix("--") {
+            rest = r
+                .split_once('\n')
+                .map_or("", |(_, after)| after)
+                .trim_start();
+        } else if let Some(r) = rest.strip_prefix("/*") {
+            rest = r
+                .split_once("*/")
+                .map_or("", |(_, after)| after)
+                .trim_start();
+        } else {
+            break;
+        }
+    }
+    let word = rest.split_whitespace().next()?;
+    if !word.eq_ignore_ascii_case("pragma") {
+        return None;
+    }
+    let body = rest[word.len()..].trim();
+    let name: String = body
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
+        .collect();
+    let after = body[name.len()..].trim_start();
+    const READ_WITH_ARG: &[&str] = &[
+        "table_info",
+        "table_xinfo",
+        "table_list",
+        "index_info",
+        "index_xinfo",
+        "index_list",
+        "foreign_key_list",
+        "foreign_key_check",
+        "integrity_check",
+        "quick_check",
+    ];
+    let bare = name
+        .rsplit('.')
+        .next()
+        .unwrap_or(&name)
+        .to_ascii_lowercase();
+    let sets = after.starts_with('=')
+        || (after.starts_with('(') && !READ_WITH_ARG.contains(&bare.as_str()));
+    sets.then(|| format!("PRAGMA {name} with a value would change the connection"))
+}
+
 /// Runs the one statement in `sql` on `conn` and streams its rows into `sink`; returns the
 /// number of rows. Interrupt it from another thread with `conn.get_interrupt_handle()`.
 pub fn run(conn: &Connection, sql: &str, sink: &mut dyn RowSink) -> Result<u64, QueryError> {
@@ -149,6 +201,9 @@ pub fn run(conn: &Connection, sql: &str, sink: &mut dyn RowSink) -> Result<u64, 
         rusqlite::Error::Empty => QueryError::Empty,
         e => classify(e, sql, false),
     })?;
+    if let Some(why) = pragma_setter(sql) {
+        return Err(QueryError::Write(why));
+    }
     if !stmt.readonly() {
         let verb = sql
             .split_whitespace()
