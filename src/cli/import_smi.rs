@@ -127,6 +127,17 @@ pub fn run(args: ImportSmiArgs) -> Result<(), Failure> {
         fail(code, e)
     })?;
     print_summary(&summary, &cfg.database, started.elapsed());
+    if let Some((first, last)) = summary.span {
+        let keep = cfg.retention.as_millis() as i64;
+        if last - first > keep {
+            eprintln!(
+                "warning: the log spans more than `retention` ({}): raw samples before {} will be deleted at the next maintenance (the 1-minute rollups stay for `rollup_retention`, {}; `history` and `report` read them); import with a config (--config) whose `retention` covers the log to keep every sample",
+                humantime::format_duration(cfg.retention),
+                rfc3339(last - keep),
+                humantime::format_duration(cfg.rollup_retention)
+            );
+        }
+    }
     Ok(())
 }
 

@@ -193,6 +193,23 @@ pub fn parse_at(
             "expected `# EOF`: an OpenMetrics file ends with it (a file without it is read as the Prometheus text format, timestamps in ms)",
         ));
     }
+    // Milliseconds before 1973 are almost surely seconds of an OpenMetrics file whose
+    // `# EOF` is missing (a truncated file): refuse rather than store points in 1970.
+    if format == Format::Prometheus
+        && let Some(s) = out
+            .samples
+            .iter()
+            .find(|s| (0..SECONDS_LOOKALIKE_MS).contains(&s.ts_ms) && Some(s.ts_ms) != scraped_at)
+    {
+        return Err(err(
+            s.line,
+            1,
+            format!(
+                "the timestamp {} read as milliseconds is in 1970: it looks like seconds; is the file OpenMetrics with its `# EOF` missing (truncated)? restore `# EOF`, or import with --format openmetrics",
+                s.ts_ms
+            ),
+        ));
+    }
     Ok(out)
 }
 
@@ -332,6 +349,9 @@ fn sample(
         ts_ms,
     })
 }
+
+/// 1e11 ms is 1973-03-03: smaller Prometheus-text timestamps are taken for seconds.
+const SECONDS_LOOKALIKE_MS: TsMs = 100_000_000_000;
 
 fn unit_hint(format: Format) -> &'static str {
     match format {

@@ -80,8 +80,14 @@ fn errors_name_line_column_and_what_is_expected() {
 fn a_scrape_without_timestamps_takes_the_given_time() {
     let text = "a{x=\"1\"} 5\nb 6 7\n";
     assert!(parse(text, None).is_err());
-    let e = parse_at(text, None, Some(42_000)).unwrap();
-    assert_eq!((e.samples[0].ts_ms, e.samples[1].ts_ms), (42_000, 7));
+    let e = parse_at(text, None, Some(42_000)).unwrap_err();
+    assert!(e.message.contains("looks like seconds"), "{e:?}");
+    let text = "a{x=\"1\"} 5\nb 6 1764511500007\n";
+    let e = parse_at(text, None, Some(1_764_511_500_000)).unwrap();
+    assert_eq!(
+        (e.samples[0].ts_ms, e.samples[1].ts_ms),
+        (1_764_511_500_000, 1_764_511_500_007)
+    );
 }
 
 #[test]
@@ -91,4 +97,14 @@ fn special_values_and_exemplars() {
     assert!(e.samples[0].value.is_nan());
     assert_eq!(e.samples[1].value, f64::INFINITY);
     assert_eq!(e.samples[2].ts_ms, 3000);
+}
+
+#[test]
+fn seconds_in_a_file_without_eof_are_refused_not_stored_in_1970() {
+    let text = "training_step{gpu=\"0\"} 5 1764511500\n";
+    let e = parse(text, None).unwrap_err();
+    assert_eq!((e.line, e.col), (1, 1), "{e:?}");
+    assert!(e.message.contains("looks like seconds"), "{e:?}");
+    let ok = parse("training_step{gpu=\"0\"} 5 1764511500000\n", None).unwrap();
+    assert_eq!(ok.samples[0].ts_ms, 1_764_511_500_000);
 }
