@@ -431,13 +431,25 @@ fn a_bad_line_is_skipped_with_its_line_number_or_fails_everything_under_strict()
         "{err}"
     );
     assert!(err.contains("nothing was imported"), "{err}");
+    assert!(
+        !strict_db.exists(),
+        "a failed import into a new file leaves no file"
+    );
+    // Into an existing database: nothing of it either.
+    drop(gpuwatch::store::open(&strict_db, &gpuwatch::store::StoreConfig::new("keep")).unwrap());
+    let o = import(
+        &strict_db,
+        &["--tz", "UTC", "--strict"],
+        &[fixture("units.csv"), fixture("bad_line.csv")],
+    );
+    assert_eq!(o.status.code(), Some(1));
     let c = db(&strict_db);
     let n: i64 = one(&c, "SELECT count(*) FROM samples");
     assert_eq!(n, 0, "nothing of units.csv either");
     let g: i64 = one(&c, "SELECT count(*) FROM gpus");
     assert_eq!(g, 0);
     let h: i64 = one(&c, "SELECT count(*) FROM hosts");
-    assert_eq!(h, 0, "not even the host row");
+    assert_eq!(h, 1, "not even the host row (only the one that was there)");
 
     let lenient = dir.path().join("lenient.db");
     let o = import(&lenient, &["--tz", "UTC"], &[fixture("bad_line.csv")]);

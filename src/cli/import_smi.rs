@@ -88,6 +88,7 @@ pub fn run(args: ImportSmiArgs) -> Result<(), Failure> {
     }
     let first_host = nvidia_smi::host_of(&opts, &args.files[0]);
     let host_existed = store::import::host_exists(&cfg.database, &first_host);
+    let db_existed = cfg.database.exists();
     let mut st_cfg = store::StoreConfig::new(first_host.clone());
     st_cfg.retention = cfg.retention;
     st_cfg.rollup_retention = cfg.rollup_retention;
@@ -117,6 +118,15 @@ pub fn run(args: ImportSmiArgs) -> Result<(), Failure> {
         // `open` registered the host; the failed import leaves no trace of it.
         if let Err(e) = store.forget_unused_host(&first_host) {
             tracing::warn!(error = %e, host = first_host, "could not remove the unused host row");
+        }
+    }
+    if result.is_err() && !db_existed {
+        // The database was created for this import: a failed import leaves no file behind.
+        drop(store);
+        for suffix in ["", "-wal", "-shm"] {
+            let mut p = cfg.database.clone().into_os_string();
+            p.push(suffix);
+            let _ = std::fs::remove_file(p);
         }
     }
     let summary = result.map_err(|e| {
