@@ -125,6 +125,9 @@ pub fn select_gpus(all: &[GpuRow], wanted: &[String]) -> Result<Vec<GpuRow>, Str
     Ok(out)
 }
 
+/// The most points (steps x GPUs x metrics) one `history` call computes.
+const MAX_POINTS: usize = 5_000_000;
+
 pub fn run(args: HistoryArgs) -> Result<(), Failure> {
     let metrics = window::resolve_metrics(&args.metric)
         .map_err(|e| fail(exit::USAGE, anyhow!("--metric: {e}")))?;
@@ -164,6 +167,23 @@ pub fn run(args: HistoryArgs) -> Result<(), Failure> {
         SourceArg::Rollups => Source::Rollups,
     };
     let ids: Vec<i64> = gpus.iter().map(|g| g.gpu_id).collect();
+    let (_, buckets) = window::buckets(from, to, step);
+    let points = buckets.saturating_mul(ids.len() * metrics.len());
+    if points > MAX_POINTS {
+        return Err(fail(
+            exit::USAGE,
+            anyhow!(
+                "{buckets} steps x {} GPU(s) x {} metric(s) is more than {MAX_POINTS} points: use a larger --step (e.g. {}) or a shorter range",
+                ids.len(),
+                metrics.len(),
+                humantime::format_duration(std::time::Duration::from_millis(nice_step(
+                    to - from,
+                    1000
+                )
+                    as u64))
+            ),
+        ));
+    }
     let series = window::series(&conn, &ids, &metrics, from, to, step, source)?;
     let h = History {
         gpus: &gpus,

@@ -64,7 +64,7 @@ const SAMPLES_SQL: &str = "SELECT * FROM gpu_samples
      WHERE ts_ms >= ?1 AND ts_ms < ?2
        AND (?3 IS NULL OR host = ?3)
        AND (?4 IS NULL OR gpu_index = ?4)
-       AND (?5 IS NULL OR gpu_uuid = ?5)
+       AND (?5 IS NULL OR gpu_uuid = ?5 COLLATE NOCASE)
      ORDER BY ts_ms, host, gpu_index, gpu_uuid";
 
 fn check_filter(conn: &Connection, f: &ExportFilter) -> Result<(), ExportError> {
@@ -95,7 +95,7 @@ fn check_filter(conn: &Connection, f: &ExportFilter) -> Result<(), ExportError> 
     let found: Option<i64> = conn
         .query_row(
             "SELECT 1 FROM gpu_inventory WHERE (?1 IS NULL OR host = ?1)
-               AND (?2 IS NULL OR gpu_index = ?2) AND (?3 IS NULL OR gpu_uuid = ?3) LIMIT 1",
+               AND (?2 IS NULL OR gpu_index = ?2) AND (?3 IS NULL OR gpu_uuid = ?3 COLLATE NOCASE) LIMIT 1",
             params![f.host, index, uuid],
             |r| r.get(0),
         )
