@@ -181,16 +181,27 @@ impl Zone {
         }
     }
 
-    /// `local time - UTC` in ms at this wall time.
-    fn offset_ms(&self, naive: NaiveDateTime) -> Result<i64, String> {
-        fn pick<Tz: TimeZone>(r: chrono::LocalResult<chrono::DateTime<Tz>>) -> Option<i64> {
-            r.earliest().map(|d| d.timestamp_millis())
+    /// `local time - UTC` in ms at this wall time: (earliest, latest) interpretation; they
+    /// differ in the hour a daylight-saving change repeats.
+    fn offset_ms(&self, naive: NaiveDateTime) -> Result<(i64, i64), String> {
+        fn pick<Tz: TimeZone>(r: chrono::LocalResult<chrono::DateTime<Tz>>) -> Option<(i64, i64)> {
+            match r {
+                chrono::LocalResult::Single(d) => {
+                    Some((d.timestamp_millis(), d.timestamp_millis()))
+                }
+                chrono::LocalResult::Ambiguous(a, b) => {
+                    let (a, b) = (a.timestamp_millis(), b.timestamp_millis());
+                    Some((a.min(b), a.max(b)))
+                }
+                chrono::LocalResult::None => None,
+            }
         }
         let utc = match self {
             Zone::Local => pick(chrono::Local.from_local_datetime(&naive)),
             Zone::Named(tz) => pick(tz.from_local_datetime(&naive)),
         };
-        utc.map(|u| naive.and_utc().timestamp_millis() - u)
+        let wall = naive.and_utc().timestamp_millis();
+        utc.map(|(early, late)| (wall - early, wall - late))
             .ok_or_else(|| {
                 format!(
                     "{naive} does not exist in {} (skipped by a daylight-saving change)",
@@ -205,12 +216,20 @@ impl Zone {
 #[derive(Debug)]
 pub struct Clock {
     zone: Zone,
-    cache: Option<(i64, i64)>,
+    /// (wall minute, offset of its earliest and latest interpretation).
+    cache: Option<(i64, (i64, i64))>,
+    /// The previous timestamp read: in a repeated hour, the interpretation that does not go
+    /// back in time is taken (a log runs forward).
+    last: Option<TsMs>,
 }
 
 impl Clock {
     pub fn new(zone: Zone) -> Self {
-        Self { zone, cache: None }
+        Self {
+            zone,
+            cache: None,
+            last: None,
+        }
     }
 
     /// Epoch ms of a timestamp cell.
@@ -255,7 +274,7 @@ impl Clock {
             .ok_or_else(bad)?;
         let wall_ms = naive.and_utc().timestamp_millis();
         let minute = wall_ms.div_euclid(60_000);
-        let offset = match self.cache {
+        let (early, late) = match self.cache {
             Some((m, off)) if m == minute => off,
             _ => {
                 let start = naive.with_second(0).ok_or_else(bad)?;
@@ -264,13 +283,41 @@ impl Clock {
                 off
             }
         };
-        Ok(wall_ms + frac_ms - offset)
+        let first = wall_ms + frac_ms - early;
+        let second = wall_ms + frac_ms - late;
+        let t = match self.last {
+            Some(last) if first < last && second >= last => second,
+            _ => first,
+        };
+        self.last = Some(t);
+        Ok(t)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_repeated_hour_of_a_dst_change_runs_forward() {
+        let tz = Zone::parse(Some("America/New_York")).unwrap();
+        let mut c = Clock::new(tz);
+        // 2026-11-01: 01:00-01:59 happens twice (EDT, then EST).
+        let a = c.parse("2026/11/01 01:59:00.000").unwrap();
+        let b = c.parse("2026/11/01 01:00:00.000").unwrap();
+        let d = c.parse("2026/11/01 01:59:00.000").unwrap();
+        assert_eq!(b - a, 60_000, "01:00 EST is a minute after 01:59 EDT");
+        assert_eq!(d - b, 59 * 60_000);
+        let mut fresh = Clock::new(Zone::parse(Some("America/New_York")).unwrap());
+        assert_eq!(
+            fresh.parse("2026/11/01 01:30:00.000").unwrap() + 3_600_000,
+            {
+                let mut c2 = Clock::new(Zone::parse(Some("America/New_York")).unwrap());
+                c2.parse("2026/11/01 01:59:00.000").unwrap();
+                c2.parse("2026/11/01 01:30:00.000").unwrap()
+            }
+        );
+    }
 
     #[test]
     fn nulls_are_null_for_every_kind() {
