@@ -19,4 +19,5 @@ pub mod rules;
 pub mod sampler;
 pub mod sim;
 pub mod store;
+pub mod text;
 pub mod training;

@@ -16,6 +16,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::{SendError, secret};
+pub use crate::text::error_chain;
 
 /// How much of a body is kept (receivers' answers are short).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -200,20 +201,6 @@ fn retry_note(retry_after: Option<Duration>) -> String {
     retry_after
         .map(|d| format!(", retry after {}s", d.as_secs_f64().ceil()))
         .unwrap_or_default()
-}
-
-/// An error and its sources, each once: `error sending request: connection refused`.
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cur = Some(e);
-    while let Some(err) = cur {
-        let text = err.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        cur = err.source();
-    }
-    parts.join(": ")
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@ use super::figures::{gpu_charts, training};
 use super::{ReportData, ReportError};
 use crate::model::TsMs;
 use crate::store::postmortem::AlertSpan;
+/// HTML-escapes text for element content and quoted attributes.
+pub use crate::text::html_escape as esc;
 
 const CSS: &str = "
 body{font-family:-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;color:#111827;
@@ -38,22 +40,6 @@ code{font-family:Menlo,Consolas,monospace;font-size:12px;word-break:break-all}
 .muted{color:#6b7280;font-size:12px}
 figure{margin:0 0 8px}svg{display:block;max-width:100%;height:auto}
 ";
-
-/// HTML-escapes text for element content and quoted attributes.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 pub(super) fn utc(ms: TsMs) -> String {
     chrono::DateTime::from_timestamp_millis(ms).map_or_else(

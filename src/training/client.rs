@@ -17,6 +17,7 @@ use super::error::FetchError;
 use super::response::{Matrix, parse_query_range};
 use crate::config::{PrometheusAuth, PrometheusConfig, QueryMethod, SecretSource};
 use crate::model::TsMs;
+use crate::text::error_chain;
 
 /// The largest answer accepted (a query over far too many series is refused, not buffered).
 pub const MAX_BODY_BYTES: usize = 64 << 20;
@@ -302,20 +303,6 @@ fn base64(input: &[u8]) -> String {
         }
     }
     out
-}
-
-/// "a: b: c" from an error and its sources, dropping repeats.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cur = Some(e);
-    while let Some(err) = cur {
-        let text = err.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        cur = err.source();
-    }
-    parts.join(": ")
 }
 
 #[cfg(test)]

@@ -28,20 +28,7 @@ const GREY: &str = "#6b7280";
 const RESOLVED: &str = "#16a34a";
 
 /// Escapes `& < > " '` for text and attribute values.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            _ => out.push(c),
-        }
-    }
-    out
-}
+pub use crate::text::html_escape as escape;
 
 /// The colour of a firing alert of this severity.
 pub fn severity_colour(severity: &str) -> &'static str {
