@@ -74,15 +74,13 @@ pub fn run(args: SilenceArgs) -> Result<(), Failure> {
     }
 }
 
-fn open_rw(config: &ConfigArgs) -> Result<rusqlite::Connection, Failure> {
+fn open_rw(config: &ConfigArgs) -> Result<store::Store, Failure> {
     let cfg = config.load().map_err(|e| fail(exit::USAGE, e))?;
     // Creates and migrates the database when needed (a silence may precede the daemon).
-    let store = store::open(&cfg.database, &store::StoreConfig::new(cfg.host.clone()))?;
-    let path = store.path().to_path_buf();
-    drop(store);
-    let conn = rusqlite::Connection::open(&path)?;
-    conn.busy_timeout(Duration::from_secs(5))?;
-    Ok(conn)
+    Ok(store::open(
+        &cfg.database,
+        &store::StoreConfig::new(cfg.host.clone()),
+    )?)
 }
 
 fn add(a: AddArgs) -> Result<(), Failure> {
@@ -103,11 +101,12 @@ fn add(a: AddArgs) -> Result<(), Failure> {
     }
     let text: Vec<String> = matchers.iter().map(ToString::to_string).collect();
     let text = text.join(",");
-    let conn = open_rw(&a.config)?;
+    let store = open_rw(&a.config)?;
+    let conn = store.conn();
     let now = now_ms();
     let author = a.author.or_else(|| std::env::var("USER").ok());
     let id = store::silences::add(
-        &conn,
+        conn,
         &text,
         now,
         now + a.duration.as_millis() as i64,
@@ -165,8 +164,8 @@ fn list(a: ListArgs) -> Result<(), Failure> {
 }
 
 fn expire(a: ExpireArgs) -> Result<(), Failure> {
-    let conn = open_rw(&a.config)?;
-    if store::silences::expire(&conn, a.id, now_ms())? {
+    let store = open_rw(&a.config)?;
+    if store::silences::expire(store.conn(), a.id, now_ms())? {
         println!("silence {} expired", a.id);
         Ok(())
     } else {

@@ -269,46 +269,25 @@ impl RawNotify {
 
         // Names are checked for duplicates before compiling (a receiver with errors is
         // dropped, but its name still counts).
-        let raw_names: Vec<(Span, String)> = self
-            .slack
-            .iter()
-            .map(|r| {
-                (
-                    r.span(),
-                    r.get_ref()
-                        .name
-                        .as_ref()
-                        .map(|n| n.get_ref().trim().to_string()),
-                )
-            })
-            .chain(self.email.iter().map(|r| {
-                (
-                    r.span(),
-                    r.get_ref()
-                        .name
-                        .as_ref()
-                        .map(|n| n.get_ref().trim().to_string()),
-                )
-            }))
-            .chain(self.webhook.iter().map(|r| {
-                (
-                    r.span(),
-                    r.get_ref()
-                        .name
-                        .as_ref()
-                        .map(|n| n.get_ref().trim().to_string()),
-                )
-            }))
-            .chain(self.alertmanager.iter().map(|r| {
-                (
-                    r.span(),
-                    r.get_ref()
-                        .name
-                        .as_ref()
-                        .map(|n| n.get_ref().trim().to_string()),
-                )
-            }))
-            .filter_map(|(span, n)| n.filter(|n| !n.is_empty()).map(|n| (span, n)))
+        let name = |span: Span, n: &Option<Spanned<String>>| {
+            n.as_ref()
+                .map(|n| n.get_ref().trim().to_string())
+                .filter(|n| !n.is_empty())
+                .map(|n| (span, n))
+        };
+        let raw_names: Vec<(Span, String)> = (self.slack.iter())
+            .filter_map(|r| name(r.span(), &r.get_ref().name))
+            .chain(
+                self.email
+                    .iter()
+                    .filter_map(|r| name(r.span(), &r.get_ref().name)),
+            )
+            .chain(
+                self.webhook
+                    .iter()
+                    .filter_map(|r| name(r.span(), &r.get_ref().name)),
+            )
+            .chain((self.alertmanager.iter()).filter_map(|r| name(r.span(), &r.get_ref().name)))
             .collect();
         for (i, (span, name)) in raw_names.iter().enumerate() {
             if raw_names[..i].iter().any(|(_, o)| o == name) {

@@ -11,9 +11,8 @@
 //! which is deleted (pending that came to nothing is not history).
 
 use std::path::Path;
-use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::StoreError;
 use super::outbox::NewNotification;
@@ -47,12 +46,9 @@ pub struct AlertDb {
 impl AlertDb {
     /// Opens the (already created and migrated) database for alert writes.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
-        conn.busy_timeout(Duration::from_secs(5))?;
-        Ok(Self { conn })
+        Ok(Self {
+            conn: super::open_existing_rw(path)?,
+        })
     }
 
     /// The live (pending or firing) alerts.

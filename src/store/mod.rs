@@ -274,6 +274,17 @@ pub fn open(path: &Path, cfg: &StoreConfig) -> Result<Store, StoreError> {
     Ok(store)
 }
 
+/// A second read-write connection to an existing, migrated database (alert state, the
+/// outbox): the same busy timeout as the writer's, nothing else set.
+pub(crate) fn open_existing_rw(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    Ok(conn)
+}
+
 /// Opens an existing database read-only (CLI, HTTP). Fails with [`StoreError::NotFound`] when
 /// the file does not exist, and with [`StoreError::TooNew`] / [`StoreError::Outdated`] when its
 /// schema is not the one this binary knows.

@@ -7,9 +7,8 @@
 //! mark is one short transaction on the sender's own connection.
 
 use std::path::Path;
-use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::StoreError;
 use crate::model::TsMs;
@@ -151,12 +150,9 @@ pub struct Outbox {
 
 impl Outbox {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
-        conn.busy_timeout(Duration::from_secs(5))?;
-        Ok(Self { conn })
+        Ok(Self {
+            conn: super::open_existing_rw(path)?,
+        })
     }
 
     pub fn conn(&self) -> &Connection {
@@ -241,17 +237,7 @@ impl Outbox {
                AND a.state = 'firing' AND a.reported = 1
              ORDER BY n.id",
         )?;
-        let rows = stmt.query_map(params![receiver], |r| {
-            Ok(Delivered {
-                alert_id: r.get(0)?,
-                group_key: r.get(1)?,
-                payload_json: r.get(2)?,
-                last_ms: r.get(3)?,
-                group_wait_ms: r.get(4)?,
-                group_interval_ms: r.get(5)?,
-                repeat_interval_ms: r.get(6)?,
-            })
-        })?;
+        let rows = stmt.query_map(params![receiver], delivered_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -383,19 +369,23 @@ impl Outbox {
                AND a.state = 'firing' AND a.reported = 1
              ORDER BY n.id",
         )?;
-        let rows = stmt.query_map(params![receiver], |r| {
-            Ok(Delivered {
-                alert_id: r.get(0)?,
-                group_key: r.get(1)?,
-                payload_json: r.get(2)?,
-                last_ms: r.get(3)?,
-                group_wait_ms: r.get(4)?,
-                group_interval_ms: r.get(5)?,
-                repeat_interval_ms: r.get(6)?,
-            })
-        })?;
+        let rows = stmt.query_map(params![receiver], delivered_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
+}
+
+/// A [`Delivered`] from `alert_id, group_key, payload_json, done_ms, group_wait_ms,
+/// group_interval_ms, repeat_interval_ms`.
+fn delivered_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Delivered> {
+    Ok(Delivered {
+        alert_id: r.get(0)?,
+        group_key: r.get(1)?,
+        payload_json: r.get(2)?,
+        last_ms: r.get(3)?,
+        group_wait_ms: r.get(4)?,
+        group_interval_ms: r.get(5)?,
+        repeat_interval_ms: r.get(6)?,
+    })
 }
 
 /// Delivery state per receiver (read-only use: `gpuwatch status`).
