@@ -229,19 +229,41 @@ impl Ctx {
             let kind = match st.kind.as_ref().map(|k| k.get_ref().as_str()) {
                 None | Some("hang") => StallKind::Hang,
                 Some("checkpoint" | "pause") => StallKind::Checkpoint,
+                Some("gap") => StallKind::Gap,
+                Some("restart") => StallKind::Restart,
                 Some(other) => {
                     let span = st.kind.as_ref().map(|k| k.span());
                     p.at(
                         span,
-                        format!("stall kind `{other}`: expected \"hang\" or \"checkpoint\""),
+                        format!(
+                            "stall kind `{other}`: expected \"hang\", \"checkpoint\", \"gap\" or \"restart\""
+                        ),
                     );
                     StallKind::Hang
                 }
+            };
+            let rewind = match &st.rewind {
+                None => 0,
+                Some(r) if kind != StallKind::Restart => {
+                    p.at(
+                        Some(r.span()),
+                        "`rewind` only applies to kind = \"restart\" (steps a restarted job goes back)",
+                    );
+                    0
+                }
+                Some(r) => u64::try_from(*r.get_ref()).unwrap_or_else(|_| {
+                    p.at(
+                        Some(r.span()),
+                        "`rewind` must be a whole number of steps >= 0",
+                    );
+                    0
+                }),
             };
             stalls.push(Stall {
                 from_tick: from,
                 to_tick: to.unwrap_or(from),
                 kind,
+                rewind,
             });
         }
         let loss = t.loss.as_ref().and_then(|l| {

@@ -183,4 +183,6 @@ pub struct RawStall {
     pub from: Spanned<Dur>,
     pub to: Spanned<Dur>,
     pub kind: Option<Spanned<String>>,
+    /// Steps a `kind = "restart"` goes back (whole steps >= 0).
+    pub rewind: Option<Spanned<i64>>,
 }

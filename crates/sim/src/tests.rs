@@ -443,6 +443,85 @@ kind = "hang"
 }
 
 #[test]
+fn training_gaps_and_restarts() {
+    let s = parse(
+        r#"[[gpu]]
+model = "H100-SXM-80GB"
+[[training]]
+job = "gpt"
+gpus = [0]
+steps_per_sec = 2
+per_gpu = true
+[[training.stall]]
+from = "1m"
+to = "2m"
+kind = "gap"
+[[training.stall]]
+from = "5m"
+to = "7m"
+kind = "restart"
+rewind = 100
+[[training.stall]]
+from = "10m"
+to = "11m"
+kind = "restart"
+"#,
+    );
+    let at = |t| {
+        s.training_at(t)
+            .iter()
+            .find(|v| v.name == "training_step")
+            .map(|v| v.value)
+    };
+    // A gap: nothing is reported, but the job trains on.
+    assert_eq!(at(59), Some(118.0));
+    assert_eq!(at(60), None);
+    assert_eq!(at(119), None);
+    assert_eq!(at(120), Some(240.0));
+    // A restart: nothing reported, no steps, then 100 steps below the value at the crash.
+    assert_eq!(at(299), Some(598.0));
+    assert_eq!(at(300), None);
+    assert_eq!(at(419), None);
+    assert_eq!(at(420), Some(500.0));
+    assert_eq!(at(421), Some(502.0));
+    // rewind defaults to 0: the job resumes where it stopped.
+    assert_eq!(at(599), Some(858.0));
+    assert_eq!(at(660), Some(860.0));
+    // Still closed form: a far tick is arithmetic, not a sum over ticks.
+    assert_eq!(at(1_000_000), Some(((1_000_000 - 180) * 2 - 100) as f64));
+    let stalls = &s.training_jobs()[0].stalls;
+    assert_eq!(stalls[0].kind, StallKind::Gap);
+    assert_eq!(
+        (stalls[1].kind, stalls[1].rewind),
+        (StallKind::Restart, 100)
+    );
+    assert_eq!((stalls[2].kind, stalls[2].rewind), (StallKind::Restart, 0));
+}
+
+#[test]
+fn training_stall_errors_have_places() {
+    let base = "[[gpu]]\nmodel = \"T4\"\n[[training]]\njob = \"j\"\ngpus = [0]\nsteps_per_sec = 1\n[[training.stall]]\nfrom = \"1m\"\nto = \"2m\"\n";
+    let e = error_of(&format!("{base}kind = \"hang\"\nrewind = 10\n"));
+    assert!(
+        e.starts_with("bad.toml:11:10:")
+            && e.contains("`rewind` only applies to kind = \"restart\""),
+        "{e}"
+    );
+    let e = error_of(&format!("{base}kind = \"restart\"\nrewind = -5\n"));
+    assert!(
+        e.starts_with("bad.toml:11:10:") && e.contains("whole number of steps"),
+        "{e}"
+    );
+    let e = error_of(&format!("{base}kind = \"restart\"\nrewind = 1.5\n"));
+    assert!(e.starts_with("bad.toml:11:10:"), "{e}");
+    let e = error_of(&format!("{base}kind = \"crash\"\n"));
+    assert!(
+        e.starts_with("bad.toml:10:8:") && e.contains("\"gap\" or \"restart\""),
+        "{e}"
+    );
+}
+
+#[test]
 fn syntax_errors_have_line_and_column() {
     let e = error_of("[[gpu]]\nmodel = \"H100-SXM-80GB\"\n[[gpu.timeline]]\nutill_gpu = 5\n");
     assert!(

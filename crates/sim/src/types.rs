@@ -145,21 +145,42 @@ pub struct TrainingValue {
     pub value: f64,
 }
 
-/// Why a training job's steps stop for a while.
+/// What happens to a training job in a stall window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StallKind {
-    /// Stuck (e.g. a collective waiting forever): the thing gpuwatch should alert on.
+    /// Stuck (e.g. a collective waiting forever): no steps, series still reported. The thing
+    /// gpuwatch should alert on.
     Hang,
-    /// Deliberate (checkpoint save, evaluation): steps resume on their own.
+    /// Deliberate (checkpoint save, evaluation): no steps, series still reported; steps resume
+    /// on their own.
     Checkpoint,
+    /// A scrape gap: the job trains on (steps advance) but no points are reported.
+    Gap,
+    /// A crash and restart from a checkpoint: no steps and no points in the window; from its
+    /// end the step counter resumes [`Stall::rewind`] steps below its value at the start.
+    Restart,
 }
 
-/// A window in which a training job makes no progress.
+impl StallKind {
+    /// True when the job does no steps during the window.
+    pub fn stops_steps(self) -> bool {
+        !matches!(self, StallKind::Gap)
+    }
+
+    /// True when the job reports no points during the window.
+    pub fn silences_series(self) -> bool {
+        matches!(self, StallKind::Gap | StallKind::Restart)
+    }
+}
+
+/// A window `[from_tick, to_tick)` in which a training job makes no progress or reports nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stall {
     pub from_tick: u64,
     pub to_tick: u64,
     pub kind: StallKind,
+    /// Steps a restart goes back (0 for the other kinds); the step never goes below 0.
+    pub rewind: u64,
 }
 
 /// Static description of a training job (for tests that know where the hangs are).
