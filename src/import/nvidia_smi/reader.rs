@@ -138,6 +138,9 @@ impl FileReader<'_> {
             let cells: Vec<&str> = line.split(',').collect();
             let layout =
                 Layout::new(&cells).map_err(|e| RowError::Fatal(format!("header: {e}")))?;
+            if layout.kind == SectionKind::Apps {
+                sinks.registry.saw_apps(self.host);
+            }
             self.ignored.extend(layout.ignored.iter().cloned());
             self.layout = Some(layout);
             return Ok(());

@@ -101,9 +101,19 @@ pub struct Registry {
     by_pid: HashMap<(usize, u32), usize>,
     refs: Vec<GpuRef>,
     by_ref: HashMap<(usize, Option<String>, Option<String>), usize>,
+    /// Hosts with a `--query-compute-apps` section in this import: their processes were
+    /// observed (a poll without a row means no process), so their samples get counts.
+    apps: Vec<usize>,
 }
 
 impl Registry {
+    /// A `--query-compute-apps` section of `host` was read.
+    pub fn saw_apps(&mut self, host: usize) {
+        if !self.apps.contains(&host) {
+            self.apps.push(host);
+        }
+    }
+
     /// The id of host `name`; `stored` lists what the database already holds for it.
     pub fn host(
         &mut self,
@@ -317,7 +327,12 @@ impl Registry {
                 acc.gpu
             })
             .collect();
+        let mut processes_observed = vec![false; self.hosts.len()];
+        for h in self.apps {
+            processes_observed[h] = true;
+        }
         let plan = ImportPlan {
+            processes_observed,
             hosts: self.hosts,
             gpus,
             processes: self.procs,

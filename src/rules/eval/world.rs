@@ -112,8 +112,6 @@ pub struct World {
 struct Pending {
     fetched_to: TsMs,
     samples: VecDeque<(i64, GpuSample)>,
-    /// Processes per (time, GPU), for `process_count`.
-    counts: HashMap<(TsMs, i64), f64>,
     procs: VecDeque<history::ProcessSampleRow>,
     events: VecDeque<history::EventRow>,
     training: VecDeque<(i64, TsMs, f64)>,
@@ -173,11 +171,10 @@ impl World {
         if samples.iter().any(|(id, _)| !self.gpus.contains_key(id)) {
             self.refresh_gpus(conn)?;
         }
-        for p in history::process_samples(conn, after, to)? {
-            *self.pending.counts.entry((p.ts_ms, p.gpu_id)).or_default() += 1.0;
-            if self.keep(Metric::ProcessMem).is_some() {
-                self.pending.procs.push_back(p);
-            }
+        if self.keep(Metric::ProcessMem).is_some() {
+            self.pending
+                .procs
+                .extend(history::process_samples(conn, after, to)?);
         }
         self.pending.samples.extend(samples);
         self.pending.events.extend(
@@ -247,12 +244,7 @@ impl World {
             let Some((gpu_id, s)) = self.pending.samples.pop_front() else {
                 break;
             };
-            let count = self
-                .pending
-                .counts
-                .remove(&(s.ts_ms, gpu_id))
-                .unwrap_or(0.0);
-            self.feed_sample(gpu_id, &s, count);
+            self.feed_sample(gpu_id, &s);
         }
         while self.pending.procs.front().is_some_and(|p| p.ts_ms <= upto) {
             let Some(p) = self.pending.procs.pop_front() else {
@@ -285,9 +277,6 @@ impl World {
                 t.points.series.push(ts, v);
             }
         }
-        if self.pending.counts.len() > 100_000 {
-            self.pending.counts.retain(|(ts, _), _| *ts > upto);
-        }
         let ttl = self.proc_ttl_ms;
         for g in self.gpus.values_mut() {
             g.procs.retain(|_, p| upto - p.last_seen <= ttl);
@@ -313,7 +302,7 @@ impl World {
         Ok(())
     }
 
-    fn feed_sample(&mut self, gpu_id: i64, s: &GpuSample, process_count: f64) {
+    fn feed_sample(&mut self, gpu_id: i64, s: &GpuSample) {
         let Some(g) = self.gpus.get_mut(&gpu_id) else {
             return;
         };
@@ -325,7 +314,6 @@ impl World {
                 Metric::Gap => Some(f64::from(u8::from(
                     s.status == SampleStatus::DeadlineMissed,
                 ))),
-                Metric::ProcessCount if ok => Some(process_count),
                 _ if ok => sample_value(m, s),
                 _ => None,
             };
@@ -467,9 +455,9 @@ pub fn sample_value(m: Metric, s: &GpuSample) -> Option<f64> {
         Metric::RetiredPages => f(s.retired_pages),
         Metric::RemappedRowsUncorrectable => f(s.remapped_rows_uncorrectable),
         Metric::RemapPending => s.remap_pending.map(|b| f64::from(u8::from(b))),
-        Metric::Lost | Metric::Gap | Metric::ProcessCount | Metric::XidCritical | Metric::Xid => {
-            None
-        }
+        // Unknown (not observed) stays no data: never "no processes".
+        Metric::ProcessCount => s.process_count.map(f64::from),
+        Metric::Lost | Metric::Gap | Metric::XidCritical | Metric::Xid => None,
         Metric::ProcessMem | Metric::TrainingStep | Metric::TrainingLoss => None,
         Metric::TrainingSourceFailing => None,
     }

@@ -7,6 +7,8 @@
 //! times and GPUs' last sample times only widen.
 //! - Process rows are placed at the time of the nearest sample of their GPU within
 //!   [`PROCESS_SNAP_MS`] (imported or already stored), so `process_count` sees them.
+//! - A host whose `--query-compute-apps` log is part of the import gets `process_count` on
+//!   its samples of the imported span; without one the counts stay NULL (not observed).
 
 use rusqlite::{Connection, params};
 
@@ -175,6 +177,13 @@ pub(super) fn publish_rows(conn: &Connection, plan: &ImportPlan) -> Result<Publi
         [PROCESS_SNAP_MS],
     )?;
     for (host, span) in spans.iter().enumerate() {
+        if let (Some((first, last)), true) =
+            (span, plan.processes_observed.get(host) == Some(&true))
+        {
+            count_processes(conn, host_ids[host], *first, *last)?;
+        }
+    }
+    for (host, span) in spans.iter().enumerate() {
         if let Some((first, last)) = span {
             conn.prepare_cached(
                 "UPDATE hosts SET first_seen_ms = min(coalesce(first_seen_ms, ?1), ?1),
@@ -188,4 +197,30 @@ pub(super) fn publish_rows(conn: &Connection, plan: &ImportPlan) -> Result<Publi
         samples: samples as u64,
         process_samples: process_samples as u64,
     })
+}
+
+/// Sets `process_count` of the host's ok samples in `[first, last]` from the process rows
+/// that landed on them (0 where none did): the import says these processes were observed.
+fn count_processes(
+    conn: &Connection,
+    host_id: i64,
+    first: TsMs,
+    last: TsMs,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "UPDATE samples SET process_count = 0
+         WHERE status = 0 AND ts_ms BETWEEN ?2 AND ?3
+           AND gpu_id IN (SELECT id FROM gpus WHERE host_id = ?1)",
+    )?
+    .execute(params![host_id, first, last])?;
+    conn.prepare_cached(
+        "UPDATE samples SET process_count = c.n
+         FROM (SELECT ps.ts_ms, ps.gpu_id, count(*) AS n FROM process_samples ps
+               WHERE ps.ts_ms BETWEEN ?2 AND ?3
+                 AND ps.gpu_id IN (SELECT id FROM gpus WHERE host_id = ?1)
+               GROUP BY ps.ts_ms, ps.gpu_id) AS c
+         WHERE samples.ts_ms = c.ts_ms AND samples.gpu_id = c.gpu_id AND samples.status = 0",
+    )?
+    .execute(params![host_id, first, last])?;
+    Ok(())
 }
