@@ -97,6 +97,9 @@ pub enum Static {
     PcieMaxWidth,
     /// Number of GPUs on the host (for peer rules).
     HostGpuCount,
+    /// The most memory a free GPU of this model shows as used, MiB (the driver's reserved
+    /// memory, from the model table; the largest of the table for a model it lacks).
+    MemFreeBaseline,
 }
 
 /// Aggregations over a window `[t - window, t]` of one metric.
@@ -280,6 +283,31 @@ impl Expr {
                 args.iter().map(Expr::max_window).max().unwrap_or_default()
             }
             Expr::Binary { lhs, rhs, .. } => lhs.max_window().max(rhs.max_window()),
+        }
+    }
+
+    /// Every inventory constant the expression reads.
+    pub fn statics(&self, out: &mut Vec<Static>) {
+        match self {
+            Expr::Static(s) => {
+                if !out.contains(s) {
+                    out.push(*s);
+                }
+            }
+            Expr::Number(_)
+            | Expr::Seconds(_)
+            | Expr::Current(_)
+            | Expr::Window { .. }
+            | Expr::Quantile { .. }
+            | Expr::PredictLinear { .. }
+            | Expr::Trend { .. } => {}
+            Expr::TimeTo { threshold, .. } => threshold.statics(out),
+            Expr::Peer { expr, .. } | Expr::Unary { expr, .. } => expr.statics(out),
+            Expr::Scalar { args, .. } => args.iter().for_each(|a| a.statics(out)),
+            Expr::Binary { lhs, rhs, .. } => {
+                lhs.statics(out);
+                rhs.statics(out);
+            }
         }
     }
 

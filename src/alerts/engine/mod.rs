@@ -520,6 +520,10 @@ impl Engine {
         }
         let mut metrics = Vec::new();
         rule.condition.metrics(&mut metrics);
+        let mut summary = rule.summary.render(&vars);
+        if let Some(note) = assumed(rule, gpu) {
+            summary.push_str(&note);
+        }
         Some(Transition {
             at: t,
             state,
@@ -527,7 +531,7 @@ impl Engine {
             severity,
             subject: s.clone(),
             labels,
-            summary: rule.summary.render(&vars),
+            summary,
             description: rule.description.as_ref().map(|d| d.render(&vars)),
             active_since: since,
             fired_at: inst.state.fired_at,
@@ -539,6 +543,59 @@ impl Engine {
                 .map(|m| crate::rules::names::metric_name(*m)),
         })
     }
+}
+
+/// What the rule's thresholds took from the model table because the GPU did not report
+/// them, said in the alert text: " (slowdown threshold 88 °C assumed from the H100 80GB HBM3
+/// table)". Unknown stays visible: an assumed value is never presented as a reading.
+fn assumed(rule: &Rule, gpu: &crate::rules::eval::world::Gpu) -> Option<String> {
+    use crate::rules::ast::Static;
+    use crate::rules::eval::expr::{StaticSource, static_source};
+    let mut statics = Vec::new();
+    rule.condition.statics(&mut statics);
+    for e in rule
+        .critical
+        .iter()
+        .chain(rule.values.iter().map(|(_, e)| e))
+    {
+        e.statics(&mut statics);
+    }
+    let mut table: Option<&str> = None;
+    let mut parts = Vec::new();
+    for st in statics {
+        let Some((v, source)) = static_source(st, gpu) else {
+            continue;
+        };
+        let what = match st {
+            Static::TempSlowdown => format!("slowdown threshold {v:.0} °C"),
+            Static::TempShutdown => format!("shutdown threshold {v:.0} °C"),
+            Static::TempGpuMax => format!("max operating temperature {v:.0} °C"),
+            Static::MemoryTotal => format!("memory total {v:.0} MiB"),
+            Static::PowerLimitDefault => format!("default power limit {v:.0} W"),
+            Static::MemFreeBaseline => format!("free-GPU memory {v:.0} MiB"),
+            Static::PowerLimitMax | Static::PcieMaxGen | Static::PcieMaxWidth => continue,
+            Static::HostGpuCount => continue,
+        };
+        match source {
+            StaticSource::Reported => {}
+            // A free GPU's memory is never reported: the table is its only source.
+            StaticSource::Table(_) if st == Static::MemFreeBaseline => {}
+            StaticSource::Table(m) => {
+                table = Some(m.short());
+                parts.push(what);
+            }
+            StaticSource::Generic => {
+                parts.push(format!("{what} (the largest of any known model)"));
+            }
+        }
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    Some(match table {
+        Some(model) => format!(" ({} assumed from the {model} table)", parts.join(", ")),
+        None => format!(" ({} assumed: model not in the table)", parts.join(", ")),
+    })
 }
 
 /// Maps an evaluation outcome through the rule's policies.

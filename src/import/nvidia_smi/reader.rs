@@ -340,7 +340,7 @@ impl FileReader<'_> {
         let acc = &mut sinks.registry.gpus[id];
         acc.sampled(ts);
         if let (Some(t), Some(m)) = (temp, margin) {
-            acc.vote_slowdown(i64::from(t) + m);
+            acc.vote_tlimit(i64::from(t) + m);
         }
         let inv = acc.inv();
         let set_text = |slot: &mut Option<String>, s: Option<&str>| {

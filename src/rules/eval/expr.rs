@@ -8,6 +8,7 @@
 //!   everything else touching no data is no data. Division by zero is no data.
 
 use crate::rules::ast::{BinOp, Expr, Metric, PeerFn, ScalarFn, Static, UnOp};
+use crate::specs::ModelSpec;
 
 use super::stats;
 use super::window;
@@ -274,9 +275,29 @@ impl<'a> EvalCtx<'a> {
 }
 
 fn static_value(s: Static, g: &Gpu, world: &World) -> Option<f64> {
+    if s == Static::HostGpuCount {
+        return Some(world.gpus.values().filter(|o| o.host == g.host).count() as f64);
+    }
+    static_source(s, g).map(|(v, _)| v)
+}
+
+/// Where an inventory constant's value came from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StaticSource {
+    /// The GPU (NVML, or the imported log) reported it.
+    Reported,
+    /// The GPU did not report it: the model table's value (`crate::specs`).
+    Table(&'static ModelSpec),
+    /// Neither knows it for this model: the table's most conservative value (only for
+    /// `mem_free_baseline`: the largest reservation of any known model).
+    Generic,
+}
+
+/// A GPU's inventory constant and its source (`HostGpuCount` is not one: see `static_value`).
+pub fn static_source(s: Static, g: &Gpu) -> Option<(f64, StaticSource)> {
     let inv = &g.inv;
     let f = |v: Option<u32>| v.map(f64::from);
-    match s {
+    let reported = match s {
         Static::TempSlowdown => f(inv.temp_slowdown_c),
         Static::TempShutdown => f(inv.temp_shutdown_c),
         Static::TempGpuMax => f(inv.temp_gpu_max_c),
@@ -285,8 +306,32 @@ fn static_value(s: Static, g: &Gpu, world: &World) -> Option<f64> {
         Static::PowerLimitMax => inv.power_limit_max_mw.map(|w| f64::from(w) / 1000.0),
         Static::PcieMaxGen => f(inv.pcie_max_gen),
         Static::PcieMaxWidth => f(inv.pcie_max_width),
-        Static::HostGpuCount => {
-            Some(world.gpus.values().filter(|o| o.host == g.host).count() as f64)
-        }
+        Static::HostGpuCount | Static::MemFreeBaseline => None,
+    };
+    if let Some(v) = reported {
+        return Some((v, StaticSource::Reported));
     }
+    let table = g.spec.and_then(|m| {
+        let v = match s {
+            Static::TempSlowdown => f(m.temp_slowdown_c),
+            Static::TempShutdown => f(m.temp_shutdown_c),
+            Static::TempGpuMax => f(m.temp_max_c),
+            Static::MemoryTotal => m.memory_total_mib.map(|v| v as f64),
+            Static::PowerLimitDefault => f(m.power_default_w),
+            Static::MemFreeBaseline => f(m.reserved_mib),
+            Static::PowerLimitMax
+            | Static::PcieMaxGen
+            | Static::PcieMaxWidth
+            | Static::HostGpuCount => None,
+        }?;
+        Some((v, StaticSource::Table(m)))
+    });
+    table.or_else(|| {
+        (s == Static::MemFreeBaseline).then(|| {
+            (
+                f64::from(crate::specs::largest_reserved_mib()),
+                StaticSource::Generic,
+            )
+        })
+    })
 }

@@ -68,6 +68,8 @@ pub struct Gpu {
     pub series: HashMap<Metric, Tracked>,
     pub procs: BTreeMap<i64, Proc>,
     pub last_ts: Option<TsMs>,
+    /// The model table's entry for the GPU's name (thresholds the data lacks).
+    pub spec: Option<&'static crate::specs::ModelSpec>,
     /// Training series ids joined to this GPU: (step, loss).
     pub training: (Option<i64>, Option<i64>),
 }
@@ -294,8 +296,10 @@ impl World {
                 series: HashMap::new(),
                 procs: BTreeMap::new(),
                 last_ts: None,
+                spec: None,
                 training: (None, None),
             });
+            g.spec = row.inventory.name.as_deref().and_then(crate::specs::lookup);
             g.inv = row.inventory;
         }
         self.join_training();

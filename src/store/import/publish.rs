@@ -49,9 +49,10 @@ macro_rules! newer {
 const GPU_UPSERT: &str = concat!(
     "INSERT INTO gpus (host_id, uuid, gpu_index, name, serial, pci_bus_id, driver_version,
        memory_total_bytes, power_limit_mw, power_limit_min_mw, power_limit_max_mw,
-       temp_slowdown_c, pcie_max_gen, pcie_max_width, persistence_mode, mig_mode,
-       first_seen_ms, last_seen_ms, last_sample_ms)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)
+       temp_slowdown_c, temp_shutdown_c, temp_gpu_max_c, pcie_max_gen, pcie_max_width,
+       persistence_mode, mig_mode, first_seen_ms, last_seen_ms, last_sample_ms)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
+       ?19, ?20, ?21)
      ON CONFLICT (host_id, uuid) DO UPDATE SET ",
     newer!("gpu_index"),
     ", ",
@@ -72,6 +73,10 @@ const GPU_UPSERT: &str = concat!(
     newer!("power_limit_max_mw"),
     ", ",
     newer!("temp_slowdown_c"),
+    ", ",
+    newer!("temp_shutdown_c"),
+    ", ",
+    newer!("temp_gpu_max_c"),
     ", ",
     newer!("pcie_max_gen"),
     ", ",
@@ -116,6 +121,8 @@ pub(super) fn publish_rows(conn: &Connection, plan: &ImportPlan) -> Result<Publi
                 inv.power_limit_min_mw,
                 inv.power_limit_max_mw,
                 inv.temp_slowdown_c,
+                inv.temp_shutdown_c,
+                inv.temp_gpu_max_c,
                 inv.pcie_max_gen,
                 inv.pcie_max_width,
                 inv.persistence_mode,
