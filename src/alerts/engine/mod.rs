@@ -14,7 +14,7 @@ use std::sync::Arc;
 use rusqlite::Connection;
 
 use crate::model::TsMs;
-use crate::rules::ast::Expr;
+use crate::rules::ast::{Expr, Metric};
 use crate::rules::eval::expr::{EvalCtx, Outcome, Target};
 use crate::rules::eval::world::{Needs, World};
 use crate::rules::rule::{Missing, Rule, Scope, Severity};
@@ -129,9 +129,13 @@ impl Engine {
             exprs.extend(r.resolve.iter());
             exprs.extend(r.values.iter().map(|(_, e)| e));
             for e in exprs {
-                let keep = e.max_window().as_millis() as i64 + opts.staleness_ms;
+                // Room for the staleness of a GPU sampled once a minute (3 intervals).
+                let keep = e.max_window().as_millis() as i64 + opts.staleness_ms.max(180_000);
                 let mut ms = Vec::new();
                 e.metrics(&mut ms);
+                if r.gpu_fallback && ms.contains(&Metric::ProcessMem) {
+                    ms.push(Metric::MemUsed);
+                }
                 for m in ms {
                     let k = needs.entry(m).or_insert(0);
                     *k = (*k).max(keep);
@@ -294,9 +298,7 @@ impl Engine {
                 for_: rule.for_,
                 keep_firing_for: rule.keep_firing_for,
             };
-            for (gpu_id, process_id, target) in
-                targets(&self.world, rule, t, self.opts.staleness_ms)
-            {
+            for (gpu_id, process_id, target) in targets(&self.world, rule, &ctx) {
                 let key = AlertKey {
                     rule: name.clone(),
                     gpu_id,
@@ -446,7 +448,11 @@ impl Engine {
         let inst = self.alerts.get(key)?;
         let gpu = self.world.gpus.get(&key.gpu_id)?;
         let proc = key.process_id.and_then(|p| gpu.procs.get(&p));
-        let target = Target { gpu, proc };
+        let target = Target {
+            gpu,
+            proc,
+            whole_gpu: rule.scope == Scope::Process && key.process_id.is_none(),
+        };
         let ctx = EvalCtx {
             world: &self.world,
             t,
@@ -492,6 +498,11 @@ impl Engine {
                 "process" => text(&s.process),
                 "user" => text(&s.user),
                 "cmdline" => text(&s.cmdline),
+                "who" => Some(TemplateValue::Text(match (s.pid, &s.process) {
+                    (Some(pid), Some(name)) => format!("pid {pid} {name}"),
+                    (Some(pid), None) => format!("pid {pid}"),
+                    (None, _) => "all processes: per-process memory not observed".to_string(),
+                })),
                 "job" => text(&job),
                 _ => {
                     if let Some(l) = name.strip_prefix("label_") {
@@ -634,34 +645,36 @@ fn subject_of(target: Target<'_>, scope: Scope) -> Subject {
     }
 }
 
-/// The targets a rule is evaluated for at `t`: (gpu id, process id, target).
+/// The targets a rule is evaluated for at `t`: (gpu id, process id, target). A process
+/// rule with `fallback = "gpu"` is evaluated for the whole GPU where none of its live
+/// processes reports its own memory (processes not observed, or NVML gives no per-process
+/// memory).
 fn targets<'a>(
     world: &'a World,
     rule: &Rule,
-    t: TsMs,
-    staleness_ms: i64,
+    ctx: &EvalCtx<'_>,
 ) -> Vec<(i64, Option<i64>, Target<'a>)> {
+    let t = ctx.t;
     let mut out = Vec::new();
     let mut hosts: HashSet<&str> = HashSet::new();
     for g in world.gpus.values().filter(|g| g.last_ts.is_some()) {
         match rule.scope {
-            Scope::Gpu => out.push((g.gpu_id, None, Target { gpu: g, proc: None })),
+            Scope::Gpu => out.push((g.gpu_id, None, Target::gpu(g))),
             // One alert per host, keyed by (and evaluated with) the host's first GPU.
             Scope::Host => {
                 if hosts.insert(g.host.as_str()) {
-                    out.push((g.gpu_id, None, Target { gpu: g, proc: None }));
+                    out.push((g.gpu_id, None, Target::gpu(g)));
                 }
             }
             Scope::Process => {
-                for p in g.procs.values().filter(|p| t - p.last_seen <= staleness_ms) {
-                    out.push((
-                        g.gpu_id,
-                        Some(p.process_id),
-                        Target {
-                            gpu: g,
-                            proc: Some(p),
-                        },
-                    ));
+                let stale = ctx.stale_after(g);
+                let mut attributed = false;
+                for p in g.procs.values().filter(|p| t - p.last_seen <= stale) {
+                    attributed |= p.mem.series.last().is_some_and(|(ts, _)| t - ts <= stale);
+                    out.push((g.gpu_id, Some(p.process_id), Target::process(g, p)));
+                }
+                if rule.gpu_fallback && !attributed {
+                    out.push((g.gpu_id, None, Target::whole_gpu(g)));
                 }
             }
         }

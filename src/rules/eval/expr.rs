@@ -28,6 +28,35 @@ pub type Outcome = Result<Option<f64>, EvalError>;
 pub struct Target<'a> {
     pub gpu: &'a Gpu,
     pub proc: Option<&'a Proc>,
+    /// A process rule evaluated for the GPU as a whole (its processes' own memory is not
+    /// known): `process_mem` reads the GPU's `mem_used`.
+    pub whole_gpu: bool,
+}
+
+impl<'a> Target<'a> {
+    pub fn gpu(gpu: &'a Gpu) -> Self {
+        Self {
+            gpu,
+            proc: None,
+            whole_gpu: false,
+        }
+    }
+
+    pub fn process(gpu: &'a Gpu, proc: &'a Proc) -> Self {
+        Self {
+            gpu,
+            proc: Some(proc),
+            whole_gpu: false,
+        }
+    }
+
+    pub fn whole_gpu(gpu: &'a Gpu) -> Self {
+        Self {
+            gpu,
+            proc: None,
+            whole_gpu: true,
+        }
+    }
 }
 
 /// Where and when to evaluate.
@@ -35,7 +64,8 @@ pub struct Target<'a> {
 pub struct EvalCtx<'a> {
     pub world: &'a World,
     pub t: i64,
-    /// A GPU metric older than this is no data for an instant reference (3 sample intervals).
+    /// A GPU metric older than this is no data for an instant reference (at least; a GPU
+    /// sampled less often gets 3 of its own intervals, see [`EvalCtx::stale_after`]).
     pub staleness_ms: i64,
 }
 
@@ -53,11 +83,21 @@ fn ms(d: std::time::Duration) -> i64 {
 }
 
 impl<'a> EvalCtx<'a> {
+    /// How old a GPU's newest sample may be and still count: 3 of its sampling intervals,
+    /// and never less than the configured bound.
+    pub fn stale_after(&self, gpu: &Gpu) -> i64 {
+        self.staleness_ms.max(3 * gpu.interval.ms())
+    }
+
     /// The series of `m` for `target`: `Ok(None)` when there is none, `Err` when its source is
     /// failing.
     fn tracked(&self, m: Metric, target: Target<'a>) -> Result<Option<&'a Tracked>, EvalError> {
         match m {
-            Metric::ProcessMem => Ok(target.proc.map(|p| &p.mem)),
+            Metric::ProcessMem => Ok(match target.proc {
+                Some(p) => Some(&p.mem),
+                None if target.whole_gpu => target.gpu.series.get(&Metric::MemUsed),
+                None => None,
+            }),
             Metric::TrainingStep | Metric::TrainingLoss => {
                 let (role, id) = if m == Metric::TrainingStep {
                     ("step", target.gpu.training.0)
@@ -94,7 +134,7 @@ impl<'a> EvalCtx<'a> {
             Expr::Current(m) => {
                 let stale = match m {
                     Metric::TrainingStep | Metric::TrainingLoss => TRAINING_STALENESS_MS,
-                    _ => self.staleness_ms,
+                    _ => self.stale_after(target.gpu),
                 };
                 self.tracked(*m, target)?
                     .and_then(|tr| tr.series.last())
@@ -222,14 +262,7 @@ impl<'a> EvalCtx<'a> {
     /// mixes models, and mixed models differ for no fault of theirs); processes use the
     /// GPU-level value.
     fn peer(&self, func: PeerFn, expr: &Expr, target: Target<'a>) -> Outcome {
-        let Some(me) = self.eval(
-            expr,
-            Target {
-                gpu: target.gpu,
-                proc: None,
-            },
-        )?
-        else {
+        let Some(me) = self.eval(expr, Target::gpu(target.gpu))? else {
             return Ok(None);
         };
         let mut others = Vec::new();
@@ -238,7 +271,7 @@ impl<'a> EvalCtx<'a> {
                 && g.gpu_id != target.gpu.gpu_id
                 && g.inv.name == target.gpu.inv.name
         }) {
-            if let Some(v) = self.eval(expr, Target { gpu: g, proc: None })? {
+            if let Some(v) = self.eval(expr, Target::gpu(g))? {
                 others.push(v);
             }
         }

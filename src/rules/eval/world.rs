@@ -70,8 +70,41 @@ pub struct Gpu {
     pub last_ts: Option<TsMs>,
     /// The model table's entry for the GPU's name (thresholds the data lacks).
     pub spec: Option<&'static crate::specs::ModelSpec>,
+    /// The GPU's sampling interval: the median of its recent sample spacings (1 s to a
+    /// minute, whatever the daemon or the imported log used).
+    pub interval: Interval,
     /// Training series ids joined to this GPU: (step, loss).
     pub training: (Option<i64>, Option<i64>),
+}
+
+/// A GPU's typical sample spacing: the median of its last [`Interval::N`] spacings.
+#[derive(Debug, Clone, Default)]
+pub struct Interval {
+    recent: [i64; Interval::N],
+    seen: usize,
+    median_ms: i64,
+}
+
+impl Interval {
+    const N: usize = 9;
+
+    fn observe(&mut self, gap_ms: i64) {
+        if gap_ms <= 0 {
+            return;
+        }
+        self.recent[self.seen % Self::N] = gap_ms;
+        self.seen += 1;
+        let n = self.seen.min(Self::N);
+        let mut v = self.recent;
+        let v = &mut v[..n];
+        v.sort_unstable();
+        self.median_ms = v[n / 2];
+    }
+
+    /// The median spacing in ms; 0 before two samples were seen.
+    pub fn ms(&self) -> i64 {
+        self.median_ms
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -297,6 +330,7 @@ impl World {
                 procs: BTreeMap::new(),
                 last_ts: None,
                 spec: None,
+                interval: Interval::default(),
                 training: (None, None),
             });
             g.spec = row.inventory.name.as_deref().and_then(crate::specs::lookup);
@@ -310,6 +344,9 @@ impl World {
         let Some(g) = self.gpus.get_mut(&gpu_id) else {
             return;
         };
+        if let Some(last) = g.last_ts {
+            g.interval.observe(s.ts_ms - last);
+        }
         g.last_ts = Some(s.ts_ms);
         let ok = s.status == SampleStatus::Ok;
         for &(m, keep) in &self.sample_metrics {
