@@ -264,10 +264,12 @@ impl Series {
             if a == b {
                 continue;
             }
-            if b > a && up && k > i {
-                if let Some(s) = since {
-                    longest = longest.max(self.ts[k] - s);
-                }
+            if b > a
+                && up
+                && k > i
+                && let Some(s) = since
+            {
+                longest = longest.max(self.ts[k] - s);
             }
             up = b > a;
             since = Some(self.ts[k]);
