@@ -583,30 +583,22 @@ fn assumed(rule: &Rule, gpu: &crate::rules::eval::world::Gpu) -> Option<String> 
             Static::TempGpuMax => format!("max operating temperature {v:.0} °C"),
             Static::MemoryTotal => format!("memory total {v:.0} MiB"),
             Static::PowerLimitDefault => format!("default power limit {v:.0} W"),
-            Static::MemFreeBaseline => format!("free-GPU memory {v:.0} MiB"),
+            // A free GPU's memory is never reported: the table (or its largest value) is its
+            // only source, documented with the rules; it guards, it does not measure.
+            Static::MemFreeBaseline => continue,
             Static::PowerLimitMax | Static::PcieMaxGen | Static::PcieMaxWidth => continue,
             Static::HostGpuCount => continue,
         };
-        match source {
-            StaticSource::Reported => {}
-            // A free GPU's memory is never reported: the table is its only source.
-            StaticSource::Table(_) if st == Static::MemFreeBaseline => {}
-            StaticSource::Table(m) => {
-                table = Some(m.short());
-                parts.push(what);
-            }
-            StaticSource::Generic => {
-                parts.push(format!("{what} (the largest of any known model)"));
-            }
+        if let StaticSource::Table(m) = source {
+            table = Some(m.short());
+            parts.push(what);
         }
     }
-    if parts.is_empty() {
-        return None;
-    }
-    Some(match table {
-        Some(model) => format!(" ({} assumed from the {model} table)", parts.join(", ")),
-        None => format!(" ({} assumed: model not in the table)", parts.join(", ")),
-    })
+    let model = table?;
+    Some(format!(
+        " ({} assumed from the {model} table)",
+        parts.join(", ")
+    ))
 }
 
 /// Maps an evaluation outcome through the rule's policies.
