@@ -18,6 +18,7 @@ pub mod report;
 pub mod rules;
 pub mod sampler;
 pub mod sim;
+pub mod specs;
 pub mod store;
 pub mod text;
 pub mod training;

@@ -104,6 +104,13 @@ pub struct GpuSample {
     pub remapped_rows_uncorrectable: Option<u32>,
     pub remap_pending: Option<bool>,
     pub remap_failure: Option<bool>,
+    /// Compute processes NVML listed for this GPU at this sample (their details are the
+    /// batch's [`ProcessSample`]s). `None` when the process list was not observed: process
+    /// sampling is off, the query failed or is not supported (NOT_SUPPORTED, NO_PERMISSION),
+    /// gpuwatch runs in a PID namespace other than the host's (NVML then lists only what that
+    /// namespace sees), or an imported log has no `--query-compute-apps` rows. Unknown is not
+    /// "no processes".
+    pub process_count: Option<u32>,
 }
 
 impl GpuSample {

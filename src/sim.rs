@@ -103,8 +103,10 @@ impl SimGpus {
     /// The scenario's processes as /proc would describe them, for the process resolver.
     pub fn process_overrides(&self, start_ms: TsMs) -> ProcessOverrides {
         let tick_ms = self.scenario.tick_ms() as i64;
-        ProcessOverrides(
-            self.scenario
+        ProcessOverrides {
+            simulated: true,
+            pids: self
+                .scenario
                 .processes()
                 .iter()
                 .map(|p| {
@@ -118,7 +120,7 @@ impl SimGpus {
                     (p.pid, info)
                 })
                 .collect(),
-        )
+        }
     }
 
     /// A ticker that runs the scenario `speed` times faster than real time, starting at

@@ -97,11 +97,21 @@ fn a_header_with_units_is_converted_to_the_store_units_and_rolled_up() {
         throttle, 0x40,
         "hw_thermal_slowdown Active sets its NVML bit"
     );
-    // tlimit is the margin: the slowdown threshold is temperature + margin (70 + 17 = 87).
-    let slowdown: i64 = one(&c, "SELECT temp_slowdown_c FROM gpus WHERE gpu_index = 0");
-    assert_eq!(slowdown, 87);
-    let slowdown1: i64 = one(&c, "SELECT temp_slowdown_c FROM gpus WHERE gpu_index = 1");
-    assert_eq!(slowdown1, 87);
+    // tlimit is the margin to T.Limit, the max operating temperature (70 + 17 = 87); on that
+    // scale the slowdown threshold is 2 °C above it and the H100's shutdown 8 °C (the model
+    // table, from the real captures).
+    let t = |i: u32| -> (i64, i64, i64) {
+        c.query_row(
+            &format!(
+                "SELECT temp_gpu_max_c, temp_slowdown_c, temp_shutdown_c FROM gpus WHERE gpu_index = {i}"
+            ),
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap()
+    };
+    assert_eq!(t(0), (87, 89, 95));
+    assert_eq!(t(1), (87, 89, 95));
     let pstate: i64 = one(
         &c,
         "SELECT pstate FROM samples s JOIN gpus g ON g.id = s.gpu_id WHERE g.gpu_index = 1 ORDER BY ts_ms DESC LIMIT 1",
@@ -275,11 +285,17 @@ fn bracketed_values_are_null_not_zero_even_under_strict() {
             "{col}: a real 0 stays 0"
         );
     }
-    let slowdown: Option<i64> = one(&c, "SELECT temp_slowdown_c FROM gpus");
+    let tlimit: (Option<i64>, Option<i64>) = c
+        .query_row(
+            "SELECT temp_gpu_max_c, temp_slowdown_c FROM gpus",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
     assert_eq!(
-        slowdown,
-        Some(0),
-        "0 °C + margin 0 from the second row only"
+        tlimit,
+        (Some(0), Some(2)),
+        "T.Limit = 0 °C + margin 0 from the second row only"
     );
 }
 

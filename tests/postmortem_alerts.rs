@@ -289,9 +289,12 @@ fn alerts_and_incidents_of_a_demo_run() {
     )
     .expect("time")
     .timestamp_millis();
+    // The demo's hang is a spinning collective: the rule holds about a minute after the
+    // step's last change (4 of the job's step intervals, at least 1 min).
     assert!(
-        stopped < start && start - stopped >= 4 * 60_000,
-        "the step stopped at least 4 min before the alert started to hold"
+        stopped < start && start - stopped >= 60_000,
+        "the step stopped at least 1 min before the alert started to hold: {}",
+        start - stopped
     );
     assert!(!inc["processes"].as_array().expect("processes").is_empty());
 

@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::model::SampleStatus;
+use crate::model::{GpuSample, SampleStatus};
 use crate::store::read::GpuStatusRow;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -122,7 +122,7 @@ pub fn table(rows: &[GpuStatusRow], stale_after_ms: i64) -> String {
             power,
             r.age_ms.map_or_else(|| "-".into(), age),
             state,
-            procs.first().map_or("-", String::as_str),
+            processes_cell(procs.first(), s),
         );
         out.push_str(line.trim_end());
         out.push('\n');
@@ -131,6 +131,20 @@ pub fn table(rows: &[GpuStatusRow], stale_after_ms: i64) -> String {
         }
     }
     out
+}
+
+/// The PROCESSES cell: the first process, "none" when the list was observed empty,
+/// "unknown" when it was not observed (never "no processes" for want of data).
+fn processes_cell(first: Option<&String>, s: Option<&GpuSample>) -> String {
+    let count = s.and_then(|s| s.process_count);
+    match (first, count) {
+        (Some(p), Some(_)) => p.clone(),
+        (Some(p), None) => format!("{p} (list incomplete)"),
+        (None, Some(0)) => "none".into(),
+        (None, Some(n)) => format!("{n} (not resolved)"),
+        (None, None) if s.is_some() => "unknown".into(),
+        (None, None) => "-".into(),
+    }
 }
 
 /// Machine-readable status: an array of GPU objects.
@@ -161,6 +175,8 @@ pub fn json(rows: &[GpuStatusRow], stale_after_ms: i64) -> Value {
                     "clock_sm_mhz": s.and_then(|s| s.clock_sm_mhz),
                     "throttle_reasons": s.and_then(|s| s.throttle_reasons),
                     "ecc_uncorrected": s.and_then(|s| s.ecc_uncorrected),
+                    // null: the process list was not observed (unknown, not none).
+                    "process_count": s.and_then(|s| s.process_count),
                     "processes": r.processes.iter().map(|p| json!({
                         "pid": p.pid,
                         "start_time_ms": p.start_time_ms,

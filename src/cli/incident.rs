@@ -54,6 +54,7 @@ const METRICS: &[(&str, &str)] = &[
     ("temp", "°C"),
     ("power", "W"),
     ("clock_sm", "MHz"),
+    ("process_count", ""),
 ];
 
 /// min / avg / max of the values of one phase, and how many samples had none.
@@ -174,6 +175,8 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
         );
     }
     let procs = q::processes(&conn, alert.gpu_id, before_from, end).with_context(ctx)?;
+    let observed =
+        q::process_observation(&conn, alert.gpu_id, before_from, end).with_context(ctx)?;
     let events = q::events(&conn, alert.gpu_id, before_from, end).with_context(ctx)?;
     let training = training(&conn, &alert, before_from, start, end).with_context(ctx)?;
 
@@ -193,6 +196,9 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
                 "metrics": metrics.iter().map(|(m, unit, b, d)| json!({
                     "metric": m, "unit": unit, "before": b.json(), "during": d.json(),
                 })).collect::<Vec<_>>(),
+                // Samples of the window whose process list was observed: where it was not,
+                // processes are unknown (not "none").
+                "process_list": {"observed_samples": observed.0, "samples": observed.1},
                 "processes": procs.iter().map(|p| json!({
                     "pid": p.pid, "name": p.name, "user": p.user,
                     "first_seen": rfc3339(p.first_ms), "last_seen": rfc3339(p.last_ms),
@@ -216,7 +222,7 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
             &alert,
             &notes,
             &metrics,
-            &procs,
+            (&procs, observed),
             &events,
             &training,
             args.window,

@@ -234,10 +234,24 @@ fn alerts(o: &mut String, d: &ReportData) {
 
 fn processes(o: &mut String, d: &ReportData) {
     o.push_str("<section><h2>Processes</h2>");
-    if d.processes.is_empty() {
+    let (observed, samples) = d.process_observation;
+    if observed == 0 && samples > 0 {
         o.push_str(
-            "<p class=\"muted\">No process was seen on these GPUs in this window.</p></section>\n",
+            "<p class=\"muted\">Unknown: the process list was not observed in this window (a log \
+             without <code>--query-compute-apps</code> rows, process sampling off, or another \
+             PID namespace).</p>",
         );
+    } else if observed < samples {
+        let _ = write!(
+            o,
+            "<p class=\"muted\">The process list was observed in {observed} of {samples} samples.</p>"
+        );
+    }
+    if d.processes.is_empty() {
+        if observed > 0 {
+            o.push_str("<p class=\"muted\">No process was seen on these GPUs in this window.</p>");
+        }
+        o.push_str("</section>\n");
         return;
     }
     o.push_str("<table><tr><th>GPU</th><th>PID</th><th>User</th><th>Name</th><th>Command line (redacted)</th><th>Max memory</th><th>First seen (UTC)</th><th>Last seen</th></tr>\n");

@@ -72,6 +72,8 @@ pub struct ReportData {
     /// The alert the report is about (`--alert`).
     pub focus: Option<AlertSpan>,
     pub processes: Vec<ProcessSpan>,
+    /// Of the GPUs' ok samples in the window: (those whose process list was observed, all).
+    pub process_observation: (u64, u64),
     pub events: Vec<EventSpan>,
     pub training: Vec<TrainingLine>,
 }
@@ -141,7 +143,13 @@ pub fn gather(
         step_ms,
         source,
     )?;
+    let mut process_observation = (0, 0);
+    for &id in &ids {
+        let (o, n) = crate::store::incident::process_observation(conn, id, from_ms, to_ms - 1)?;
+        process_observation = (process_observation.0 + o, process_observation.1 + n);
+    }
     Ok(ReportData {
+        process_observation,
         alerts: postmortem::alerts_in(conn, &ids, from_ms, to_ms)?,
         processes: postmortem::processes_in(conn, &ids, from_ms, to_ms, MAX_ROWS)?,
         events: postmortem::events_in(conn, &ids, from_ms, to_ms, MAX_ROWS)?,

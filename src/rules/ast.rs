@@ -97,6 +97,9 @@ pub enum Static {
     PcieMaxWidth,
     /// Number of GPUs on the host (for peer rules).
     HostGpuCount,
+    /// The most memory a free GPU of this model shows as used, MiB (the driver's reserved
+    /// memory, from the model table; the largest of the table for a model it lacks).
+    MemFreeBaseline,
 }
 
 /// Aggregations over a window `[t - window, t]` of one metric.
@@ -128,10 +131,15 @@ pub enum WindowFn {
     /// Seconds from the first to the newest sample in the window: how much history the
     /// window really holds (a process younger than the window has a short span).
     Span,
-    /// The longest pause in the window: seconds between a value change and the next one,
-    /// over runs that have ended (the current run is `unchanged_for`). 0 when the value never
-    /// changed twice. Learns a job's normal checkpoint/eval pauses from its step counter.
+    /// The longest pause that ended in the window: seconds from one increase of the value to
+    /// the next (the current run is `unchanged_for`; a decrease — a restart — and the time
+    /// until the next increase are not pauses). 0 when none ended. Learns a job's normal
+    /// checkpoint/eval pauses from its step counter.
     MaxUnchangedFor,
+    /// The signed size of the newest value change in the window (new − old: negative when
+    /// the value went back, e.g. a training job restarted from a checkpoint); no data when
+    /// the value did not change in the window.
+    LastChange,
     /// Least-squares slope, units per second.
     Slope,
     /// Coefficient of determination of the least-squares fit, 0..1.
@@ -150,6 +158,9 @@ pub enum TrendFn {
     KendallTau,
     /// Theil–Sen slope, units per second.
     TheilSen,
+    /// The largest fall of the step means below their running maximum (0 for a series that
+    /// never falls): a job restart or a freed buffer inside a leak window.
+    Drawdown,
 }
 
 /// Comparisons with the other GPUs of the same host (or job).
@@ -280,6 +291,31 @@ impl Expr {
                 args.iter().map(Expr::max_window).max().unwrap_or_default()
             }
             Expr::Binary { lhs, rhs, .. } => lhs.max_window().max(rhs.max_window()),
+        }
+    }
+
+    /// Every inventory constant the expression reads.
+    pub fn statics(&self, out: &mut Vec<Static>) {
+        match self {
+            Expr::Static(s) => {
+                if !out.contains(s) {
+                    out.push(*s);
+                }
+            }
+            Expr::Number(_)
+            | Expr::Seconds(_)
+            | Expr::Current(_)
+            | Expr::Window { .. }
+            | Expr::Quantile { .. }
+            | Expr::PredictLinear { .. }
+            | Expr::Trend { .. } => {}
+            Expr::TimeTo { threshold, .. } => threshold.statics(out),
+            Expr::Peer { expr, .. } | Expr::Unary { expr, .. } => expr.statics(out),
+            Expr::Scalar { args, .. } => args.iter().for_each(|a| a.statics(out)),
+            Expr::Binary { lhs, rhs, .. } => {
+                lhs.statics(out);
+                rhs.statics(out);
+            }
         }
     }
 

@@ -62,6 +62,7 @@ pub const STATICS: &[(&str, Static)] = &[
     ("pcie_max_gen", Static::PcieMaxGen),
     ("pcie_max_width", Static::PcieMaxWidth),
     ("host_gpu_count", Static::HostGpuCount),
+    ("mem_free_baseline", Static::MemFreeBaseline),
 ];
 
 const METRIC_ALIASES: &[(&str, &str)] = &[
@@ -244,7 +245,7 @@ mod tests {
             assert_eq!(static_name(*s), *name);
         }
         assert_eq!(METRICS.len(), 33);
-        assert_eq!(STATICS.len(), 9);
+        assert_eq!(STATICS.len(), 10);
     }
 
     #[test]

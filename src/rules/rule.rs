@@ -83,5 +83,9 @@ pub struct Rule {
     /// Rules whose alerts on the same GPU are muted while this one is active.
     pub inhibits: Vec<String>,
     pub enabled: bool,
+    /// `scope = "process"` with `fallback = "gpu"`: where no process of a GPU reports its
+    /// own memory, the rule is evaluated once for the GPU as a whole (`process_mem` reads
+    /// the GPU's `mem_used`; no pid).
+    pub gpu_fallback: bool,
     pub origin: Origin,
 }

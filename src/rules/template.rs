@@ -6,7 +6,7 @@
 //! Invariants: a `Template` is parsed once at load and rendering never fails; which names
 //! exist is checked by the rule loader against the rule's scope and values (a name the
 //! caller does not know renders as its placeholder, `{name}`, so a bug shows in the text);
-//! missing data renders as "no data", never as NaN or 0.
+//! missing data renders as "unknown", never as NaN or 0.
 
 use std::fmt::Write;
 
@@ -33,7 +33,7 @@ enum Part {
 pub enum TemplateValue {
     Text(String),
     Number(f64),
-    /// The variable exists but has no value now (renders as "no data").
+    /// The variable exists but has no value now (renders as "unknown").
     NoData,
 }
 
@@ -92,7 +92,7 @@ impl Template {
                 Part::Var { name, decimals, .. } => match vars(name) {
                     Some(TemplateValue::Text(t)) => out.push_str(&t),
                     Some(TemplateValue::Number(x)) => out.push_str(&number(x, *decimals)),
-                    Some(TemplateValue::NoData) => out.push_str("no data"),
+                    Some(TemplateValue::NoData) => out.push_str("unknown"),
                     None => {
                         let _ = write!(out, "{{{name}}}");
                     }
@@ -170,7 +170,7 @@ fn placeholder(inner: &str, offset: usize) -> Result<Part, (usize, String)> {
 fn number(x: f64, decimals: Option<usize>) -> String {
     if !x.is_finite() {
         return if x.is_nan() {
-            "no data".into()
+            "unknown".into()
         } else {
             format!("{x}")
         };
@@ -209,7 +209,7 @@ mod tests {
     fn renders_values() {
         assert_eq!(
             render("GPU {gpu} ({model}) grows {rate:.0} MiB/min; full in ~{left} min"),
-            "GPU 3 (H100) grows 112 MiB/min; full in ~no data min"
+            "GPU 3 (H100) grows 112 MiB/min; full in ~unknown min"
         );
         assert_eq!(
             render("{rate} {rate:.2} {neg:.1} {neg}"),
@@ -218,7 +218,7 @@ mod tests {
         assert_eq!(render("{{literal}} {{{gpu}}}"), "{literal} {3}");
         assert_eq!(render("{unknown} é"), "{unknown} é");
         assert_eq!(render(""), "");
-        assert_eq!(number(f64::NAN, None), "no data");
+        assert_eq!(number(f64::NAN, None), "unknown");
         assert_eq!(number(f64::INFINITY, Some(1)), "inf");
         assert_eq!(number(2.5, None), "2.5");
     }

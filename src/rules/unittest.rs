@@ -203,10 +203,18 @@ fn batches(test: &TestFile) -> Vec<TickBatch> {
         for k in 0..len {
             let ts = T0 + k as i64 * test.interval_ms;
             let batch = at(&mut by_ts, ts);
-            if let Some(s) = sample(g, &inv, k, ts) {
+            let procs = processes(g, &inv.uuid, k, ts);
+            if let Some(mut s) = sample(g, &inv, k, ts) {
+                // Processes were observed where `process_count` has a value or the GPU
+                // declares processes; `_` (or no process data at all) is unknown.
+                let observed =
+                    value(&g.series, "process_count", k).is_some() || !g.processes.is_empty();
+                if observed && s.status == SampleStatus::Ok {
+                    s.process_count = Some(procs.len() as u32);
+                }
                 batch.samples.push(s);
             }
-            batch.processes.extend(processes(g, &inv.uuid, k, ts));
+            batch.processes.extend(procs);
         }
     }
     for tr in &test.training {

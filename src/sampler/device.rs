@@ -118,6 +118,8 @@ pub fn read_sample(
         remapped_rows_uncorrectable: remap.map(|r| r.1),
         remap_pending: remap.map(|r| r.2),
         remap_failure: remap.map(|r| r.3),
+        // Set by the coordinator from the process list (when it was observed).
+        process_count: None,
     };
     // Row remapping (Ampere and later) replaced page retirement: read pages only without it.
     if remap.is_none() {
@@ -134,9 +136,10 @@ pub fn read_sample(
 }
 
 /// Reads the compute processes (PID and memory).
-pub fn read_processes(nvml: &Nvml, dev: &Device<'_>, s: &mut Support) -> Vec<RawProcess> {
+/// The GPU's compute processes; `None` when the list could not be read (not supported, no
+/// permission, an error): unknown, not "no processes".
+pub fn read_processes(nvml: &Nvml, dev: &Device<'_>, s: &mut Support) -> Option<Vec<RawProcess>> {
     s.read("compute_processes", || compute_processes(dev, nvml))
-        .unwrap_or_default()
 }
 
 fn pstate_number(p: PerformanceState) -> Option<u32> {

@@ -72,6 +72,8 @@ pub struct Sampler {
     stop: Arc<AtomicBool>,
     resolver: ProcResolver,
     cfg: SamplerConfig,
+    /// Process lists are complete (sampling on, host PID namespace): samples carry counts.
+    observe_processes: bool,
     tick_id: u64,
     last_inventory: Option<TsMs>,
     /// Inventories learnt outside a tick (start-up, late answers), to emit with the next batch.
@@ -113,6 +115,7 @@ impl Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let (ev_tx, events) = mpsc::channel();
         events::spawn(h.nvml.clone(), count, stop.clone(), ev_tx)?;
+        let observe_processes = cfg.processes && processes_observable(&overrides);
         let resolver = ProcResolver::new(Redactor::new(&cfg.redact_patterns)?, overrides);
         let mut s = Self {
             slots,
@@ -121,6 +124,7 @@ impl Sampler {
             stop,
             resolver,
             cfg,
+            observe_processes,
             tick_id: 0,
             last_inventory: None,
             pending_inventory: Vec::new(),
@@ -177,7 +181,11 @@ impl Sampler {
     }
 
     /// Records what a response says about the GPU; returns its sample if it is for `tick_id`.
-    fn absorb(&mut self, r: Response, tick_id: u64) -> Option<(GpuSample, Vec<RawProcess>)> {
+    fn absorb(
+        &mut self,
+        r: Response,
+        tick_id: u64,
+    ) -> Option<(GpuSample, Option<Vec<RawProcess>>)> {
         let slot = self.slots.get_mut(r.index as usize)?;
         if slot.busy == Some(r.tick_id) {
             slot.busy = None;
@@ -241,7 +249,7 @@ impl Sampler {
                 waiting += 1;
             }
         }
-        let mut got: HashMap<u32, (GpuSample, Vec<RawProcess>)> = HashMap::new();
+        let mut got: HashMap<u32, (GpuSample, Option<Vec<RawProcess>>)> = HashMap::new();
         let end = started + self.cfg.deadline;
         while waiting > 0 {
             let Some(left) = end.checked_duration_since(Instant::now()) else {
@@ -268,8 +276,13 @@ impl Sampler {
         for slot in &self.slots {
             let Some(uuid) = &slot.uuid else { continue };
             match got.remove(&slot.index) {
-                Some((sample, raw)) => {
-                    for p in raw {
+                Some((mut sample, raw)) => {
+                    if self.observe_processes && sample.status == SampleStatus::Ok {
+                        sample.process_count = raw
+                            .as_ref()
+                            .map(|r| u32::try_from(r.len()).unwrap_or(u32::MAX));
+                    }
+                    for p in raw.into_iter().flatten() {
                         batch.processes.push(ProcessSample {
                             ts_ms,
                             gpu_uuid: uuid.clone(),
@@ -314,5 +327,32 @@ impl Drop for Sampler {
         // Workers end when their channel closes; a worker stuck in the driver keeps its own
         // reference to NVML, so the library is never unloaded under it.
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Whether NVML's process lists are complete here: always for simulated GPUs; for real ones
+/// only in the host's PID namespace (says so once, with the fix, when not).
+fn processes_observable(overrides: &ProcessOverrides) -> bool {
+    if overrides.simulated {
+        return true;
+    }
+    match procs::pid_namespace(std::path::Path::new("/proc")) {
+        procs::PidNamespace::Other(ns) => {
+            tracing::warn!(
+                pid_namespace = ns,
+                "gpuwatch runs in a PID namespace other than the host's: NVML lists only the \
+                 processes this namespace can see, so process counts are unknown (rules fall \
+                 back to GPU memory; process details stay partial). Fix: run with the host's \
+                 PID namespace (Kubernetes: hostPID: true; Docker/Podman: --pid=host)"
+            );
+            false
+        }
+        procs::PidNamespace::Host => true,
+        procs::PidNamespace::Unknown => {
+            tracing::debug!(
+                "cannot tell the PID namespace (no /proc/self/ns/pid); assuming the host's"
+            );
+            true
+        }
     }
 }

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::model::ProcessInfo;
 
@@ -18,7 +18,45 @@ use super::redact::Redactor;
 
 /// Static process metadata for PIDs that /proc does not know (simulated processes).
 #[derive(Debug, Clone, Default)]
-pub struct ProcessOverrides(pub HashMap<u32, ProcessInfo>);
+pub struct ProcessOverrides {
+    pub pids: HashMap<u32, ProcessInfo>,
+    /// The GPUs are simulated (demo, tests): their PIDs are not processes of this machine,
+    /// so the PID-namespace check of a real deployment does not apply.
+    pub simulated: bool,
+}
+
+/// The kernel's inode number of the initial PID namespace (`PROC_PID_INIT_INO`): what
+/// `/proc/self/ns/pid` names on the host (`pid:[4026531836]`).
+const HOST_PID_NS_INODE: u64 = 0xEFFF_FFFC;
+
+/// Which PID namespace this process runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PidNamespace {
+    /// The host's: NVML's PIDs are ours, and NVML lists every process on the GPUs.
+    Host,
+    /// Another one (a container without `hostPID`/`--pid=host`): NVML lists only the
+    /// processes this namespace sees, so a GPU's process list is incomplete.
+    Other(u64),
+    /// It could not be told (no `ns/pid` link).
+    Unknown,
+}
+
+/// The PID namespace named by the `self/ns/pid` link under `proc_root` (normally `/proc`).
+pub fn pid_namespace(proc_root: &Path) -> PidNamespace {
+    let Ok(link) = fs::read_link(proc_root.join("self/ns/pid")) else {
+        return PidNamespace::Unknown;
+    };
+    let text = link.to_string_lossy();
+    match text
+        .strip_prefix("pid:[")
+        .and_then(|r| r.strip_suffix(']'))
+        .and_then(|n| n.parse::<u64>().ok())
+    {
+        Some(HOST_PID_NS_INODE) => PidNamespace::Host,
+        Some(n) => PidNamespace::Other(n),
+        None => PidNamespace::Unknown,
+    }
+}
 
 #[derive(Debug)]
 pub struct ProcResolver {
@@ -65,7 +103,7 @@ impl ProcResolver {
     /// Who `pid` is right now. Reads /proc/PID/stat every call (to notice PID reuse) and the
     /// rest only when the process is new.
     pub fn resolve(&mut self, pid: u32) -> ProcessInfo {
-        if let Some(info) = self.overrides.0.get(&pid) {
+        if let Some(info) = self.overrides.pids.get(&pid) {
             return info.clone();
         }
         let unknown = ProcessInfo {
@@ -198,7 +236,7 @@ mod tests {
     fn overrides_answer_for_simulated_pids() {
         let mut o = ProcessOverrides::default();
         let pid = 4_000_000_000;
-        o.0.insert(
+        o.pids.insert(
             pid,
             ProcessInfo {
                 pid,
@@ -211,6 +249,25 @@ mod tests {
         let mut r = ProcResolver::new(Redactor::new(&[]).expect("valid"), o);
         assert_eq!(r.resolve(pid).name.as_deref(), Some("python"));
         assert_eq!(r.resolve(pid - 1).name, None);
+    }
+
+    #[test]
+    fn pid_namespace_from_the_ns_link() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ns = |target: &str| {
+            let d = dir.path().join(target.replace([':', '[', ']'], "_"));
+            std::fs::create_dir_all(d.join("self/ns")).expect("mkdir");
+            std::os::unix::fs::symlink(target, d.join("self/ns/pid")).expect("symlink");
+            pid_namespace(&d)
+        };
+        assert_eq!(ns("pid:[4026531836]"), PidNamespace::Host);
+        assert_eq!(ns("pid:[4026532301]"), PidNamespace::Other(4_026_532_301));
+        assert_eq!(ns("garbage"), PidNamespace::Unknown);
+        assert_eq!(
+            pid_namespace(&dir.path().join("missing")),
+            PidNamespace::Unknown
+        );
+        assert_ne!(pid_namespace(Path::new("/proc")), PidNamespace::Unknown);
     }
 
     #[test]

@@ -33,7 +33,8 @@ pub struct Response {
     /// Present on the first answer and whenever a refresh finds a change.
     pub inventory: Option<GpuInventory>,
     pub sample: Option<GpuSample>,
-    pub processes: Vec<RawProcess>,
+    /// The compute processes, when they were asked for and could be read.
+    pub processes: Option<Vec<RawProcess>>,
     pub errors: Vec<MetricError>,
     /// Set (once) when the GPU was found lost during this request.
     pub lost: Option<String>,
@@ -64,7 +65,7 @@ pub fn run(
             tick_id: req.tick_id,
             inventory: None,
             sample: None,
-            processes: Vec::new(),
+            processes: None,
             errors: Vec::new(),
             lost: None,
         };

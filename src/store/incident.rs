@@ -196,6 +196,24 @@ pub fn processes(
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// Of the GPU's ok samples in `[from, to]`: (those whose process list was observed, all).
+/// The rest have no process data: unknown, not "no processes".
+pub fn process_observation(
+    conn: &Connection,
+    gpu_id: i64,
+    from: TsMs,
+    to: TsMs,
+) -> Result<(u64, u64), StoreError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT count(process_count), count(*) FROM samples
+             WHERE gpu_id = ?1 AND ts_ms >= ?2 AND ts_ms <= ?3 AND status = 0",
+        )?
+        .query_row(params![gpu_id, from, to], |r| {
+            Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64))
+        })?)
+}
+
 /// An event of the GPU (or of its host, `gpu` None) in a window.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WindowEvent {

@@ -55,10 +55,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "public_alerts",
         sql: include_str!("../../migrations/0007_public_alerts.sql"),
     },
+    Migration {
+        version: 8,
+        name: "process_count",
+        sql: include_str!("../../migrations/0008_process_count.sql"),
+    },
 ];
 
 /// The schema version this binary writes and reads.
-pub const LATEST_VERSION: u32 = 7;
+pub const LATEST_VERSION: u32 = 8;
 
 /// The schema version of the database (`PRAGMA user_version`; 0 for an empty file).
 pub fn schema_version(conn: &Connection) -> Result<u32, StoreError> {

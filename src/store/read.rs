@@ -244,7 +244,7 @@ pub fn samples(
          ORDER BY ts_ms, gpu_id"
     ))?;
     let rows = stmt.query_map(params![host, from_ms, to_ms], |r| {
-        let uuid: String = r.get(27)?;
+        let uuid: String = r.get(28)?;
         sample_from_row(r, uuid)
     })?;
     Ok(rows.collect::<Result<_, _>>()?)
@@ -322,7 +322,7 @@ pub(super) fn u64_col(r: &Row<'_>, idx: usize) -> rusqlite::Result<Option<u64>> 
     Ok(r.get::<_, Option<i64>>(idx)?.map(|v| v.max(0) as u64))
 }
 
-/// Maps `ts_ms, <sample_metric_columns>` (columns 0..=26) to a [`GpuSample`].
+/// Maps `ts_ms, <sample_metric_columns>` (columns 0..=27) to a [`GpuSample`].
 pub(super) fn sample_from_row(r: &Row<'_>, uuid: String) -> rusqlite::Result<GpuSample> {
     Ok(GpuSample {
         ts_ms: r.get(0)?,
@@ -353,5 +353,6 @@ pub(super) fn sample_from_row(r: &Row<'_>, uuid: String) -> rusqlite::Result<Gpu
         remapped_rows_uncorrectable: r.get(24)?,
         remap_pending: r.get(25)?,
         remap_failure: r.get(26)?,
+        process_count: r.get(27)?,
     })
 }

@@ -27,7 +27,7 @@ macro_rules! sample_metric_columns {
          temp_c, fan_pct, clock_sm_mhz, clock_mem_mhz, power_mw, power_limit_mw, energy_mj, \
          pstate, pcie_tx_kbs, pcie_rx_kbs, pcie_gen, pcie_width, throttle_reasons, \
          ecc_corrected, ecc_uncorrected, retired_pages, remapped_rows_correctable, \
-         remapped_rows_uncorrectable, remap_pending, remap_failure"
+         remapped_rows_uncorrectable, remap_pending, remap_failure, process_count"
     };
 }
 pub(super) use sample_metric_columns;
@@ -66,6 +66,7 @@ macro_rules! sample_params {
             $s.remapped_rows_uncorrectable,
             $s.remap_pending,
             $s.remap_failure,
+            $s.process_count,
         ]
     };
 }
@@ -246,7 +247,7 @@ impl TickWriter<'_> {
                 "INSERT OR REPLACE INTO samples (ts_ms, gpu_id, ",
                 sample_metric_columns!(),
                 ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                   ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)"
+                   ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)"
             ))?
             .execute(sample_params!(s.ts_ms, gpu_id, s))?;
         // lost_at_ms: set by the first 'lost' sample, cleared by a later 'ok' one; samples

@@ -71,9 +71,9 @@ fn is_sample_metric(m: Metric) -> bool {
         | Metric::RemappedRowsUncorrectable
         | Metric::RemapPending
         | Metric::Lost
-        | Metric::Gap => true,
-        Metric::ProcessCount
-        | Metric::XidCritical
+        | Metric::Gap
+        | Metric::ProcessCount => true,
+        Metric::XidCritical
         | Metric::Xid
         | Metric::ProcessMem
         | Metric::TrainingStep

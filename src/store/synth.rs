@@ -130,6 +130,7 @@ impl TickGen {
             s.remapped_rows_uncorrectable = Some(0);
             s.remap_pending = Some(false);
             s.remap_failure = Some(false);
+            s.process_count = Some(self.procs_per_gpu as u32);
             b.samples.push(s);
             for j in 0..self.procs_per_gpu {
                 let pid = 10_000 + (i * self.procs_per_gpu + j) as u32;

@@ -82,9 +82,11 @@ const HOPPER: Preset = Preset {
     power_max_w: 700.0,
     idle_power_w: 72.0,
     load_power_w: 640.0,
-    temp_shutdown: 92,
-    temp_slowdown: 89,
-    temp_gpu_max: 87,
+    // On the T.Limit scale of `nvidia-smi -q` (8 x H100, driver 535; H100, driver 590):
+    // T.Limit 86 °C, slowdown 2 °C above it, shutdown 8 °C above.
+    temp_shutdown: 94,
+    temp_slowdown: 88,
+    temp_gpu_max: 86,
     temp_mem_max: Some(95),
     idle_temp: 31.0,
     load_temp: 66.0,
@@ -119,6 +121,10 @@ pub const PRESETS: &[Preset] = &[
         mem_clock_max: 3201,
         mem_clock_idle: 3201,
         load_power_w: 660.0,
+        // nvidia-smi -q, H200, driver 590: T.Limit 87 °C.
+        temp_shutdown: 95,
+        temp_slowdown: 89,
+        temp_gpu_max: 87,
         serial_prefix: "1655",
         vbios: "96.00.AF.00.01",
         ..HOPPER
@@ -196,8 +202,9 @@ pub const PRESETS: &[Preset] = &[
         power_max_w: 350.0,
         idle_power_w: 34.0,
         load_power_w: 325.0,
-        temp_shutdown: 95,
-        temp_slowdown: 92,
+        // nvidia-smi -q, L40S, driver 595: T.Limit 88 °C, shutdown 5 °C above it.
+        temp_shutdown: 93,
+        temp_slowdown: 90,
         temp_gpu_max: 88,
         temp_mem_max: None,
         idle_temp: 28.0,
@@ -237,9 +244,10 @@ pub const PRESETS: &[Preset] = &[
         power_max_w: 600.0,
         idle_power_w: 21.0,
         load_power_w: 415.0,
-        temp_shutdown: 94,
-        temp_slowdown: 91,
-        temp_gpu_max: 88,
+        // nvidia-smi -q, 8 x RTX 4090, driver 535: T.Limit 83 °C, shutdown 7 °C above it.
+        temp_shutdown: 90,
+        temp_slowdown: 85,
+        temp_gpu_max: 83,
         temp_mem_max: None,
         idle_temp: 36.0,
         load_temp: 70.0,
@@ -284,9 +292,10 @@ pub const PRESETS: &[Preset] = &[
         power_max_w: 70.0,
         idle_power_w: 9.0,
         load_power_w: 68.0,
+        // nvidia-smi -q -x, Tesla T4.
         temp_shutdown: 96,
         temp_slowdown: 93,
-        temp_gpu_max: 87,
+        temp_gpu_max: 85,
         temp_mem_max: None,
         idle_temp: 30.0,
         load_temp: 72.0,

@@ -46,7 +46,7 @@ fn header_defaults_and_inventory_from_preset() {
     assert_eq!(g.name, "NVIDIA H100 80GB HBM3");
     assert_eq!(g.memory_total_bytes, 81_559 * MIB);
     assert_eq!(g.power_limit_mw, 700_000);
-    assert_eq!((g.temp_slowdown_c, g.temp_shutdown_c), (89, 92));
+    assert_eq!((g.temp_slowdown_c, g.temp_shutdown_c), (88, 94));
     assert_eq!((g.pcie_max_gen, g.pcie_max_width), (5, 16));
     assert_eq!(g.pci_bus_id, "00000000:18:00.0");
     assert!(

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use rusqlite::Connection;
 
 use crate::model::TsMs;
-use crate::rules::ast::Expr;
+use crate::rules::ast::{Expr, Metric};
 use crate::rules::eval::expr::{EvalCtx, Outcome, Target};
 use crate::rules::eval::world::{Needs, World};
 use crate::rules::rule::{Missing, Rule, Scope, Severity};
@@ -129,9 +129,13 @@ impl Engine {
             exprs.extend(r.resolve.iter());
             exprs.extend(r.values.iter().map(|(_, e)| e));
             for e in exprs {
-                let keep = e.max_window().as_millis() as i64 + opts.staleness_ms;
+                // Room for the staleness of a GPU sampled once a minute (3 intervals).
+                let keep = e.max_window().as_millis() as i64 + opts.staleness_ms.max(180_000);
                 let mut ms = Vec::new();
                 e.metrics(&mut ms);
+                if r.gpu_fallback && ms.contains(&Metric::ProcessMem) {
+                    ms.push(Metric::MemUsed);
+                }
                 for m in ms {
                     let k = needs.entry(m).or_insert(0);
                     *k = (*k).max(keep);
@@ -294,9 +298,7 @@ impl Engine {
                 for_: rule.for_,
                 keep_firing_for: rule.keep_firing_for,
             };
-            for (gpu_id, process_id, target) in
-                targets(&self.world, rule, t, self.opts.staleness_ms)
-            {
+            for (gpu_id, process_id, target) in targets(&self.world, rule, &ctx) {
                 let key = AlertKey {
                     rule: name.clone(),
                     gpu_id,
@@ -446,7 +448,11 @@ impl Engine {
         let inst = self.alerts.get(key)?;
         let gpu = self.world.gpus.get(&key.gpu_id)?;
         let proc = key.process_id.and_then(|p| gpu.procs.get(&p));
-        let target = Target { gpu, proc };
+        let target = Target {
+            gpu,
+            proc,
+            whole_gpu: rule.scope == Scope::Process && key.process_id.is_none(),
+        };
         let ctx = EvalCtx {
             world: &self.world,
             t,
@@ -492,6 +498,11 @@ impl Engine {
                 "process" => text(&s.process),
                 "user" => text(&s.user),
                 "cmdline" => text(&s.cmdline),
+                "who" => Some(TemplateValue::Text(match (s.pid, &s.process) {
+                    (Some(pid), Some(name)) => format!("pid {pid} {name}"),
+                    (Some(pid), None) => format!("pid {pid}"),
+                    (None, _) => "all processes: per-process memory not observed".to_string(),
+                })),
                 "job" => text(&job),
                 _ => {
                     if let Some(l) = name.strip_prefix("label_") {
@@ -520,6 +531,10 @@ impl Engine {
         }
         let mut metrics = Vec::new();
         rule.condition.metrics(&mut metrics);
+        let mut summary = rule.summary.render(&vars);
+        if let Some(note) = assumed(rule, gpu) {
+            summary.push_str(&note);
+        }
         Some(Transition {
             at: t,
             state,
@@ -527,7 +542,7 @@ impl Engine {
             severity,
             subject: s.clone(),
             labels,
-            summary: rule.summary.render(&vars),
+            summary,
             description: rule.description.as_ref().map(|d| d.render(&vars)),
             active_since: since,
             fired_at: inst.state.fired_at,
@@ -539,6 +554,51 @@ impl Engine {
                 .map(|m| crate::rules::names::metric_name(*m)),
         })
     }
+}
+
+/// What the rule's thresholds took from the model table because the GPU did not report
+/// them, said in the alert text: " (slowdown threshold 88 °C assumed from the H100 80GB HBM3
+/// table)". Unknown stays visible: an assumed value is never presented as a reading.
+fn assumed(rule: &Rule, gpu: &crate::rules::eval::world::Gpu) -> Option<String> {
+    use crate::rules::ast::Static;
+    use crate::rules::eval::expr::{StaticSource, static_source};
+    let mut statics = Vec::new();
+    rule.condition.statics(&mut statics);
+    for e in rule
+        .critical
+        .iter()
+        .chain(rule.values.iter().map(|(_, e)| e))
+    {
+        e.statics(&mut statics);
+    }
+    let mut table: Option<&str> = None;
+    let mut parts = Vec::new();
+    for st in statics {
+        let Some((v, source)) = static_source(st, gpu) else {
+            continue;
+        };
+        let what = match st {
+            Static::TempSlowdown => format!("slowdown threshold {v:.0} °C"),
+            Static::TempShutdown => format!("shutdown threshold {v:.0} °C"),
+            Static::TempGpuMax => format!("max operating temperature {v:.0} °C"),
+            Static::MemoryTotal => format!("memory total {v:.0} MiB"),
+            Static::PowerLimitDefault => format!("default power limit {v:.0} W"),
+            // A free GPU's memory is never reported: the table (or its largest value) is its
+            // only source, documented with the rules; it guards, it does not measure.
+            Static::MemFreeBaseline => continue,
+            Static::PowerLimitMax | Static::PcieMaxGen | Static::PcieMaxWidth => continue,
+            Static::HostGpuCount => continue,
+        };
+        if let StaticSource::Table(m) = source {
+            table = Some(m.short());
+            parts.push(what);
+        }
+    }
+    let model = table?;
+    Some(format!(
+        " ({} assumed from the {model} table)",
+        parts.join(", ")
+    ))
 }
 
 /// Maps an evaluation outcome through the rule's policies.
@@ -577,34 +637,36 @@ fn subject_of(target: Target<'_>, scope: Scope) -> Subject {
     }
 }
 
-/// The targets a rule is evaluated for at `t`: (gpu id, process id, target).
+/// The targets a rule is evaluated for at `t`: (gpu id, process id, target). A process
+/// rule with `fallback = "gpu"` is evaluated for the whole GPU where none of its live
+/// processes reports its own memory (processes not observed, or NVML gives no per-process
+/// memory).
 fn targets<'a>(
     world: &'a World,
     rule: &Rule,
-    t: TsMs,
-    staleness_ms: i64,
+    ctx: &EvalCtx<'_>,
 ) -> Vec<(i64, Option<i64>, Target<'a>)> {
+    let t = ctx.t;
     let mut out = Vec::new();
     let mut hosts: HashSet<&str> = HashSet::new();
     for g in world.gpus.values().filter(|g| g.last_ts.is_some()) {
         match rule.scope {
-            Scope::Gpu => out.push((g.gpu_id, None, Target { gpu: g, proc: None })),
+            Scope::Gpu => out.push((g.gpu_id, None, Target::gpu(g))),
             // One alert per host, keyed by (and evaluated with) the host's first GPU.
             Scope::Host => {
                 if hosts.insert(g.host.as_str()) {
-                    out.push((g.gpu_id, None, Target { gpu: g, proc: None }));
+                    out.push((g.gpu_id, None, Target::gpu(g)));
                 }
             }
             Scope::Process => {
-                for p in g.procs.values().filter(|p| t - p.last_seen <= staleness_ms) {
-                    out.push((
-                        g.gpu_id,
-                        Some(p.process_id),
-                        Target {
-                            gpu: g,
-                            proc: Some(p),
-                        },
-                    ));
+                let stale = ctx.stale_after(g);
+                let mut attributed = false;
+                for p in g.procs.values().filter(|p| t - p.last_seen <= stale) {
+                    attributed |= p.mem.series.last().is_some_and(|(ts, _)| t - ts <= stale);
+                    out.push((g.gpu_id, Some(p.process_id), Target::process(g, p)));
+                }
+                if rule.gpu_fallback && !attributed {
+                    out.push((g.gpu_id, None, Target::whole_gpu(g)));
                 }
             }
         }

@@ -40,7 +40,14 @@ impl Engine {
                                 "host" => Scope::Host,
                                 _ => Scope::Gpu,
                             };
-                            subject_of(Target { gpu: g, proc }, scope)
+                            subject_of(
+                                Target {
+                                    gpu: g,
+                                    proc,
+                                    whole_gpu: false,
+                                },
+                                scope,
+                            )
                         })
                         .unwrap_or_default();
                     let at = self.world.fed_to;
@@ -85,6 +92,7 @@ impl Engine {
                         Target {
                             gpu: g,
                             proc: a.process_id.and_then(|p| g.procs.get(&p)),
+                            whole_gpu: false,
                         },
                         scope,
                     )

@@ -37,7 +37,7 @@ pub(super) fn render(
     a: &q::AlertRow,
     notes: &[q::NotificationRow],
     metrics: &[(&str, &str, Stats, Stats)],
-    procs: &[q::WindowProcess],
+    (procs, (observed, samples)): (&[q::WindowProcess], (u64, u64)),
     events: &[q::WindowEvent],
     training: &[Training],
     window: Duration,
@@ -152,8 +152,20 @@ pub(super) fn render(
     }
 
     o.push_str("\nprocesses on the GPU:\n");
+    if observed == 0 && samples > 0 {
+        o.push_str(
+            "  unknown: the process list was not observed in this window (a log without \
+             --query-compute-apps rows, process sampling off, or another PID namespace)\n",
+        );
+    } else if observed < samples {
+        o.push_str(&format!(
+            "  (the process list was observed in {observed} of {samples} samples)\n"
+        ));
+    }
     if procs.is_empty() {
-        o.push_str("  none seen\n");
+        if observed > 0 {
+            o.push_str("  none seen\n");
+        }
     } else {
         let mut cells = vec![vec![
             "PID".to_string(),

@@ -7,7 +7,8 @@
 //! - Every target is fed by at most one column: when several columns can feed it (e.g.
 //!   `power.draw` and `power.draw.average`), the one with the best rank wins.
 //! - A column that feeds nothing is *ignored* and reported by name once per import.
-//! - `temperature.gpu.tlimit` is the margin to the slowdown threshold, never a threshold.
+//! - `temperature.gpu.tlimit` is the margin to T.Limit (the maximum operating temperature),
+//!   never a threshold itself.
 
 /// What a column feeds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +26,7 @@ pub enum Target {
     MemFree,
     MemTotal,
     Temp,
-    /// `temperature.gpu.tlimit`: degrees left before the slowdown threshold.
+    /// `temperature.gpu.tlimit`: degrees left before T.Limit (the max operating temperature).
     TempMargin,
     Fan,
     ClockSm,

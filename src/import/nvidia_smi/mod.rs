@@ -160,6 +160,12 @@ pub fn import(
         let mut input = std::io::BufReader::with_capacity(1 << 20, file);
         let host_name = host_of(opts, path);
         let host = registry.host(&host_name, || store.stored_gpus(&host_name))?;
+        if fixed
+            .as_ref()
+            .is_some_and(|l| l.kind == fields::SectionKind::Apps)
+        {
+            registry.saw_apps(host);
+        }
         let mut fr = reader::FileReader {
             path: shown.clone(),
             host,

@@ -138,6 +138,9 @@ impl FileReader<'_> {
             let cells: Vec<&str> = line.split(',').collect();
             let layout =
                 Layout::new(&cells).map_err(|e| RowError::Fatal(format!("header: {e}")))?;
+            if layout.kind == SectionKind::Apps {
+                sinks.registry.saw_apps(self.host);
+            }
             self.ignored.extend(layout.ignored.iter().cloned());
             self.layout = Some(layout);
             return Ok(());
@@ -337,7 +340,7 @@ impl FileReader<'_> {
         let acc = &mut sinks.registry.gpus[id];
         acc.sampled(ts);
         if let (Some(t), Some(m)) = (temp, margin) {
-            acc.vote_slowdown(i64::from(t) + m);
+            acc.vote_tlimit(i64::from(t) + m);
         }
         let inv = acc.inv();
         let set_text = |slot: &mut Option<String>, s: Option<&str>| {

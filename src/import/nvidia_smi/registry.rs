@@ -9,9 +9,12 @@
 //! - A compute-apps row names its GPU by uuid and/or PCI bus id; it is resolved after every
 //!   file is read: real uuid, then bus id, then "the host's only GPU"; otherwise its rows are
 //!   not imported and are reported.
-//! - Inventory values keep the newest non-NULL value seen; the slowdown threshold is derived
-//!   as `temperature.gpu + temperature.gpu.tlimit` (the most frequent value per GPU), so rules
-//!   see the margin `tlimit` as `temp_slowdown - temp`.
+//! - Inventory values keep the newest non-NULL value seen. `temperature.gpu.tlimit` is the
+//!   margin to T.Limit, the maximum operating temperature (as recent drivers report it, see
+//!   `crate::specs`): T.Limit = `temperature.gpu + temperature.gpu.tlimit` (the most frequent
+//!   value per GPU) is stored as the max operating temperature, the slowdown threshold 2 °C
+//!   above it (every capture on that scale), and the shutdown threshold where the model
+//!   table knows the model's offset.
 
 use std::collections::HashMap;
 
@@ -44,7 +47,7 @@ pub fn normalize_bus_id(s: &str) -> String {
 pub struct GpuAcc {
     pub gpu: ImportGpu,
     pub rows: u64,
-    slowdown_votes: HashMap<i64, u64>,
+    tlimit_votes: HashMap<i64, u64>,
 }
 
 impl GpuAcc {
@@ -65,9 +68,9 @@ impl GpuAcc {
         self.gpu.last_sample_ms = Some(self.gpu.last_sample_ms.map_or(ts, |l| l.max(ts)));
     }
 
-    /// `temperature.gpu` + `temperature.gpu.tlimit` of one row.
-    pub fn vote_slowdown(&mut self, threshold_c: i64) {
-        *self.slowdown_votes.entry(threshold_c).or_default() += 1;
+    /// T.Limit as one row says it: `temperature.gpu` + `temperature.gpu.tlimit`.
+    pub fn vote_tlimit(&mut self, tlimit_c: i64) {
+        *self.tlimit_votes.entry(tlimit_c).or_default() += 1;
     }
 }
 
@@ -101,9 +104,19 @@ pub struct Registry {
     by_pid: HashMap<(usize, u32), usize>,
     refs: Vec<GpuRef>,
     by_ref: HashMap<(usize, Option<String>, Option<String>), usize>,
+    /// Hosts with a `--query-compute-apps` section in this import: their processes were
+    /// observed (a poll without a row means no process), so their samples get counts.
+    apps: Vec<usize>,
 }
 
 impl Registry {
+    /// A `--query-compute-apps` section of `host` was read.
+    pub fn saw_apps(&mut self, host: usize) {
+        if !self.apps.contains(&host) {
+            self.apps.push(host);
+        }
+    }
+
     /// The id of host `name`; `stored` lists what the database already holds for it.
     pub fn host(
         &mut self,
@@ -308,16 +321,21 @@ impl Registry {
             .into_iter()
             .map(|mut acc| {
                 if let Some((&t, _)) = acc
-                    .slowdown_votes
+                    .tlimit_votes
                     .iter()
                     .max_by_key(|(t, n)| (**n, std::cmp::Reverse(**t)))
                 {
-                    acc.gpu.inventory.temp_slowdown_c = u32::try_from(t).ok();
+                    thresholds_from_tlimit(&mut acc.gpu.inventory, t);
                 }
                 acc.gpu
             })
             .collect();
+        let mut processes_observed = vec![false; self.hosts.len()];
+        for h in self.apps {
+            processes_observed[h] = true;
+        }
         let plan = ImportPlan {
+            processes_observed,
             hosts: self.hosts,
             gpus,
             processes: self.procs,
@@ -325,6 +343,21 @@ impl Registry {
         };
         (plan, unresolved)
     }
+}
+
+/// The thresholds a T.Limit of `tlimit_c` °C gives (see the module doc).
+fn thresholds_from_tlimit(inv: &mut GpuInventory, tlimit_c: i64) {
+    let Ok(tlimit) = u32::try_from(tlimit_c) else {
+        return;
+    };
+    inv.temp_gpu_max_c = Some(tlimit);
+    inv.temp_slowdown_c = Some(tlimit + crate::specs::SLOWDOWN_ABOVE_TLIMIT_C);
+    inv.temp_shutdown_c = inv
+        .name
+        .as_deref()
+        .and_then(crate::specs::lookup)
+        .and_then(|m| m.shutdown_above_tlimit_c)
+        .map(|d| tlimit + d);
 }
 
 #[cfg(test)]

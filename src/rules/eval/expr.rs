@@ -8,6 +8,7 @@
 //!   everything else touching no data is no data. Division by zero is no data.
 
 use crate::rules::ast::{BinOp, Expr, Metric, PeerFn, ScalarFn, Static, UnOp};
+use crate::specs::ModelSpec;
 
 use super::stats;
 use super::window;
@@ -27,6 +28,35 @@ pub type Outcome = Result<Option<f64>, EvalError>;
 pub struct Target<'a> {
     pub gpu: &'a Gpu,
     pub proc: Option<&'a Proc>,
+    /// A process rule evaluated for the GPU as a whole (its processes' own memory is not
+    /// known): `process_mem` reads the GPU's `mem_used`.
+    pub whole_gpu: bool,
+}
+
+impl<'a> Target<'a> {
+    pub fn gpu(gpu: &'a Gpu) -> Self {
+        Self {
+            gpu,
+            proc: None,
+            whole_gpu: false,
+        }
+    }
+
+    pub fn process(gpu: &'a Gpu, proc: &'a Proc) -> Self {
+        Self {
+            gpu,
+            proc: Some(proc),
+            whole_gpu: false,
+        }
+    }
+
+    pub fn whole_gpu(gpu: &'a Gpu) -> Self {
+        Self {
+            gpu,
+            proc: None,
+            whole_gpu: true,
+        }
+    }
 }
 
 /// Where and when to evaluate.
@@ -34,7 +64,8 @@ pub struct Target<'a> {
 pub struct EvalCtx<'a> {
     pub world: &'a World,
     pub t: i64,
-    /// A GPU metric older than this is no data for an instant reference (3 sample intervals).
+    /// A GPU metric older than this is no data for an instant reference (at least; a GPU
+    /// sampled less often gets 3 of its own intervals, see [`EvalCtx::stale_after`]).
     pub staleness_ms: i64,
 }
 
@@ -52,11 +83,21 @@ fn ms(d: std::time::Duration) -> i64 {
 }
 
 impl<'a> EvalCtx<'a> {
+    /// How old a GPU's newest sample may be and still count: 3 of its sampling intervals,
+    /// and never less than the configured bound.
+    pub fn stale_after(&self, gpu: &Gpu) -> i64 {
+        self.staleness_ms.max(3 * gpu.interval.ms())
+    }
+
     /// The series of `m` for `target`: `Ok(None)` when there is none, `Err` when its source is
     /// failing.
     fn tracked(&self, m: Metric, target: Target<'a>) -> Result<Option<&'a Tracked>, EvalError> {
         match m {
-            Metric::ProcessMem => Ok(target.proc.map(|p| &p.mem)),
+            Metric::ProcessMem => Ok(match target.proc {
+                Some(p) => Some(&p.mem),
+                None if target.whole_gpu => target.gpu.series.get(&Metric::MemUsed),
+                None => None,
+            }),
             Metric::TrainingStep | Metric::TrainingLoss => {
                 let (role, id) = if m == Metric::TrainingStep {
                     ("step", target.gpu.training.0)
@@ -93,7 +134,7 @@ impl<'a> EvalCtx<'a> {
             Expr::Current(m) => {
                 let stale = match m {
                     Metric::TrainingStep | Metric::TrainingLoss => TRAINING_STALENESS_MS,
-                    _ => self.staleness_ms,
+                    _ => self.stale_after(target.gpu),
                 };
                 self.tracked(*m, target)?
                     .and_then(|tr| tr.series.last())
@@ -221,14 +262,7 @@ impl<'a> EvalCtx<'a> {
     /// mixes models, and mixed models differ for no fault of theirs); processes use the
     /// GPU-level value.
     fn peer(&self, func: PeerFn, expr: &Expr, target: Target<'a>) -> Outcome {
-        let Some(me) = self.eval(
-            expr,
-            Target {
-                gpu: target.gpu,
-                proc: None,
-            },
-        )?
-        else {
+        let Some(me) = self.eval(expr, Target::gpu(target.gpu))? else {
             return Ok(None);
         };
         let mut others = Vec::new();
@@ -237,7 +271,7 @@ impl<'a> EvalCtx<'a> {
                 && g.gpu_id != target.gpu.gpu_id
                 && g.inv.name == target.gpu.inv.name
         }) {
-            if let Some(v) = self.eval(expr, Target { gpu: g, proc: None })? {
+            if let Some(v) = self.eval(expr, Target::gpu(g))? {
                 others.push(v);
             }
         }
@@ -274,9 +308,29 @@ impl<'a> EvalCtx<'a> {
 }
 
 fn static_value(s: Static, g: &Gpu, world: &World) -> Option<f64> {
+    if s == Static::HostGpuCount {
+        return Some(world.gpus.values().filter(|o| o.host == g.host).count() as f64);
+    }
+    static_source(s, g).map(|(v, _)| v)
+}
+
+/// Where an inventory constant's value came from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StaticSource {
+    /// The GPU (NVML, or the imported log) reported it.
+    Reported,
+    /// The GPU did not report it: the model table's value (`crate::specs`).
+    Table(&'static ModelSpec),
+    /// Neither knows it for this model: the table's most conservative value (only for
+    /// `mem_free_baseline`: the largest reservation of any known model).
+    Generic,
+}
+
+/// A GPU's inventory constant and its source (`HostGpuCount` is not one: see `static_value`).
+pub fn static_source(s: Static, g: &Gpu) -> Option<(f64, StaticSource)> {
     let inv = &g.inv;
     let f = |v: Option<u32>| v.map(f64::from);
-    match s {
+    let reported = match s {
         Static::TempSlowdown => f(inv.temp_slowdown_c),
         Static::TempShutdown => f(inv.temp_shutdown_c),
         Static::TempGpuMax => f(inv.temp_gpu_max_c),
@@ -285,8 +339,32 @@ fn static_value(s: Static, g: &Gpu, world: &World) -> Option<f64> {
         Static::PowerLimitMax => inv.power_limit_max_mw.map(|w| f64::from(w) / 1000.0),
         Static::PcieMaxGen => f(inv.pcie_max_gen),
         Static::PcieMaxWidth => f(inv.pcie_max_width),
-        Static::HostGpuCount => {
-            Some(world.gpus.values().filter(|o| o.host == g.host).count() as f64)
-        }
+        Static::HostGpuCount | Static::MemFreeBaseline => None,
+    };
+    if let Some(v) = reported {
+        return Some((v, StaticSource::Reported));
     }
+    let table = g.spec.and_then(|m| {
+        let v = match s {
+            Static::TempSlowdown => f(m.temp_slowdown_c),
+            Static::TempShutdown => f(m.temp_shutdown_c),
+            Static::TempGpuMax => f(m.temp_max_c),
+            Static::MemoryTotal => m.memory_total_mib.map(|v| v as f64),
+            Static::PowerLimitDefault => f(m.power_default_w),
+            Static::MemFreeBaseline => f(m.reserved_mib),
+            Static::PowerLimitMax
+            | Static::PcieMaxGen
+            | Static::PcieMaxWidth
+            | Static::HostGpuCount => None,
+        }?;
+        Some((v, StaticSource::Table(m)))
+    });
+    table.or_else(|| {
+        (s == Static::MemFreeBaseline).then(|| {
+            (
+                f64::from(crate::specs::largest_reserved_mib()),
+                StaticSource::Generic,
+            )
+        })
+    })
 }

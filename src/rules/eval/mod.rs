@@ -3,5 +3,6 @@
 pub mod expr;
 pub mod series;
 pub mod stats;
+pub mod suffix;
 pub mod window;
 pub mod world;

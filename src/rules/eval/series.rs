@@ -8,6 +8,10 @@
 //! - History older than `keep_ms` before the newest point is dropped (amortised O(1)); the
 //!   prefix arrays are rebuilt from the kept points then, so sums never grow without bound.
 //! - Windows are `(t - w, t]`, like Prometheus range selectors.
+//! - Windows that end at the newest point (every rule evaluation) get their maximum, minimum
+//!   and longest pause from suffix stacks in O(log n); older windows scan.
+
+use super::suffix::SuffixExtreme;
 
 /// Cumulative sums up to (and including) each point, from the first kept point.
 #[derive(Debug, Clone, Default)]
@@ -30,6 +34,14 @@ pub struct Series {
     ts: Vec<i64>,
     v: Vec<f64>,
     p: Prefix,
+    /// Maxima and minima of every suffix (windows ending at the newest point).
+    hi: SuffixExtreme,
+    lo: SuffixExtreme,
+    /// The longest pause ending at or after each point: a pause is the time from one
+    /// increase of the value to the next (see [`Series::longest_pause_from`]).
+    pauses: SuffixExtreme,
+    /// The most recent change was an increase.
+    last_up: bool,
     /// Regression x origin (ms): x = (ts - origin) / 1000 seconds.
     origin: i64,
     keep_ms: i64,
@@ -107,12 +119,24 @@ impl Series {
                 None => 0.0,
             };
         self.p.increase.push(inc);
+        if let (true, Some(p)) = (changed, prev) {
+            let up = v > p;
+            // A pause runs from one increase to the next: a restart (a decrease) and the
+            // time before the first step after it are not pauses of a running job.
+            if up && self.last_up && ch > 0 {
+                let since = self.p.last_change[i - 1];
+                self.pauses.push_max(i, (ts - since) as f64);
+            }
+            self.last_up = up;
+        }
         let lc = if changed || i == 0 {
             ts
         } else {
             self.p.last_change[i - 1]
         };
         self.p.last_change.push(lc);
+        self.hi.push_max(i, v);
+        self.lo.push_min(i, v);
         self.ts.push(ts);
         self.v.push(v);
         self.prune(ts);
@@ -196,6 +220,61 @@ impl Series {
     /// Time of the last value change at or before point `j - 1`.
     pub fn last_change(&self, j: usize) -> Option<i64> {
         j.checked_sub(1).map(|k| self.p.last_change[k])
+    }
+
+    /// The newest value change strictly inside `[i, j)`: (time, new value − old value).
+    pub fn last_step(&self, i: usize, j: usize) -> Option<(i64, f64)> {
+        if j <= i + 1 || self.p.changes[j - 1] == self.p.changes[i] {
+            return None;
+        }
+        let at = self.p.last_change[j - 1];
+        let k = self.ts.partition_point(|&t| t < at);
+        (k > i && k < j).then(|| (at, self.v[k] - self.v[k - 1]))
+    }
+
+    /// The largest value of `[i, j)`.
+    pub fn max(&self, i: usize, j: usize) -> Option<f64> {
+        if j == self.len() {
+            return self.hi.from(i);
+        }
+        self.v[i..j].iter().copied().reduce(f64::max)
+    }
+
+    /// The smallest value of `[i, j)`.
+    pub fn min(&self, i: usize, j: usize) -> Option<f64> {
+        if j == self.len() {
+            return self.lo.from(i);
+        }
+        self.v[i..j].iter().copied().reduce(f64::min)
+    }
+
+    /// The longest pause, in ms, that ended inside `[i, j)`: from an increase of the value
+    /// to the next increase (the earlier one may lie before `i`); 0 when none ended there.
+    pub fn longest_pause(&self, i: usize, j: usize) -> f64 {
+        if j == self.len() {
+            // Pauses are recorded at the point that ends them; the first point of the window
+            // ends a pause that began before it, which `changes` would not count: skip it.
+            return self.pauses.from(i + 1).unwrap_or(0.0);
+        }
+        let mut longest = 0i64;
+        let mut up = false;
+        let mut since: Option<i64> = None;
+        for k in 1..j {
+            let (a, b) = (self.v[k - 1], self.v[k]);
+            if a == b {
+                continue;
+            }
+            if b > a
+                && up
+                && k > i
+                && let Some(s) = since
+            {
+                longest = longest.max(self.ts[k] - s);
+            }
+            up = b > a;
+            since = Some(self.ts[k]);
+        }
+        longest as f64
     }
 }
 

@@ -130,6 +130,18 @@ pub fn theil_sen(t_s: &[f64], y: &[f64]) -> Option<f64> {
     median(&mut slopes)
 }
 
+/// The largest fall below the running maximum (0 for a series that never falls; no data
+/// when empty).
+pub fn drawdown(y: &[f64]) -> Option<f64> {
+    let mut peak = *y.first()?;
+    let mut worst = 0.0f64;
+    for &v in y {
+        peak = peak.max(v);
+        worst = worst.max(peak - v);
+    }
+    Some(worst)
+}
+
 pub fn median(v: &mut [f64]) -> Option<f64> {
     quantile(v, 0.5)
 }

@@ -32,8 +32,8 @@ pub fn window(s: &Series, f: WindowFn, to: i64, w_ms: i64) -> Option<f64> {
         WindowFn::Last => vals[n - 1],
         WindowFn::First => vals[0],
         WindowFn::Avg => s.sums(i, j, to).sy / n as f64,
-        WindowFn::Min => vals.iter().copied().fold(f64::INFINITY, f64::min),
-        WindowFn::Max => vals.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        WindowFn::Min => s.min(i, j)?,
+        WindowFn::Max => s.max(i, j)?,
         WindowFn::Stddev => {
             let x = s.sums(i, j, to);
             let m = x.sy / x.n;
@@ -53,18 +53,8 @@ pub fn window(s: &Series, f: WindowFn, to: i64, w_ms: i64) -> Option<f64> {
         }
         WindowFn::Age => (to - times[n - 1]) as f64 / 1000.0,
         WindowFn::Span => (times[n - 1] - times[0]) as f64 / 1000.0,
-        WindowFn::MaxUnchangedFor => {
-            let (mut longest, mut run_start) = (0i64, None::<i64>);
-            for k in 1..n {
-                if vals[k] != vals[k - 1] {
-                    if let Some(start) = run_start {
-                        longest = longest.max(times[k] - start);
-                    }
-                    run_start = Some(times[k]);
-                }
-            }
-            longest as f64 / 1000.0
-        }
+        WindowFn::MaxUnchangedFor => s.longest_pause(i, j) / 1000.0,
+        WindowFn::LastChange => s.last_step(i, j)?.1,
         WindowFn::Slope => stats::fit(&s.sums(i, j, to))?.slope,
         WindowFn::R2 => stats::fit(&s.sums(i, j, to))?.r2,
         WindowFn::SlopePValue => stats::fit(&s.sums(i, j, to))?.p_value?,
@@ -144,6 +134,7 @@ pub fn trend(
         TrendFn::MannKendallP => stats::mann_kendall_p(&y),
         TrendFn::KendallTau => stats::kendall_tau(&y),
         TrendFn::TheilSen => stats::theil_sen(&t, &y),
+        TrendFn::Drawdown => stats::drawdown(&y),
     };
     cache.0.insert(key, (last_end, v));
     v
@@ -182,6 +173,83 @@ mod tests {
             "empty window is no data"
         );
         assert_eq!(window(&s, WindowFn::Count, 10_000_000, 60_000), Some(0.0));
+    }
+
+    /// A step counter: +1 every 2 s, a 60-s checkpoint pause from 100 s, a restart at 300 s
+    /// that rewinds 40 steps, a 30-s initialisation, then steps again.
+    fn job() -> Series {
+        let mut s = Series::new(86_400_000);
+        let mut step = 0.0;
+        for k in 0..400i64 {
+            let t = k * 1000;
+            let pausing = (100..160).contains(&k) || (300..330).contains(&k);
+            if k == 300 {
+                step -= 40.0;
+            } else if !pausing && k % 2 == 0 {
+                step += 1.0;
+            }
+            s.push(t, step);
+        }
+        s
+    }
+
+    #[test]
+    fn longest_pause_learns_checkpoints_not_restarts() {
+        let s = job();
+        let w = |to: i64, win: i64| window(&s, WindowFn::MaxUnchangedFor, to, win);
+        // The checkpoint: the last step before it at 98 s, the next at 160 s.
+        assert_eq!(w(399_000, 400_000), Some(62.0));
+        // Neither the rewind nor the 30 s until the first step after it counts.
+        assert_eq!(w(399_000, 200_000), Some(2.0));
+        assert_eq!(w(99_000, 100_000), Some(2.0));
+        // The same through the scan of a window that does not end at the newest point.
+        assert_eq!(w(398_000, 399_000), Some(62.0));
+        assert_eq!(w(398_000, 200_000), Some(2.0));
+        assert_eq!(w(1_000, 2_000), Some(0.0));
+    }
+
+    #[test]
+    fn last_change_is_signed() {
+        let s = job();
+        let w = |to: i64, win: i64| window(&s, WindowFn::LastChange, to, win);
+        assert_eq!(w(299_000, 60_000), Some(1.0));
+        assert_eq!(w(320_000, 60_000), Some(-40.0), "the restart went back");
+        assert_eq!(w(320_000, 15_000), None, "no change inside the window");
+        assert_eq!(w(399_000, 60_000), Some(1.0));
+    }
+
+    #[test]
+    fn min_and_max_of_the_newest_window_match_a_scan() {
+        let s = job();
+        for win in [1_000, 5_000, 60_000, 250_000, 1_000_000] {
+            for to in [399_000, 398_000] {
+                let (i, j) = s.range(to, win);
+                let vals = s.values(i, j);
+                let scan = |f: fn(f64, f64) -> f64| vals.iter().copied().reduce(f);
+                assert_eq!(window(&s, WindowFn::Max, to, win), scan(f64::max));
+                assert_eq!(window(&s, WindowFn::Min, to, win), scan(f64::min));
+            }
+        }
+    }
+
+    #[test]
+    fn drawdown_of_step_means() {
+        let s = job();
+        let mut cache = TrendCache::default();
+        let d = trend(&s, &mut cache, TrendFn::Drawdown, 399_000, 400_000, 10_000);
+        // The 10-s means peak just before the restart (step ~110) and fall by ~40.
+        let d = d.expect("drawdown");
+        assert!((35.0..=45.0).contains(&d), "{d}");
+        let ramp = ramp(600, 1.0);
+        let d = trend(
+            &ramp,
+            &mut TrendCache::default(),
+            TrendFn::Drawdown,
+            599_000,
+            600_000,
+            60_000,
+        );
+        assert_eq!(d, Some(0.0));
     }
 
     #[test]

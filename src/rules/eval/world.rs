@@ -68,8 +68,43 @@ pub struct Gpu {
     pub series: HashMap<Metric, Tracked>,
     pub procs: BTreeMap<i64, Proc>,
     pub last_ts: Option<TsMs>,
+    /// The model table's entry for the GPU's name (thresholds the data lacks).
+    pub spec: Option<&'static crate::specs::ModelSpec>,
+    /// The GPU's sampling interval: the median of its recent sample spacings (1 s to a
+    /// minute, whatever the daemon or the imported log used).
+    pub interval: Interval,
     /// Training series ids joined to this GPU: (step, loss).
     pub training: (Option<i64>, Option<i64>),
+}
+
+/// A GPU's typical sample spacing: the median of its last [`Interval::N`] spacings.
+#[derive(Debug, Clone, Default)]
+pub struct Interval {
+    recent: [i64; Interval::N],
+    seen: usize,
+    median_ms: i64,
+}
+
+impl Interval {
+    const N: usize = 9;
+
+    fn observe(&mut self, gap_ms: i64) {
+        if gap_ms <= 0 {
+            return;
+        }
+        self.recent[self.seen % Self::N] = gap_ms;
+        self.seen += 1;
+        let n = self.seen.min(Self::N);
+        let mut v = self.recent;
+        let v = &mut v[..n];
+        v.sort_unstable();
+        self.median_ms = v[n / 2];
+    }
+
+    /// The median spacing in ms; 0 before two samples were seen.
+    pub fn ms(&self) -> i64 {
+        self.median_ms
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -112,8 +147,6 @@ pub struct World {
 struct Pending {
     fetched_to: TsMs,
     samples: VecDeque<(i64, GpuSample)>,
-    /// Processes per (time, GPU), for `process_count`.
-    counts: HashMap<(TsMs, i64), f64>,
     procs: VecDeque<history::ProcessSampleRow>,
     events: VecDeque<history::EventRow>,
     training: VecDeque<(i64, TsMs, f64)>,
@@ -173,11 +206,10 @@ impl World {
         if samples.iter().any(|(id, _)| !self.gpus.contains_key(id)) {
             self.refresh_gpus(conn)?;
         }
-        for p in history::process_samples(conn, after, to)? {
-            *self.pending.counts.entry((p.ts_ms, p.gpu_id)).or_default() += 1.0;
-            if self.keep(Metric::ProcessMem).is_some() {
-                self.pending.procs.push_back(p);
-            }
+        if self.keep(Metric::ProcessMem).is_some() {
+            self.pending
+                .procs
+                .extend(history::process_samples(conn, after, to)?);
         }
         self.pending.samples.extend(samples);
         self.pending.events.extend(
@@ -247,12 +279,7 @@ impl World {
             let Some((gpu_id, s)) = self.pending.samples.pop_front() else {
                 break;
             };
-            let count = self
-                .pending
-                .counts
-                .remove(&(s.ts_ms, gpu_id))
-                .unwrap_or(0.0);
-            self.feed_sample(gpu_id, &s, count);
+            self.feed_sample(gpu_id, &s);
         }
         while self.pending.procs.front().is_some_and(|p| p.ts_ms <= upto) {
             let Some(p) = self.pending.procs.pop_front() else {
@@ -285,9 +312,6 @@ impl World {
                 t.points.series.push(ts, v);
             }
         }
-        if self.pending.counts.len() > 100_000 {
-            self.pending.counts.retain(|(ts, _), _| *ts > upto);
-        }
         let ttl = self.proc_ttl_ms;
         for g in self.gpus.values_mut() {
             g.procs.retain(|_, p| upto - p.last_seen <= ttl);
@@ -305,18 +329,24 @@ impl World {
                 series: HashMap::new(),
                 procs: BTreeMap::new(),
                 last_ts: None,
+                spec: None,
+                interval: Interval::default(),
                 training: (None, None),
             });
+            g.spec = row.inventory.name.as_deref().and_then(crate::specs::lookup);
             g.inv = row.inventory;
         }
         self.join_training();
         Ok(())
     }
 
-    fn feed_sample(&mut self, gpu_id: i64, s: &GpuSample, process_count: f64) {
+    fn feed_sample(&mut self, gpu_id: i64, s: &GpuSample) {
         let Some(g) = self.gpus.get_mut(&gpu_id) else {
             return;
         };
+        if let Some(last) = g.last_ts {
+            g.interval.observe(s.ts_ms - last);
+        }
         g.last_ts = Some(s.ts_ms);
         let ok = s.status == SampleStatus::Ok;
         for &(m, keep) in &self.sample_metrics {
@@ -325,7 +355,6 @@ impl World {
                 Metric::Gap => Some(f64::from(u8::from(
                     s.status == SampleStatus::DeadlineMissed,
                 ))),
-                Metric::ProcessCount if ok => Some(process_count),
                 _ if ok => sample_value(m, s),
                 _ => None,
             };
@@ -467,9 +496,9 @@ pub fn sample_value(m: Metric, s: &GpuSample) -> Option<f64> {
         Metric::RetiredPages => f(s.retired_pages),
         Metric::RemappedRowsUncorrectable => f(s.remapped_rows_uncorrectable),
         Metric::RemapPending => s.remap_pending.map(|b| f64::from(u8::from(b))),
-        Metric::Lost | Metric::Gap | Metric::ProcessCount | Metric::XidCritical | Metric::Xid => {
-            None
-        }
+        // Unknown (not observed) stays no data: never "no processes".
+        Metric::ProcessCount => s.process_count.map(f64::from),
+        Metric::Lost | Metric::Gap | Metric::XidCritical | Metric::Xid => None,
         Metric::ProcessMem | Metric::TrainingStep | Metric::TrainingLoss => None,
         Metric::TrainingSourceFailing => None,
     }

@@ -116,6 +116,25 @@ impl FileReader<'_> {
             None => Some(Scope::Gpu),
         };
         let sc = scope.unwrap_or(Scope::Gpu);
+        let gpu_fallback = match raw.strings.remove("fallback") {
+            None => Some(false),
+            Some(s) if s.value != "gpu" => {
+                let msg = format!("unknown fallback `{}`", s.value);
+                self.error_in(&s, 0, msg, Some("the only fallback is `\"gpu\"`"));
+                None
+            }
+            Some(s) if sc != Scope::Process => {
+                let msg = "`fallback` is for rules with scope = \"process\"".to_string();
+                self.error_in(
+                    &s,
+                    0,
+                    msg,
+                    Some("add `scope = \"process\"`, or remove `fallback`"),
+                );
+                None
+            }
+            Some(_) => Some(true),
+        };
         let severity = severity.and_then(|s| self.choice("severity", &s, SEVERITIES));
         let condition = condition.and_then(|s| self.expr(&s, sc, Want::Condition));
         let mut optional_condition = |f: &mut Self, key: &str| match raw.strings.remove(key) {
@@ -180,6 +199,7 @@ impl FileReader<'_> {
             description: description?,
             inhibits: raw.inhibits.into_iter().map(|s| s.value).collect(),
             enabled: raw.enabled.unwrap_or(true),
+            gpu_fallback: gpu_fallback?,
             origin,
         })
     }

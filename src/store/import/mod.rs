@@ -42,7 +42,7 @@ const CREATE_SQL: &str = concat!(
     "temp_c, fan_pct, clock_sm_mhz, clock_mem_mhz, power_mw, power_limit_mw, energy_mj, ",
     "pstate, pcie_tx_kbs, pcie_rx_kbs, pcie_gen, pcie_width, throttle_reasons, ",
     "ecc_corrected, ecc_uncorrected, retired_pages, remapped_rows_correctable, ",
-    "remapped_rows_uncorrectable, remap_pending, remap_failure);
+    "remapped_rows_uncorrectable, remap_pending, remap_failure, process_count);
      CREATE TEMP TABLE IF NOT EXISTS gw_imp_apps (ts_ms INTEGER NOT NULL, gpu_ref INTEGER NOT NULL,
        proc INTEGER NOT NULL, used_mem_bytes INTEGER);
      CREATE TEMP TABLE IF NOT EXISTS gw_imp_gpu_map (local INTEGER PRIMARY KEY, gpu_id INTEGER NOT NULL);
@@ -92,6 +92,10 @@ pub struct ImportPlan {
     /// Process-sample GPU references → importer-local GPU id (`None`: unresolved; those rows
     /// are not published).
     pub gpu_refs: Vec<Option<usize>>,
+    /// Per host: the import carries its `--query-compute-apps` log, so the processes of its
+    /// GPUs were observed over the imported time span; their samples get `process_count`
+    /// (0 where no process row lands on them). Other hosts' counts stay unknown (NULL).
+    pub processes_observed: Vec<bool>,
 }
 
 /// What a publish wrote.
@@ -122,7 +126,7 @@ const INSERT_SAMPLE: &str = concat!(
     "INSERT INTO gw_imp_samples (ts_ms, gpu, ",
     sample_metric_columns!(),
     ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-       ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)"
+       ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)"
 );
 
 const INSERT_APP: &str = "INSERT INTO gw_imp_apps (ts_ms, gpu_ref, proc, used_mem_bytes)

@@ -7,6 +7,8 @@
 //! times and GPUs' last sample times only widen.
 //! - Process rows are placed at the time of the nearest sample of their GPU within
 //!   [`PROCESS_SNAP_MS`] (imported or already stored), so `process_count` sees them.
+//! - A host whose `--query-compute-apps` log is part of the import gets `process_count` on
+//!   its samples of the imported span; without one the counts stay NULL (not observed).
 
 use rusqlite::{Connection, params};
 
@@ -47,9 +49,10 @@ macro_rules! newer {
 const GPU_UPSERT: &str = concat!(
     "INSERT INTO gpus (host_id, uuid, gpu_index, name, serial, pci_bus_id, driver_version,
        memory_total_bytes, power_limit_mw, power_limit_min_mw, power_limit_max_mw,
-       temp_slowdown_c, pcie_max_gen, pcie_max_width, persistence_mode, mig_mode,
-       first_seen_ms, last_seen_ms, last_sample_ms)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)
+       temp_slowdown_c, temp_shutdown_c, temp_gpu_max_c, pcie_max_gen, pcie_max_width,
+       persistence_mode, mig_mode, first_seen_ms, last_seen_ms, last_sample_ms)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
+       ?19, ?20, ?21)
      ON CONFLICT (host_id, uuid) DO UPDATE SET ",
     newer!("gpu_index"),
     ", ",
@@ -70,6 +73,10 @@ const GPU_UPSERT: &str = concat!(
     newer!("power_limit_max_mw"),
     ", ",
     newer!("temp_slowdown_c"),
+    ", ",
+    newer!("temp_shutdown_c"),
+    ", ",
+    newer!("temp_gpu_max_c"),
     ", ",
     newer!("pcie_max_gen"),
     ", ",
@@ -114,6 +121,8 @@ pub(super) fn publish_rows(conn: &Connection, plan: &ImportPlan) -> Result<Publi
                 inv.power_limit_min_mw,
                 inv.power_limit_max_mw,
                 inv.temp_slowdown_c,
+                inv.temp_shutdown_c,
+                inv.temp_gpu_max_c,
                 inv.pcie_max_gen,
                 inv.pcie_max_width,
                 inv.persistence_mode,
@@ -175,6 +184,13 @@ pub(super) fn publish_rows(conn: &Connection, plan: &ImportPlan) -> Result<Publi
         [PROCESS_SNAP_MS],
     )?;
     for (host, span) in spans.iter().enumerate() {
+        if let (Some((first, last)), true) =
+            (span, plan.processes_observed.get(host) == Some(&true))
+        {
+            count_processes(conn, host_ids[host], *first, *last)?;
+        }
+    }
+    for (host, span) in spans.iter().enumerate() {
         if let Some((first, last)) = span {
             conn.prepare_cached(
                 "UPDATE hosts SET first_seen_ms = min(coalesce(first_seen_ms, ?1), ?1),
@@ -188,4 +204,30 @@ pub(super) fn publish_rows(conn: &Connection, plan: &ImportPlan) -> Result<Publi
         samples: samples as u64,
         process_samples: process_samples as u64,
     })
+}
+
+/// Sets `process_count` of the host's ok samples in `[first, last]` from the process rows
+/// that landed on them (0 where none did): the import says these processes were observed.
+fn count_processes(
+    conn: &Connection,
+    host_id: i64,
+    first: TsMs,
+    last: TsMs,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "UPDATE samples SET process_count = 0
+         WHERE status = 0 AND ts_ms BETWEEN ?2 AND ?3
+           AND gpu_id IN (SELECT id FROM gpus WHERE host_id = ?1)",
+    )?
+    .execute(params![host_id, first, last])?;
+    conn.prepare_cached(
+        "UPDATE samples SET process_count = c.n
+         FROM (SELECT ps.ts_ms, ps.gpu_id, count(*) AS n FROM process_samples ps
+               WHERE ps.ts_ms BETWEEN ?2 AND ?3
+                 AND ps.gpu_id IN (SELECT id FROM gpus WHERE host_id = ?1)
+               GROUP BY ps.ts_ms, ps.gpu_id) AS c
+         WHERE samples.ts_ms = c.ts_ms AND samples.gpu_id = c.gpu_id AND samples.status = 0",
+    )?
+    .execute(params![host_id, first, last])?;
+    Ok(())
 }
