@@ -813,3 +813,75 @@ fn a_compute_apps_section_without_timestamps_takes_the_time_of_the_rows_before_i
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("apps-only.csv:2: no timestamp"), "{err}");
 }
+
+/// A GPU log without a uuid column keys its GPUs by index; process rows that name a real
+/// uuid must find them by bus id instead of creating a second GPU (regression), and rows that
+/// cannot be tied to one are reported, not imported. Samples covered by a compute-apps log
+/// get process counts (0 where no process row lands); without one they stay unknown.
+#[test]
+fn apps_rows_with_real_uuids_find_index_keyed_gpus_by_bus_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let gpu = dir.path().join("gpu.csv");
+    let apps = dir.path().join("apps.csv");
+    let lonely = dir.path().join("lonely.csv");
+    std::fs::write(
+        &gpu,
+        "timestamp, index, name, pci.bus_id, utilization.gpu [%], memory.used [MiB]\n\
+         2024/05/01 12:00:00.000, 0, NVIDIA H100 80GB HBM3, 00000000:18:00.0, 90 %, 30000 MiB\n\
+         2024/05/01 12:00:00.000, 1, NVIDIA H100 80GB HBM3, 00000000:2A:00.0, 0 %, 0 MiB\n\
+         2024/05/01 12:00:01.000, 0, NVIDIA H100 80GB HBM3, 00000000:18:00.0, 91 %, 30001 MiB\n\
+         2024/05/01 12:00:01.000, 1, NVIDIA H100 80GB HBM3, 00000000:2A:00.0, 0 %, 0 MiB\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &apps,
+        "timestamp, gpu_uuid, gpu_bus_id, pid, process_name, used_gpu_memory [MiB]\n\
+         2024/05/01 12:00:00.200, GPU-5f1c2a9e-1b2c-4d5e-8f90-0123456789ab, 00000000:18:00.0, 4242, python, 29500 MiB\n\
+         2024/05/01 12:00:01.200, GPU-5f1c2a9e-1b2c-4d5e-8f90-0123456789ab, 00000000:18:00.0, 4242, python, 29501 MiB\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &lonely,
+        "timestamp, gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n\
+         2024/05/01 12:00:00.200, GPU-6a2d3b0f-2c3d-4e5f-9a01-123456789abc, 777, python, 100 MiB\n",
+    )
+    .unwrap();
+    let path = dir.path().join("g.db");
+    let out = ok(&import(
+        &path,
+        &["--tz", "UTC", "--host", "n1"],
+        &[gpu.clone(), apps, lonely],
+    ));
+    assert!(out.contains("of 2 GPUs"), "no phantom GPU: {out}");
+    assert!(
+        out.contains("cannot tell which GPU"),
+        "the row naming an unknown uuid without a bus id is reported: {out}"
+    );
+    let c = db(&path);
+    let counts: Vec<(i64, i64, Option<i64>)> = c
+        .prepare(
+            "SELECT ts_ms, gpu_index, process_count FROM gpu_samples ORDER BY ts_ms, gpu_index",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        counts,
+        vec![
+            (T0, 0, Some(1)),
+            (T0, 1, Some(0)),
+            (T0 + 1000, 0, Some(1)),
+            (T0 + 1000, 1, Some(0)),
+        ]
+    );
+    // The GPU log alone, into another host: processes not observed, counts unknown.
+    let path2 = dir.path().join("g2.db");
+    ok(&import(&path2, &["--tz", "UTC", "--host", "n2"], &[gpu]));
+    let unknown: i64 = one(
+        &db(&path2),
+        "SELECT count(*) FROM samples WHERE process_count IS NULL",
+    );
+    assert_eq!(unknown, 4);
+}

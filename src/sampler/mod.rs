@@ -239,6 +239,13 @@ impl Sampler {
             sample: true,
             processes: self.cfg.processes,
         };
+        // Answers that arrived after an earlier tick's deadline free their GPU for this tick
+        // (their samples are stale and dropped; their inventory and errors are kept). Without
+        // this, a tick where every GPU missed the deadline would send no request, wait for
+        // nothing and leave every GPU busy for good.
+        while let Ok(r) = self.responses.try_recv() {
+            let _stale = self.absorb(r, tick_id);
+        }
         let mut waiting = 0;
         for slot in &mut self.slots {
             if slot.lost || slot.busy.is_some() {

@@ -265,6 +265,34 @@ fn a_slow_call_makes_a_gap_then_sampling_resumes() {
     assert_eq!(statuses[5], SampleStatus::Ok, "{statuses:?}");
 }
 
+/// Regression: when every GPU missed one tick's deadline, the next ticks sent no request
+/// (every GPU still marked busy) and read no late answer, so sampling stopped for good.
+#[test]
+fn every_gpu_missing_a_deadline_does_not_stop_sampling() {
+    let scenario = format!(
+        "{TWO_GPUS}\n[[fault]]\nsymbol = \"nvmlDeviceGetPowerUsage\"\nfrom = \"1s\"\nuntil = \"2s\"\nblock = \"700ms\"\n"
+    );
+    let mut r = rig(&scenario, Duration::from_millis(250));
+    let statuses: Vec<Vec<SampleStatus>> = (0..6)
+        .map(|_| {
+            let b = r.tick();
+            std::thread::sleep(Duration::from_millis(200));
+            b.samples.iter().map(|s| s.status).collect()
+        })
+        .collect();
+    assert_eq!(statuses[0], [SampleStatus::Ok, SampleStatus::Ok]);
+    assert_eq!(
+        statuses[1],
+        [SampleStatus::DeadlineMissed, SampleStatus::DeadlineMissed],
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses[5],
+        [SampleStatus::Ok, SampleStatus::Ok],
+        "sampling resumes: {statuses:?}"
+    );
+}
+
 #[test]
 fn an_xid_is_reported_as_an_event() {
     let scenario = format!("{TWO_GPUS}\n[[event]]\ngpu = 1\nat = \"2s\"\nxid = 79\n");

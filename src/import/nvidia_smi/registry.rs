@@ -7,14 +7,15 @@
 //!   stand-in uuid `index-N` (or the uuid of the one stored GPU of the host with that index);
 //!   a section without an index column is one GPU, index 0.
 //! - A compute-apps row names its GPU by uuid and/or PCI bus id; it is resolved after every
-//!   file is read: real uuid, then bus id, then "the host's only GPU"; otherwise its rows are
+//!   file is read: a real uuid the import or the database knows, then bus id, then "the
+//!   host's only GPU", then (for a host with no GPU at all) its uuid; otherwise its rows are
 //!   not imported and are reported.
 //! - Inventory values keep the newest non-NULL value seen. `temperature.gpu.tlimit` is the
 //!   margin to T.Limit, the maximum operating temperature (as recent drivers report it, see
 //!   `crate::specs`): T.Limit = `temperature.gpu + temperature.gpu.tlimit` (the most frequent
-//!   value per GPU) is stored as the max operating temperature, the slowdown threshold 2 °C
-//!   above it (every capture on that scale), and the shutdown threshold where the model
-//!   table knows the model's offset.
+//!   value per GPU) is stored as the max operating temperature, the slowdown and shutdown
+//!   thresholds as far above it as the model table says for the model (slowdown 2 °C above
+//!   on every capture of that scale, the default for other models; shutdown only where known).
 
 use std::collections::HashMap;
 
@@ -238,7 +239,13 @@ impl Registry {
             let g = &self.refs[r];
             (g.host, g.uuid.clone(), g.bus.clone())
         };
-        if let Some(u) = uuid {
+        // A uuid names a GPU only if this import or the database knows it: a GPU log without
+        // a uuid column keys its GPUs by index, and the same GPU must not appear twice.
+        let known_uuid = uuid.as_ref().filter(|u| {
+            self.by_uuid[host].contains_key(u.as_str())
+                || self.stored[host].iter().any(|g| &g.uuid == *u)
+        });
+        if let Some(u) = known_uuid.cloned() {
             return Some(self.gpu(host, Some(&u), None, ts));
         }
         if let Some(b) = &bus {
@@ -283,6 +290,8 @@ impl Registry {
                     None => Some(self.gpu(host, Some(&one), None, ts)),
                 }
             }
+            // A compute-apps log of a host with no GPU log at all: its uuid is the GPU.
+            [] => uuid.map(|u| self.gpu(host, Some(&u), None, ts)),
             _ => None,
         }
     }
@@ -345,19 +354,22 @@ impl Registry {
     }
 }
 
-/// The thresholds a T.Limit of `tlimit_c` °C gives (see the module doc).
+/// The thresholds a T.Limit of `tlimit_c` °C gives (see the module doc): the slowdown and
+/// shutdown thresholds sit as far above T.Limit as the model table says for the model (2 °C
+/// for slowdown on the T.Limit scale of every capture; the shutdown offset only where known).
 fn thresholds_from_tlimit(inv: &mut GpuInventory, tlimit_c: i64) {
     let Ok(tlimit) = u32::try_from(tlimit_c) else {
         return;
     };
+    let spec = inv.name.as_deref().and_then(crate::specs::lookup);
+    let above = |t: Option<u32>| spec.and_then(|m| Some(t?.checked_sub(m.temp_max_c?)?));
     inv.temp_gpu_max_c = Some(tlimit);
-    inv.temp_slowdown_c = Some(tlimit + crate::specs::SLOWDOWN_ABOVE_TLIMIT_C);
-    inv.temp_shutdown_c = inv
-        .name
-        .as_deref()
-        .and_then(crate::specs::lookup)
-        .and_then(|m| m.shutdown_above_tlimit_c)
-        .map(|d| tlimit + d);
+    inv.temp_slowdown_c = Some(
+        tlimit
+            + above(spec.and_then(|m| m.temp_slowdown_c))
+                .unwrap_or(crate::specs::SLOWDOWN_ABOVE_TLIMIT_C),
+    );
+    inv.temp_shutdown_c = above(spec.and_then(|m| m.temp_shutdown_c)).map(|d| tlimit + d);
 }
 
 #[cfg(test)]

@@ -204,8 +204,10 @@ impl Ctx {
         });
     }
 
-    /// Periodic pauses: the first at `first_s`, then every `every_min` minutes, each lasting
-    /// `len_min` minutes, all ending before `until`; returns `(from, to)` windows.
+    /// Periodic pauses: the first at `first_s`, then every `every_min` minutes, all ending
+    /// before `until`; returns `(from, to)` windows. One job's pauses of a kind take about as
+    /// long each time (the same model written to the same storage): a base length is drawn
+    /// from `len_min` minutes and each pause lasts within ±20 % of it.
     pub fn schedule(
         &mut self,
         first_s: u64,
@@ -215,8 +217,9 @@ impl Ctx {
     ) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
         let mut at = first_s;
+        let base = self.mins(len_min.0, len_min.1) as f64;
         loop {
-            let len = self.mins(len_min.0, len_min.1);
+            let len = (base * self.real(0.8, 1.2)).round() as u64;
             if at + len >= until {
                 break;
             }

@@ -31,6 +31,9 @@ use crate::cases::Case;
 use crate::render::{self, CsvStyle};
 use crate::shape::Shape;
 
+/// Simulated seconds per wall second for cases with XID events (see [`Gpuwatch::nvml`]).
+const EVENT_SPEED: &str = "300";
+
 /// One firing alert as gpuwatch reported it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Alert {
@@ -174,12 +177,20 @@ impl Gpuwatch {
         }
     }
 
-    /// The `nvml` shape: the whole daemon on the fake NVML library at full speed.
+    /// The `nvml` shape: the whole daemon on the fake NVML library at full speed — except for
+    /// cases with XID events: the simulated library delivers an event to a waiting event set
+    /// within one of its 50 ms polls, which at full speed is minutes of simulated time, so
+    /// those run at [`EVENT_SPEED`] (a poll is then about 15 simulated seconds).
     pub fn nvml(&self, case: &Case, dir: &Path) -> Result<Observed, RunError> {
         write(&dir.join("gpuwatch.toml"), "")?;
         write(&dir.join("scenario.toml"), &case.toml)?;
         let db = dir.join("gpuwatch.db");
-        let mut args: Vec<OsString> = ["demo", "--speed", "1000000", "--scenario", "scenario.toml"]
+        let speed = if case.toml.contains("[[event]]") {
+            EVENT_SPEED
+        } else {
+            "1000000"
+        };
+        let mut args: Vec<OsString> = ["demo", "--speed", speed, "--scenario", "scenario.toml"]
             .iter()
             .map(OsString::from)
             .collect();
