@@ -10,7 +10,7 @@
 //! - `size.rs`: the `max_db_size` bound (oldest raw data first, then rollups) and SQLITE_FULL;
 //! - `training.rs`: [`Store::write_training`], training points plus `training_source` status;
 //! - `writer.rs`: the dedicated writer thread ([`WriterHandle`]);
-//! - `read.rs`: queries for `gpuwatch status`, `/healthz` and tests;
+//! - `read.rs`: status and small lookups (`gpuwatch status`, the demo, tests);
 //! - `synth.rs`: deterministic synthetic tick batches for tests and benchmarks.
 //!
 //! Invariants:
