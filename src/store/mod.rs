@@ -35,7 +35,6 @@ pub mod query;
 pub mod read;
 mod rollup;
 mod rows;
-pub mod series;
 pub mod silences;
 mod size;
 pub mod synth;
