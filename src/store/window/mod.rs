@@ -135,7 +135,8 @@ pub fn buckets(from_ms: TsMs, to_ms: TsMs, step_ms: i64) -> (TsMs, usize) {
 
 /// Per GPU (in the order of `gpu_ids`) and per metric (in the order of `metrics`), the
 /// average, min and max per step over `from_ms <= ts_ms < to_ms`. The rollup path reads
-/// the minutes that start in the range (a minute is in the bucket of its start).
+/// the minutes that start in the range (a minute is in the bucket of its start); a metric
+/// without a rollup column ([`WindowMetric::has_rollup`]) has no data there, not 0.
 pub fn series(
     conn: &Connection,
     gpu_ids: &[i64],
