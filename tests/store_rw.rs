@@ -1,6 +1,7 @@
 //! Store round trips: NULLs and zeros, process identity, events, errors, training points,
 //! lost GPUs, the read-only connection and the writer thread.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use gpuwatch::model::{
     Event, GpuSample, MetricError, ProcessInfo, ProcessSample, SampleStatus, TickBatch,
     TrainingPoint,
 };
-use gpuwatch::store::{self, StoreConfig, StoreError, WriterHandle, read, synth::TickGen};
+use gpuwatch::store::{self, StoreConfig, StoreError, WriterHandle, history, read, synth::TickGen};
 
 const T0: i64 = 1_750_000_000_000;
 
@@ -49,9 +50,40 @@ fn nulls_stay_null_and_zeros_stay_zero() {
     };
     let stats = st.write_tick(&batch).unwrap();
     assert_eq!(stats.rows, 4);
+    drop(st);
+    // Another host's GPU in the same range: the host's GPU ids keep it out below.
+    let mut other = store::open(&path, &StoreConfig::new("node-2")).unwrap();
+    let mut foreign = GpuSample::empty(T0 + 1000, "GPU-node-2", SampleStatus::Ok);
+    foreign.util_gpu_pct = Some(55);
+    foreign.power_mw = Some(120_000);
+    other
+        .write_tick(&TickBatch {
+            ts_ms: T0 + 1000,
+            samples: vec![foreign],
+            ..Default::default()
+        })
+        .unwrap();
+    drop(other);
 
     let ro = store::open_read_only(&path).unwrap();
-    let got = read::samples(&ro, Some("node-1"), T0, T0 + 3000).unwrap();
+    let uuids: HashMap<i64, String> = history::gpus(&ro, Some("node-1"))
+        .unwrap()
+        .into_iter()
+        .map(|g| (g.gpu_id, g.inventory.uuid))
+        .collect();
+    assert_eq!(uuids.len(), 1);
+    // Every sample column survives the round trip; `history::samples` leaves the uuid empty
+    // (rows carry the gpu id), so it is filled from the host's GPUs.
+    let all = history::samples(&ro, T0 - 1, T0 + 2999).unwrap();
+    assert_eq!(all.len(), 4, "both hosts' samples are in the range");
+    let got: Vec<GpuSample> = all
+        .into_iter()
+        .filter_map(|(gpu_id, mut s)| {
+            assert!(s.uuid.is_empty());
+            s.uuid = uuids.get(&gpu_id)?.clone();
+            Some(s)
+        })
+        .collect();
     assert_eq!(got.len(), 3);
     assert_eq!(got[0], zero);
     let mut expected_full = full.clone();

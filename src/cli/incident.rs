@@ -17,7 +17,7 @@ use rusqlite::Connection;
 use serde_json::{Value, json};
 
 use crate::model::TsMs;
-use crate::store::{self, history, incident as q, series};
+use crate::store::{self, history, incident as q, window};
 use crate::training::{GpuRef, Join, gpus_for_series};
 
 mod text;
@@ -46,52 +46,84 @@ pub struct IncidentArgs {
     pub window: Duration,
 }
 
-/// GPU metrics summarised, with their units.
-const METRICS: &[(&str, &str)] = &[
-    ("util_gpu", "%"),
-    ("util_mem", "%"),
-    ("mem_used", "MiB"),
-    ("temp", "°C"),
-    ("power", "W"),
-    ("clock_sm", "MHz"),
-    ("process_count", ""),
+/// GPU metrics summarised (their units are the window table's).
+const METRICS: &[&str] = &[
+    "util_gpu",
+    "util_mem",
+    "mem_used",
+    "temp",
+    "power",
+    "clock_sm",
+    "process_count",
 ];
 
 /// min / avg / max of the values of one phase, and how many samples had none.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct Stats {
-    n: usize,
-    missing: usize,
+    n: u64,
+    missing: u64,
     min: Option<f64>,
+    avg: Option<f64>,
     max: Option<f64>,
-    sum: f64,
 }
 
 impl Stats {
     fn of(points: &[(TsMs, Option<f64>)]) -> Self {
         let mut s = Self::default();
+        let mut sum = 0.0;
         for (_, v) in points {
             s.n += 1;
             match v {
                 Some(v) => {
                     s.min = Some(s.min.map_or(*v, |m| m.min(*v)));
                     s.max = Some(s.max.map_or(*v, |m| m.max(*v)));
-                    s.sum += v;
+                    sum += v;
                 }
                 None => s.missing += 1,
             }
         }
+        let k = s.n - s.missing;
+        s.avg = (k > 0).then(|| sum / k as f64);
         s
     }
 
-    fn avg(&self) -> Option<f64> {
-        let k = self.n - self.missing;
-        (k > 0).then(|| self.sum / k as f64)
-    }
-
     fn json(&self) -> Value {
-        json!({"samples": self.n, "missing": self.missing, "min": self.min, "avg": self.avg(), "max": self.max})
+        json!({"samples": self.n, "missing": self.missing, "min": self.min, "avg": self.avg, "max": self.max})
     }
+}
+
+impl From<window::Aggregate> for Stats {
+    fn from(a: window::Aggregate) -> Self {
+        Self {
+            n: a.samples,
+            missing: a.missing,
+            min: a.min,
+            avg: a.avg,
+            max: a.max,
+        }
+    }
+}
+
+/// The summarised metrics of the alert's GPU, before (`[before_from, start)`) and during
+/// (`[start, end]`), one query per phase.
+fn gpu_metrics(
+    conn: &Connection,
+    gpu_id: i64,
+    before_from: TsMs,
+    start: TsMs,
+    end: TsMs,
+) -> anyhow::Result<Vec<(&'static str, &'static str, Stats, Stats)>> {
+    let metrics = METRICS
+        .iter()
+        .map(|n| window::window_metric(n).ok_or_else(|| anyhow!("no window metric {n}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let before = window::aggregate(conn, gpu_id, &metrics, before_from, start)?;
+    let during = window::aggregate(conn, gpu_id, &metrics, start, end.saturating_add(1))?;
+    Ok(metrics
+        .iter()
+        .zip(before.into_iter().zip(during))
+        .map(|(m, (b, d))| (m.name, m.unit, b.into(), d.into()))
+        .collect())
 }
 
 /// One training series' points in both phases.
@@ -158,13 +190,8 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
     let ctx = || format!("reading alert {} from {}", args.id, cfg.database.display());
 
     let notes = q::notifications(&conn, args.id).with_context(ctx)?;
-    let mut metrics = Vec::new();
-    for (m, unit) in METRICS {
-        let before = series::metric_series(&conn, alert.gpu_id, m, before_from, start - 1)
-            .with_context(ctx)?;
-        let during = series::metric_series(&conn, alert.gpu_id, m, start, end).with_context(ctx)?;
-        metrics.push((*m, *unit, Stats::of(&before), Stats::of(&during)));
-    }
+    let mut metrics =
+        gpu_metrics(&conn, alert.gpu_id, before_from, start, end).with_context(ctx)?;
     if let Some(pid) = alert.process_id {
         let before =
             q::process_mem(&conn, alert.gpu_id, pid, before_from, start - 1).with_context(ctx)?;
@@ -273,4 +300,51 @@ fn training(
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summarised_metrics_are_window_metrics_with_their_units() {
+        let units: Vec<(&str, &str)> = METRICS
+            .iter()
+            .map(|n| window::window_metric(n).map(|m| (m.name, m.unit)))
+            .collect::<Option<_>>()
+            .expect("every summarised metric is in the window table");
+        assert_eq!(
+            units,
+            [
+                ("util_gpu", "%"),
+                ("util_mem", "%"),
+                ("mem_used", "MiB"),
+                ("temp", "°C"),
+                ("power", "W"),
+                ("clock_sm", "MHz"),
+                ("process_count", ""),
+            ]
+        );
+    }
+
+    #[test]
+    fn stats_of_points_and_of_an_aggregate_agree() {
+        let p = [(0, Some(2.0)), (1, None), (2, Some(4.0))];
+        let s = Stats::of(&p);
+        assert_eq!(
+            (s.n, s.missing, s.min, s.avg, s.max),
+            (3, 1, Some(2.0), Some(3.0), Some(4.0))
+        );
+        assert_eq!(Stats::of(&[]), Stats::default());
+        let metric = window::window_metric("temp").expect("temp");
+        let a = window::Aggregate {
+            metric,
+            samples: 3,
+            missing: 1,
+            min: Some(2.0),
+            avg: Some(3.0),
+            max: Some(4.0),
+        };
+        assert_eq!(Stats::from(a), s);
+    }
 }

@@ -1,5 +1,7 @@
 //! Read-side queries for the rule evaluator and `replay`: everything stored in a time slice
-//! `(after_ms, upto_ms]`, in time order, keyed by the store's row ids.
+//! `(after_ms, upto_ms]` (raw samples with every column, process samples, events, training
+//! points), in time order, keyed by the store's row ids. The evaluator's reader only: series
+//! and aggregates for display are `store::window`'s.
 //!
 //! Invariants: only reads; each query is one range scan of a time-first primary key (or the
 //! events' time index), so feeding a day of history slice by slice costs one pass.

@@ -10,7 +10,11 @@
 //! - `size.rs`: the `max_db_size` bound (oldest raw data first, then rollups) and SQLITE_FULL;
 //! - `training.rs`: [`Store::write_training`], training points plus `training_source` status;
 //! - `writer.rs`: the dedicated writer thread ([`WriterHandle`]);
-//! - `read.rs`: queries for `gpuwatch status`, `/healthz` and tests;
+//! - read queries, one reader per job: `history.rs` (the rule evaluator's and `replay`'s time
+//!   slices), `window/` (a GPU metric over a time window, for display: downsampled series for
+//!   `history`, reports and email charts, min/avg/max aggregates for incidents), `read.rs`
+//!   (status and small lookups: `gpuwatch status`, the demo, tests), `postmortem.rs` and
+//!   `incident.rs` (alerts and their stories), `query.rs` (user SQL), `export.rs`;
 //! - `synth.rs`: deterministic synthetic tick batches for tests and benchmarks.
 //!
 //! Invariants:
@@ -35,7 +39,6 @@ pub mod query;
 pub mod read;
 mod rollup;
 mod rows;
-pub mod series;
 pub mod silences;
 mod size;
 pub mod synth;

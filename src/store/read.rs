@@ -1,4 +1,7 @@
-//! Read queries for `gpuwatch status`, `/healthz`, replays and tests.
+//! Status and small lookups: what `gpuwatch status` and the demo show per GPU (inventory,
+//! newest sample, processes, failing metrics), the newest sample time, the training source's
+//! health, and the rollup rows tests compare. Time series live elsewhere: the evaluator's
+//! time slices in `history.rs`, display series and window aggregates in `window`.
 //!
 //! Invariants:
 //! - Every function takes a plain `&Connection` (normally from [`super::open_read_only`]) and
@@ -224,28 +227,6 @@ pub fn metric_error_summary(
                 last_ms: r.get(7)?,
             },
         })
-    })?;
-    Ok(rows.collect::<Result<_, _>>()?)
-}
-
-/// Raw samples with `from_ms <= ts_ms < to_ms` (of `host`, or all), in time order.
-pub fn samples(
-    conn: &Connection,
-    host: Option<&str>,
-    from_ms: TsMs,
-    to_ms: TsMs,
-) -> Result<Vec<GpuSample>, StoreError> {
-    let mut stmt = conn.prepare_cached(concat!(
-        "SELECT ts_ms, ",
-        sample_metric_columns!(),
-        ", (SELECT uuid FROM gpus WHERE id = gpu_id) FROM samples
-         WHERE ts_ms >= ?2 AND ts_ms < ?3 AND (?1 IS NULL OR gpu_id IN
-           (SELECT g.id FROM gpus g JOIN hosts h ON h.id = g.host_id WHERE h.name = ?1))
-         ORDER BY ts_ms, gpu_id"
-    ))?;
-    let rows = stmt.query_map(params![host, from_ms, to_ms], |r| {
-        let uuid: String = r.get(28)?;
-        sample_from_row(r, uuid)
     })?;
     Ok(rows.collect::<Result<_, _>>()?)
 }

@@ -14,7 +14,7 @@ impl Stats {
         if self.n == self.missing {
             return format!("- ({} samples)", self.n);
         }
-        format!("{} / {} / {}", f(self.min), f(self.avg()), f(self.max))
+        format!("{} / {} / {}", f(self.min), f(self.avg), f(self.max))
     }
 }
 

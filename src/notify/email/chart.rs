@@ -1,5 +1,7 @@
 //! The inline PNG charts of an email: the alert's metric on its GPU over the hour before the
-//! notification, with the time the alert was active shaded and its start marked.
+//! notification, with the time the alert was active shaded and its start marked. The series
+//! is read through `store::window` from the raw samples, in buckets of [`step_ms`] (at most
+//! ~300 per chart): each bucket's min..max is the band, its average the line.
 //!
 //! Invariants:
 //! - At most [`MAX_CHARTS`] charts per message, for alerts that have a per-GPU sample metric
@@ -19,7 +21,8 @@ use crate::model::TsMs;
 use crate::notify::{AlertMsg, Notification};
 use crate::rules::ast::Metric;
 use crate::rules::names::metric_name;
-use crate::store::{open_read_only, series};
+use crate::store::open_read_only;
+use crate::store::window::{self, Point, Source};
 
 /// Charts per message at most.
 pub const MAX_CHARTS: usize = 4;
@@ -27,6 +30,15 @@ pub const MAX_CHARTS: usize = 4;
 pub const WINDOW_MS: i64 = 3_600_000;
 pub const WIDTH: u32 = 560;
 pub const HEIGHT: u32 = 150;
+/// Buckets per chart at most (about; the window's ends may cut one more).
+pub const MAX_BUCKETS: i64 = 300;
+
+/// The bucket width of a `window_ms` chart: the window / [`MAX_BUCKETS`] in whole seconds,
+/// at least 1 s.
+pub fn step_ms(window_ms: i64) -> i64 {
+    let per = (window_ms + MAX_BUCKETS - 1) / MAX_BUCKETS;
+    ((per + 999) / 1000 * 1000).max(1000)
+}
 
 /// One chart to draw.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,13 +61,16 @@ pub struct Stats {
     pub metric: &'static str,
     /// `%`, `°C`, `MiB`, `W`, ... (empty for ratios and flags).
     pub unit: &'static str,
+    /// The smallest and the largest sample of the window (the buckets' extremes).
     pub min: f64,
     pub max: f64,
+    /// The newest bucket's average.
     pub last: f64,
+    /// The start of the first and of the last bucket with a value.
     pub first_ms: TsMs,
     pub last_ms: TsMs,
     /// Samples with a value.
-    pub samples: usize,
+    pub samples: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -80,7 +95,7 @@ pub fn wanted(n: &Notification) -> Vec<Spec> {
 }
 
 fn spec(i: usize, a: &AlertMsg) -> Option<Spec> {
-    let metric = series::sample_metric(a.metric.as_deref()?)?;
+    let metric = window::sample_metric(a.metric.as_deref()?)?;
     Some(Spec {
         alert: i,
         gpu_id: a.gpu_id?,
@@ -105,57 +120,77 @@ pub fn render(db: &Path, specs: &[Spec], now_ms: TsMs) -> Vec<Outcome> {
         }
     };
     let from = now_ms - WINDOW_MS;
+    let step = step_ms(WINDOW_MS);
     specs
         .iter()
         .map(|s| {
             let name = metric_name(s.metric);
-            match series::metric_series(&conn, s.gpu_id, name, from, now_ms) {
+            let Some(metric) = window::metric_of(s.metric) else {
+                return Outcome::Note(format!("No chart: {name} is not a GPU sample metric."));
+            };
+            // `now_ms` is the newest sample drawn: the range ends just after it.
+            let read = window::series(
+                &conn,
+                &[s.gpu_id],
+                &[metric],
+                from,
+                now_ms + 1,
+                step,
+                Source::Raw,
+            );
+            match read {
                 Err(e) => Outcome::Note(format!("No chart: reading {name} failed ({e}).")),
-                Ok(points) => draw_one(s, &points, from, now_ms),
+                Ok(series) => {
+                    let points = series.first().map_or(&[][..], |x| &x.points[..]);
+                    draw_one(s, metric.unit, points, step, from, now_ms)
+                }
             }
         })
         .collect()
 }
 
-fn draw_one(s: &Spec, points: &[(TsMs, Option<f64>)], from: TsMs, to: TsMs) -> Outcome {
+/// A bucket with a (finite) value.
+fn value(p: &Point) -> Option<(f64, f64, f64)> {
+    let avg = p.avg.filter(|v| v.is_finite())?;
+    let min = p.min.filter(|v| v.is_finite()).unwrap_or(avg);
+    let max = p.max.filter(|v| v.is_finite()).unwrap_or(avg);
+    Some((avg, min, max))
+}
+
+fn draw_one(
+    s: &Spec,
+    unit: &'static str,
+    points: &[Point],
+    step: i64,
+    from: TsMs,
+    to: TsMs,
+) -> Outcome {
     let name = metric_name(s.metric);
-    let values: Vec<(TsMs, f64)> = points
-        .iter()
-        .filter_map(|&(t, v)| v.filter(|v| v.is_finite()).map(|v| (t, v)))
-        .collect();
+    let values: Vec<(&Point, (f64, f64, f64))> =
+        points.iter().filter_map(|p| Some((p, value(p)?))).collect();
     let (Some(first), Some(last)) = (values.first(), values.last()) else {
         return Outcome::Note(format!(
             "No chart: no {name} samples of this GPU in the last hour."
         ));
     };
-    let min = values.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
-    let max = values.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
+    let min = values.iter().map(|v| v.1.1).fold(f64::INFINITY, f64::min);
+    let max = values
+        .iter()
+        .map(|v| v.1.2)
+        .fold(f64::NEG_INFINITY, f64::max);
     let stats = Stats {
         metric: name,
-        unit: unit(s.metric),
+        unit,
         min,
         max,
-        last: last.1,
-        first_ms: first.0,
-        last_ms: last.0,
-        samples: values.len(),
+        last: last.1.0,
+        first_ms: first.0.ts_ms,
+        last_ms: last.0.ts_ms,
+        samples: values.iter().map(|v| v.0.n).sum(),
     };
-    match draw(s, points, from, to, y_range(s.metric, min, max)) {
+    match draw(s, points, step, from, to, y_range(s.metric, min, max)) {
         Ok(png) => Outcome::Image { png, stats },
         Err(e) => Outcome::Note(format!("No chart: drawing {name} failed ({e}).")),
-    }
-}
-
-/// The unit of a metric in rule units.
-pub fn unit(m: Metric) -> &'static str {
-    match m {
-        Metric::UtilGpu | Metric::UtilMem | Metric::Fan => "%",
-        Metric::MemUsed | Metric::MemFree | Metric::MemTotal => "MiB",
-        Metric::Temp => "°C",
-        Metric::ClockSm | Metric::ClockMem => "MHz",
-        Metric::Power | Metric::PowerLimit => "W",
-        Metric::PcieTx | Metric::PcieRx => "MB/s",
-        _ => "",
     }
 }
 
@@ -202,7 +237,8 @@ const FRAME: RGBColor = RGBColor(0x9c, 0xa3, 0xaf);
 
 fn draw(
     s: &Spec,
-    points: &[(TsMs, Option<f64>)],
+    points: &[Point],
+    step: i64,
     from: TsMs,
     to: TsMs,
     (lo, hi): (f64, f64),
@@ -236,7 +272,7 @@ fn draw(
                 .map_err(|e| err(&e))?;
         }
         let bucket_ms = ((to - from) / i64::from(WIDTH)).max(1);
-        for seg in segments(points) {
+        for seg in segments(points, step, from, to) {
             let cols = columns(&seg, from, bucket_ms);
             if let [only] = cols.as_slice() {
                 chart
@@ -289,13 +325,20 @@ fn draw(
     encode_png(&buf)
 }
 
-/// Runs of consecutive samples with a value (a NULL or a gap breaks the line).
-fn segments(points: &[(TsMs, Option<f64>)]) -> Vec<Vec<(TsMs, f64)>> {
+/// Runs of consecutive buckets with a value (a bucket without one breaks the line), each
+/// bucket at its middle (within `[from, to]`).
+fn segments(points: &[Point], step: i64, from: TsMs, to: TsMs) -> Vec<Vec<Bucket>> {
     let mut out = Vec::new();
     let mut cur = Vec::new();
-    for &(t, v) in points {
-        match v.filter(|v| v.is_finite()) {
-            Some(v) => cur.push((t, v)),
+    for p in points {
+        match value(p) {
+            Some((avg, min, max)) => cur.push(Bucket {
+                t: (p.ts_ms + step / 2).clamp(from, to),
+                avg,
+                min,
+                max,
+                n: p.n.max(1),
+            }),
             None if !cur.is_empty() => out.push(std::mem::take(&mut cur)),
             None => {}
         }
@@ -306,7 +349,17 @@ fn segments(points: &[(TsMs, Option<f64>)]) -> Vec<Vec<(TsMs, f64)>> {
     out
 }
 
-/// One pixel column of a segment: the values of samples in `[t - bucket/2, t + bucket/2)`.
+/// One bucket of a segment, at time `t`, with the samples behind it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Bucket {
+    t: TsMs,
+    avg: f64,
+    min: f64,
+    max: f64,
+    n: u64,
+}
+
+/// One pixel column of a segment: the buckets in `[t - bucket/2, t + bucket/2)`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Column {
     t: TsMs,
@@ -315,29 +368,29 @@ struct Column {
     avg: f64,
 }
 
-/// Aggregates a segment into columns `bucket_ms` wide (a second-by-second hour would
-/// otherwise be 3600 vertices on 560 pixels).
-fn columns(seg: &[(TsMs, f64)], from: TsMs, bucket_ms: i64) -> Vec<Column> {
+/// Aggregates a segment into columns `bucket_ms` wide (buckets narrower than a pixel share
+/// one: min of the minima, max of the maxima, the average weighted by samples).
+fn columns(seg: &[Bucket], from: TsMs, bucket_ms: i64) -> Vec<Column> {
     let mut out: Vec<Column> = Vec::new();
-    let mut n = 0u32;
+    let mut n = 0u64;
     let mut cur_bucket = None;
-    for &(t, v) in seg {
-        let b = (t - from).div_euclid(bucket_ms);
+    for v in seg {
+        let b = (v.t - from).div_euclid(bucket_ms);
         if cur_bucket != Some(b) {
             cur_bucket = Some(b);
             n = 0;
             out.push(Column {
                 t: from + b * bucket_ms + bucket_ms / 2,
-                min: v,
-                max: v,
+                min: v.min,
+                max: v.max,
                 avg: 0.0,
             });
         }
         if let Some(c) = out.last_mut() {
-            n += 1;
-            c.min = c.min.min(v);
-            c.max = c.max.max(v);
-            c.avg += (v - c.avg) / f64::from(n);
+            n += v.n;
+            c.min = c.min.min(v.min);
+            c.max = c.max.max(v.max);
+            c.avg += (v.avg - c.avg) * v.n as f64 / n as f64;
         }
     }
     out
@@ -356,64 +409,4 @@ fn encode_png(rgb: &[u8]) -> Result<Vec<u8>, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spec() -> Spec {
-        Spec {
-            alert: 0,
-            gpu_id: 1,
-            metric: Metric::UtilGpu,
-            starts_ms: 2_400_000,
-            ends_ms: None,
-            firing: true,
-            severity: "warning".into(),
-        }
-    }
-
-    #[test]
-    fn columns_aggregate_each_pixel() {
-        let seg = [(0, 1.0), (5, 3.0), (10, 7.0), (25, 2.0)];
-        let c = columns(&seg, 0, 10);
-        assert_eq!(c.len(), 3);
-        assert_eq!((c[0].t, c[0].min, c[0].max, c[0].avg), (5, 1.0, 3.0, 2.0));
-        assert_eq!((c[1].t, c[1].avg), (15, 7.0));
-        assert_eq!((c[2].t, c[2].avg), (25, 2.0));
-    }
-
-    #[test]
-    fn gaps_split_the_line() {
-        let p = [(1, Some(1.0)), (2, None), (3, Some(2.0)), (4, Some(3.0))];
-        assert_eq!(segments(&p), vec![vec![(1, 1.0)], vec![(3, 2.0), (4, 3.0)]]);
-    }
-
-    #[test]
-    fn draws_a_png_with_the_span_shaded() {
-        let points: Vec<(TsMs, Option<f64>)> = (0..3600)
-            .map(|i| {
-                let t = i64::from(i) * 1000;
-                let v = if (1000..1010).contains(&i) {
-                    None
-                } else if t >= 2_400_000 {
-                    Some(2.0)
-                } else {
-                    Some(95.0)
-                };
-                (t, v)
-            })
-            .collect();
-        let Outcome::Image { png, stats } = draw_one(&spec(), &points, 0, WINDOW_MS) else {
-            panic!("no image");
-        };
-        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
-        assert!(png.len() < 40_000, "{}", png.len());
-        assert_eq!((stats.min, stats.max, stats.last), (2.0, 95.0, 2.0));
-        assert_eq!((stats.unit, stats.samples), ("%", 3590));
-    }
-
-    #[test]
-    fn no_samples_is_a_note() {
-        let o = draw_one(&spec(), &[(5, None)], 0, WINDOW_MS);
-        assert!(matches!(o, Outcome::Note(n) if n.contains("no util_gpu samples")));
-    }
-}
+mod tests;
