@@ -176,12 +176,21 @@ fn leak(c: &mut Ctx) -> Result<Draft, String> {
     })
 }
 
-/// A data-parallel job that hangs: NCCL (util pinned at 100, power near idle) or with util at
-/// 0; half of the variants take healthy checkpoints before.
+/// A data-parallel job that hangs: NCCL (util pinned at 100, power near idle) or a host-side
+/// hang with util at 0; half of the variants take healthy checkpoints before. Host-side hangs
+/// come in the three shapes real jobs show them: the whole job's input stalls (every GPU at
+/// 0 %), one rank's host side stalls while the other ranks wait for it in a collective (that
+/// GPU at 0 %, the others spinning at 100 % and low power), or a single-GPU job stalls.
 fn hang(c: &mut Ctx, zero: bool) -> Result<Draft, String> {
     let at = c.mins(50, if c.quick { 60 } else { 90 });
     let d = c.set_duration(at + 25 * MIN);
-    let n = gpus(c, &MODELS, &[2, 4, 8]);
+    let form = if zero { c.variant % 3 } else { 0 };
+    c.param(
+        "host_side",
+        ["whole job", "one rank", "single GPU"][form as usize],
+    );
+    let n = gpus(c, &MODELS, if form == 2 { &[1] } else { &[2, 4, 8] });
+    let stalled_rank = c.int(0, n as u64 - 1) as usize;
     for g in 0..n {
         c.busy(g, 0, None);
         let plateau = c.plateau(g);
@@ -216,7 +225,8 @@ fn hang(c: &mut Ctx, zero: bool) -> Result<Draft, String> {
     let noise = c.real(0.0, 1.0);
     for g in 0..n {
         let idle = c.preset(g).idle_power_w;
-        let seg = if zero {
+        let at_zero = zero && (form != 1 || g == stalled_rank);
+        let seg = if at_zero {
             Segment::new(at, None).set("util_gpu", B::noisy(0.0, noise))
         } else {
             let power = idle + c.real(5.0, 25.0);

@@ -10,7 +10,8 @@
 //!   nvidia-smi's `YYYY/MM/DD HH:MM:SS.mmm`; every GPU and process row of one poll shares
 //!   the poll's stamp, and stamps strictly increase from poll to poll.
 //! - `temperature.gpu.tlimit` is written as `T.Limit − temp`, T.Limit being the GPU's maximum
-//!   operating temperature (`temp_gpu_max`); NULL cells are `[N/A]`.
+//!   operating temperature (`temp_gpu_max`), for the models whose drivers report that scale
+//!   (Hopper, Ada), `[N/A]` for the others, as the real captures show; NULL cells are `[N/A]`.
 //! - Training points exist exactly where the sim reports the job (`training_at`): a hang or a
 //!   checkpoint reports a frozen step, a gap or a restart nothing; only the series of the GPUs
 //!   the shape shows are written.
@@ -128,7 +129,10 @@ impl Col {
             Col::MemUsed => mib(st.mem_used_bytes),
             Col::MemTotal => mib(st.mem_total_bytes),
             Col::Temp => st.temp_c.to_string(),
-            Col::TLimit => (i64::from(spec.temp_gpu_max_c) - i64::from(st.temp_c)).to_string(),
+            Col::TLimit if reports_tlimit(spec) => {
+                (i64::from(spec.temp_gpu_max_c) - i64::from(st.temp_c)).to_string()
+            }
+            Col::TLimit => "[N/A]".to_string(),
             Col::Power => watts(st.power_mw),
             Col::PowerLimit => watts(spec.power_limit_mw),
             Col::ClockSm => st.sm_clock_mhz.to_string(),
@@ -148,6 +152,16 @@ fn mib(bytes: u64) -> String {
 
 fn watts(mw: u32) -> String {
     format!("{:.2}", f64::from(mw) / 1000.0)
+}
+
+/// Whether the driver reports temperatures on the T.Limit scale for this model: the real
+/// captures show it for Hopper and Ada (H100, H200, L40S, RTX 4090, RTX 4000 Ada) and `N/A`
+/// for Ampere, Turing and Volta (A100, A10, T4, TITAN V).
+fn reports_tlimit(spec: &GpuSpec) -> bool {
+    matches!(
+        spec.model.as_str(),
+        "H100-SXM-80GB" | "H200-141GB" | "L40S" | "RTX-4090"
+    )
 }
 
 fn has_ecc(spec: &GpuSpec) -> bool {

@@ -199,3 +199,14 @@ fn training_scrape_every_15s_with_the_gap_left_out() {
     let only0 = openmetrics(&s, &[0]).unwrap_or_default();
     assert!(!only0.contains("gpu=\"1\""));
 }
+
+#[test]
+fn tlimit_only_for_models_whose_drivers_report_it() {
+    let s = gpuwatch_sim::Scenario::from_toml_str(
+        "[[gpu]]\nmodel = \"H100-SXM-80GB\"\n[[gpu]]\nmodel = \"A100-SXM4-40GB\"\n[[gpu]]\nmodel = \"T4\"\n",
+        "t",
+    )
+    .expect("scenario");
+    let got: Vec<bool> = (0..3).map(|g| super::reports_tlimit(s.gpu(g))).collect();
+    assert_eq!(got, [true, false, false]);
+}

@@ -7,7 +7,9 @@
 
 use std::fmt::Write as _;
 
-use super::{HANGS, false_alarms, hang_delays, leak_leads, rich_shape, rules, tally};
+use super::{
+    HANGS, false_alarms, hang_delays, hang_incidents, leak_leads, rich_shape, rules, tally,
+};
 use crate::bench::{Benchmark, RunRecord};
 use crate::cases::{Family, Set};
 use crate::score::{Tally, median};
@@ -247,10 +249,22 @@ fn hangs(out: &mut String, rs: &[RunRecord]) {
     }
     let _ = writeln!(
         out,
-        "### Training hangs: minutes from the hang to `training_hang`\n\nmedian (max) delay of \
-         the detected GPU labels, detected/labels.\n"
+        "### Training hangs: minutes from the hang to `training_hang`\n\nmedian (max) delay, \
+         detected/labels: per GPU label, and per incident (a hang case in one shape: the job's \
+         hang, found when its first GPU alerts). `zero_hang` mixes the three forms host-side \
+         hangs take (the whole job at 0 %, one rank at 0 % while the others spin in a \
+         collective, a single-GPU job).\n"
     );
-    head(out, &["hang", "all shapes", "nvml, full+apps, full"]);
+    head(
+        out,
+        &[
+            "hang",
+            "GPUs, all shapes",
+            "GPUs, nvml + full",
+            "incidents, all shapes",
+            "incidents, nvml + full",
+        ],
+    );
     let cases: [(&str, &[Family]); 3] = [
         ("nccl_hang", &HANGS[..1]),
         ("zero_hang", &HANGS[1..]),
@@ -271,6 +285,8 @@ fn hangs(out: &mut String, rs: &[RunRecord]) {
                 name.into(),
                 fmt(hang_delays(rs, fams)),
                 fmt(hang_delays(rs.iter().filter(|r| rich_shape(r)), fams)),
+                fmt(hang_incidents(rs, fams)),
+                fmt(hang_incidents(rs.iter().filter(|r| rich_shape(r)), fams)),
             ],
         );
     }

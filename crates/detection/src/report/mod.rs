@@ -113,6 +113,24 @@ pub fn hang_delays<'a>(
     (delays, labels)
 }
 
+/// Per hang incident (one run of one hang case: the job's hang as the person on call sees
+/// it), the delay (s) of its first detected GPU label; and how many incidents there were.
+pub fn hang_incidents<'a>(
+    records: impl IntoIterator<Item = &'a RunRecord>,
+    families: &[Family],
+) -> (Vec<f64>, usize) {
+    let mut firsts = Vec::new();
+    let mut incidents = 0;
+    for r in records.into_iter().filter(|r| families.contains(&r.family)) {
+        incidents += 1;
+        let t = tally([r], Some("training_hang"));
+        if let Some(first) = t.delays_s.iter().copied().reduce(f64::min) {
+            firsts.push(first);
+        }
+    }
+    (firsts, incidents)
+}
+
 /// The hang families.
 pub const HANGS: [Family; 2] = [Family::NcclHang, Family::ZeroHang];
 
