@@ -362,7 +362,7 @@ fn thresholds_from_tlimit(inv: &mut GpuInventory, tlimit_c: i64) {
         return;
     };
     let spec = inv.name.as_deref().and_then(crate::specs::lookup);
-    let above = |t: Option<u32>| spec.and_then(|m| Some(t?.checked_sub(m.temp_max_c?)?));
+    let above = |t: Option<u32>| spec.and_then(|m| t?.checked_sub(m.temp_max_c?));
     inv.temp_gpu_max_c = Some(tlimit);
     inv.temp_slowdown_c = Some(
         tlimit
