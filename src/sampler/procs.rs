@@ -218,6 +218,16 @@ mod tests {
             .args(["-c", "sleep 30", "gpuwatch-test", "--api-key=SECRETVALUE"])
             .spawn()
             .expect("spawn sh");
+        // `spawn` returns once the child exists, possibly before it has exec'd `sh` (its
+        // /proc entry then still shows the test binary, and its cmdline may be empty): wait
+        // for the exec, as a GPU process seen by NVML has long since done.
+        let argv = format!("/proc/{}/cmdline", child.id());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !std::fs::read(&argv).is_ok_and(|a| a.starts_with(b"sh\0"))
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         let mut r = resolver();
         let info = r.resolve(child.id());
         let _ = child.kill();
