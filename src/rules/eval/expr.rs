@@ -258,19 +258,20 @@ impl<'a> EvalCtx<'a> {
         })
     }
 
-    /// `expr` for this GPU against the other GPUs of the same model on its host (a job rarely
-    /// mixes models, and mixed models differ for no fault of theirs); processes use the
+    /// `expr` for this GPU against its peers (see [`EvalCtx::is_peer`]); processes use the
     /// GPU-level value.
     fn peer(&self, func: PeerFn, expr: &Expr, target: Target<'a>) -> Outcome {
         let Some(me) = self.eval(expr, Target::gpu(target.gpu))? else {
             return Ok(None);
         };
         let mut others = Vec::new();
-        for g in self.world.gpus.values().filter(|g| {
-            g.host == target.gpu.host
-                && g.gpu_id != target.gpu.gpu_id
-                && g.inv.name == target.gpu.inv.name
-        }) {
+        let job = job_of(self.world, target.gpu);
+        for g in self
+            .world
+            .gpus
+            .values()
+            .filter(|g| self.is_peer(target.gpu, job, g))
+        {
             if let Some(v) = self.eval(expr, Target::gpu(g))? {
                 others.push(v);
             }
@@ -305,6 +306,40 @@ impl<'a> EvalCtx<'a> {
             }
         })
     }
+}
+
+impl EvalCtx<'_> {
+    /// Whether `g` is a peer of `me` (whose training job is `job`): another GPU of the same
+    /// host and model — a job rarely mixes models, and mixed models differ for no fault of
+    /// theirs — of the same training job when `me` has one, else one that is in use (holding
+    /// a job's memory): a free GPU next to a job is not the job's peer.
+    fn is_peer(&self, me: &Gpu, job: Option<&str>, g: &Gpu) -> bool {
+        if g.host != me.host || g.gpu_id == me.gpu_id || g.inv.name != me.inv.name {
+            return false;
+        }
+        match job {
+            Some(j) => job_of(self.world, g) == Some(j),
+            None => self.in_use(g),
+        }
+    }
+
+    /// The GPU's newest memory reading is more than 1 GiB above a free GPU's.
+    fn in_use(&self, g: &Gpu) -> bool {
+        let baseline = static_source(Static::MemFreeBaseline, g).map_or(0.0, |(v, _)| v);
+        g.series
+            .get(&Metric::MemUsed)
+            .and_then(|tr| tr.series.last())
+            .is_some_and(|(ts, v)| self.t - ts <= self.stale_after(g) && v > baseline + 1024.0)
+    }
+}
+
+/// The `job` label of the training step series joined to the GPU.
+fn job_of<'w>(world: &'w World, g: &Gpu) -> Option<&'w str> {
+    let t = world.training.get(&g.training.0?)?;
+    t.labels
+        .iter()
+        .find(|(k, _)| k == "job")
+        .map(|(_, v)| v.as_str())
 }
 
 fn static_value(s: Static, g: &Gpu, world: &World) -> Option<f64> {
