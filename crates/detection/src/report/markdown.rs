@@ -300,7 +300,10 @@ fn leaks(out: &mut String, rs: &[RunRecord]) {
     }
     let _ = writeln!(
         out,
-        "### Leaks: lead time (minutes from `gpu_memory_leak` to the GPU being full)\n"
+        "### Leaks: lead time (minutes from `gpu_memory_leak` to the GPU being full)\n\n\
+         \"fills in\" is the shortest time the GPU took to fill from the leak's start: no alert \
+         can lead by more. \"≥ 30 min\" counts the detections with a lead of at least 30 \
+         minutes among those whose GPU took more than 45 minutes to fill.\n"
     );
     head(
         out,
@@ -308,19 +311,31 @@ fn leaks(out: &mut String, rs: &[RunRecord]) {
             "rate MiB/min",
             "labels",
             "detected",
+            "fills in (min)",
             "min lead",
             "median lead",
+            "≥ 30 min",
         ],
     );
-    for (rate, labels, lead) in leads {
+    for l in leads {
+        let slow: Vec<(f64, f64)> = l
+            .leads
+            .iter()
+            .zip(&l.fills)
+            .filter(|(_, f)| **f > 45.0 * 60.0)
+            .map(|(a, b)| (*a, *b))
+            .collect();
+        let early = slow.iter().filter(|(lead, _)| *lead >= 30.0 * 60.0).count();
         row(
             out,
             &[
-                rate.to_string(),
-                labels.to_string(),
-                lead.len().to_string(),
-                minutes(lead.iter().copied().reduce(f64::min)),
-                minutes(median(&lead)),
+                l.rate.to_string(),
+                l.labels.to_string(),
+                l.leads.len().to_string(),
+                minutes(l.fills.iter().copied().reduce(f64::min)),
+                minutes(l.leads.iter().copied().reduce(f64::min)),
+                minutes(median(&l.leads)),
+                format!("{early}/{}", slow.len()),
             ],
         );
     }

@@ -139,24 +139,44 @@ pub fn rich_shape(r: &RunRecord) -> bool {
     matches!(r.shape.group(), "nvml" | "full" | "full+apps")
 }
 
-/// Leak lead times (s, GPU full − alert) per rate: (rate, labels, lead times of detections).
-pub fn leak_leads(records: &[RunRecord]) -> Vec<(u32, usize, Vec<f64>)> {
-    let mut out: Vec<(u32, usize, Vec<f64>)> = Vec::new();
+/// Leaks of one rate: labels, and per detection the lead (s, GPU full − alert) and the time
+/// the GPU took to fill from the leak's start (s, GPU full − onset), which bounds any lead.
+#[derive(Debug, Clone, Default)]
+pub struct LeakRow {
+    pub rate: u32,
+    pub labels: usize,
+    pub leads: Vec<f64>,
+    pub fills: Vec<f64>,
+}
+
+/// Leak detections per rate, slowest rate first.
+pub fn leak_leads(records: &[RunRecord]) -> Vec<LeakRow> {
+    let mut out: Vec<LeakRow> = Vec::new();
     for r in records {
         let Some(leak) = r.leak else { continue };
-        let i = match out.iter().position(|e| e.0 == leak.rate_mib_per_min) {
+        let i = match out.iter().position(|e| e.rate == leak.rate_mib_per_min) {
             Some(i) => i,
             None => {
-                out.push((leak.rate_mib_per_min, 0, Vec::new()));
+                out.push(LeakRow {
+                    rate: leak.rate_mib_per_min,
+                    ..LeakRow::default()
+                });
                 out.len() - 1
             }
         };
         let t = tally([r], Some("gpu_memory_leak"));
-        out[i].1 += t.tp + t.fn_;
+        out[i].labels += t.tp + t.fn_;
         for m in &r.score.matches {
-            out[i].2.push(leak.full_s as f64 - r.alerts[m.alert].at_s);
+            out[i]
+                .leads
+                .push(leak.full_s as f64 - r.alerts[m.alert].at_s);
+            let onset = r
+                .labels
+                .get(m.label)
+                .map_or(0.0, |l| l.label.onset_s as f64);
+            out[i].fills.push(leak.full_s as f64 - onset);
         }
     }
-    out.sort_by_key(|e| e.0);
+    out.sort_by_key(|e| e.rate);
     out
 }
