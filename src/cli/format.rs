@@ -230,6 +230,25 @@ mod tests {
     }
 
     #[test]
+    fn processes_not_observed_are_unknown_not_none() {
+        let cell = |count: Option<u32>| {
+            let mut r = row(Some(0));
+            if let Some(s) = r.latest.as_mut() {
+                s.process_count = count;
+            }
+            let t = table(std::slice::from_ref(&r), 10_000);
+            let line = t.lines().nth(1).expect("a GPU line").to_string();
+            (line, json(&[r], 10_000)[0]["process_count"].clone())
+        };
+        let (line, j) = cell(None);
+        assert!(line.ends_with("unknown"), "{line}");
+        assert_eq!(j, Value::Null);
+        let (line, j) = cell(Some(0));
+        assert!(line.ends_with("none"), "{line}");
+        assert_eq!(j, json!(0));
+    }
+
+    #[test]
     fn stale_and_lost_are_marked() {
         let mut r = row(Some(5));
         r.age_ms = Some(60_000);

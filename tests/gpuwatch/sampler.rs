@@ -129,6 +129,29 @@ fn processes_are_listed_and_resolved() {
     assert_eq!(p.process.name.as_deref(), Some("python"));
 }
 
+/// A listed process list gives a count (0 included); a list NVML cannot give (NOT_SUPPORTED,
+/// NO_PERMISSION) is unknown, never "no processes".
+#[test]
+fn process_counts_are_observed_or_unknown() {
+    let mut r = rig(TWO_GPUS, Duration::from_secs(2));
+    let b = r.tick();
+    let counts: Vec<Option<u32>> = b.samples.iter().map(|s| s.process_count).collect();
+    assert_eq!(counts, [Some(1), Some(0)]);
+    for code in ["NOT_SUPPORTED", "NO_PERMISSION"] {
+        let scenario = format!(
+            "{TWO_GPUS}\n[[fault]]\nsymbol = \"nvmlDeviceGetComputeRunningProcesses\"\nerror = \"{code}\"\n"
+        );
+        let mut r = rig(&scenario, Duration::from_secs(2));
+        let b = r.tick();
+        assert!(b.processes.is_empty(), "{code}");
+        for s in &b.samples {
+            assert_eq!(s.status, SampleStatus::Ok, "{code}");
+            assert_eq!(s.process_count, None, "{code}: unknown, not 0");
+            assert!(s.util_gpu_pct.is_some(), "{code}: the rest is read");
+        }
+    }
+}
+
 #[test]
 fn a_real_process_is_resolved_through_proc_with_redaction() {
     let mut child = std::process::Command::new("sh")
