@@ -5,38 +5,75 @@
 #
 #   cargo build --release --workspace && benches/footprint.sh [SECONDS]   # default 600
 #
-# Prints CPU time, CPU % of one core, CPU per GPU-sample and RSS for both, and their ratios.
+# The daemon runs as deployed: every default rule, rollups, the size bound, `/healthz`, and one
+# webhook receiver configured (to a closed loopback port: nothing is sent unless an alert
+# fires). Environment:
+#   FOOTPRINT_SCENARIO=scenarios/firing-8gpu.toml   a scenario that keeps 4 alerts firing
+#   FOOTPRINT_RECEIVER=0                            no receiver
+#   GPUWATCH=path/to/gpuwatch                       another binary (default target/release)
+#
+# Prints CPU time, CPU % of one core, CPU per GPU-sample and RSS for both, and their ratios;
+# then gpuwatch's CPU and wake-ups (context switches) per thread, its RSS at 60 s and at the
+# end, and the RSS slope between them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-600}
+scenario=${FOOTPRINT_SCENARIO:-scenarios/healthy-8gpu.toml}
+gw=${GPUWATCH:-target/release/gpuwatch}
 python3 -c 'import pynvml' 2>/dev/null || python3 -m pip install --quiet nvidia-ml-py
 work=$(mktemp -d /tmp/gpuwatch-footprint.XXXXXX)
+gw_pid=; py_pid=
 trap 'kill $gw_pid $py_pid 2>/dev/null || true' EXIT
 for who in gw py; do
   mkdir -p "$work/$who"
   cp target/release/libgpuwatch_fake_nvml.so "$work/$who/libnvidia-ml.so.1"
-  cp scenarios/healthy-8gpu.toml "$work/$who/gpuwatch-scenario.toml"
+  cp "$scenario" "$work/$who/gpuwatch-scenario.toml"
 done
 cat > "$work/gpuwatch.toml" <<CFG
 database = "$work/gw.db"
 nvml_library = "$work/gw/libnvidia-ml.so.1"
 interval = "1s"
+max_db_size = "2GiB"
 [http]
 listen = "127.0.0.1:0"
 CFG
+if [ "${FOOTPRINT_RECEIVER:-1}" != 0 ]; then
+  # A port nobody listens on: a firing alert's delivery fails and is retried, as in an outage.
+  closed=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  printf 'http://127.0.0.1:%s/hook\n' "$closed" > "$work/webhook-url"
+  cat >> "$work/gpuwatch.toml" <<CFG
+[[notify.webhook]]
+name = "bench"
+url_file = "$work/webhook-url"
+CFG
+fi
 clk=$(getconf CLK_TCK)
-target/release/gpuwatch run --config "$work/gpuwatch.toml" --log warn & gw_pid=$!
+"$gw" run --config "$work/gpuwatch.toml" --log warn & gw_pid=$!
 LD_LIBRARY_PATH="$work/py" python3 benches/pynvml_baseline.py --db "$work/py.db" --seconds $((secs + 5)) > "$work/py.out" & py_pid=$!
-sleep "$secs"
 # utime + stime (fields 14, 15 of /proc/PID/stat) and VmRSS, read while both run.
 cpu() { awk -v c="$clk" '{print ($14 + $15) / c}' "/proc/$1/stat"; }
 rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+early=$(( secs > 120 ? 60 : secs / 2 ))
+sleep "$early"
+gw_rss_early=$(rss $gw_pid); gw_cpu_early=$(cpu $gw_pid)
+# Per thread, from /proc/PID/task/TID: name, CPU time in ns (schedstat, exact), and voluntary +
+# involuntary context switches (each one a wake-up).
+threads() {
+  for t in /proc/$gw_pid/task/*; do
+    printf '%s %s %s %s\n' "${t##*/}" "$(sed 's/gpuwatch-gpu[0-9]*/gpuwatch-gpu*/' "$t/comm")" \
+      "$(cut -d' ' -f1 "$t/schedstat")" "$(awk '/ctxt_switches/ {s += $2} END {print s}' "$t/status")"
+  done
+}
+threads > "$work/threads.early"
+sleep $(( secs - early ))
 gw_cpu=$(cpu $gw_pid); gw_rss=$(rss $gw_pid); py_cpu=$(cpu $py_pid); py_rss=$(rss $py_pid)
 gw_hwm=$(awk '/VmHWM/ {print $2}' /proc/$gw_pid/status)
+threads > "$work/threads.end"
 kill -TERM $gw_pid; wait $gw_pid || true
 kill $py_pid 2>/dev/null; wait $py_pid 2>/dev/null || true
 gw_ticks=$(sqlite3 "$work/gw.db" "SELECT count(DISTINCT ts_ms) FROM samples" 2>/dev/null || echo "$secs")
 py_ticks=$(sqlite3 "$work/py.db" "SELECT count(DISTINCT ts) FROM samples" 2>/dev/null || echo "$secs")
+firing=$(sqlite3 "$work/gw.db" "SELECT count(*) FROM alerts WHERE state = 'firing'" 2>/dev/null || echo "?")
 awk -v s="$secs" -v gc="$gw_cpu" -v gr="$gw_rss" -v gh="$gw_hwm" -v pc="$py_cpu" -v pr="$py_rss" -v gt="$gw_ticks" -v pt="$py_ticks" 'BEGIN {
   printf "wall time             %d s, 8 simulated GPUs x 4 processes, 1 s interval\n", s
   printf "                      %12s %12s %8s\n", "gpuwatch", "pynvml+sqlite3", "ratio"
@@ -47,4 +84,19 @@ awk -v s="$secs" -v gc="$gw_cpu" -v gr="$gw_rss" -v gh="$gw_hwm" -v pc="$py_cpu"
   printf "RSS now (MiB)         %12.1f %12.1f %8.3f\n", gr/1024, pr/1024, gr/pr
   printf "gpuwatch peak RSS     %12.1f MiB\n", gh/1024
 }'
+echo "scenario              $scenario ($firing alerts firing at the end)"
+awk -v e="$early" -v s="$secs" -v a="$gw_rss_early" -v b="$gw_rss" 'BEGIN {
+  printf "gpuwatch RSS at %ds   %12.1f MiB\n", e, a/1024
+  printf "gpuwatch RSS slope    %12.2f MiB/hour (from %d s to %d s)\n", (b-a)/1024*3600/(s-e), e, s
+}'
+# Steady state: from the early snapshot to the end, per tick of that stretch (start-up, which
+# fills the rule windows and opens everything, is outside it).
+steady=$(( secs - early ))
+awk -v s="$steady" -v e="$early" 'NR == FNR {cpu0[$1] = $3; next} {t += $3 - cpu0[$1]}
+  END {printf "steady CPU per tick   %12.1f us (%.1f us per GPU-sample; from %d s to the end, all threads)\n", t/1e3/s, t/1e3/s/8, e}' \
+  "$work/threads.early" "$work/threads.end"
+awk -v s="$steady" 'NR == FNR {cpu0[$1] = $3; cs0[$1] = $4; next}
+  {name = $2; cpu[name] += ($3 - cpu0[$1]) / 1e9; cs[name] += $4 - cs0[$1]; n[name]++}
+  END {for (k in cpu) printf "thread %-22s x%-2d CPU %7.3f s  %7.1f us/tick  wake-ups/tick %6.2f\n", k, n[k], cpu[k], 1e6*cpu[k]/s, cs[k]/s}' \
+  "$work/threads.early" "$work/threads.end" | sort -k5 -g -r
 rm -rf "$work"

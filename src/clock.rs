@@ -4,10 +4,13 @@
 //! simulated ticker (in [`crate::sim`]) runs a scenario's clock faster than real time. The
 //! daemon and `replay` never read the system clock for a sample's time themselves.
 //!
-//! Invariant: `next` returns `None` promptly (within ~250 ms) once `stop` is set.
+//! Invariant: `next` returns `None` at once when `stop` is set through [`request_stop`] (the
+//! signal thread of [`watch_signals`] does that); between ticks the sampling thread sleeps in
+//! one wait.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::model::{TrainingPoint, TsMs};
 
@@ -29,6 +32,11 @@ pub trait Ticker: Send {
     fn clock(&self) -> Clock {
         std::sync::Arc::new(now_ms)
     }
+    /// Whether [`Ticker::clock`] is a simulated clock (not the wall clock), so that waiting
+    /// for one of its times cannot be turned into a wall-clock sleep.
+    fn simulated(&self) -> bool {
+        false
+    }
 }
 
 /// A shareable source of "now", in milliseconds since the epoch.
@@ -39,20 +47,62 @@ pub fn now_ms() -> TsMs {
     chrono::Utc::now().timestamp_millis()
 }
 
-/// Sleeps up to `d`, waking early when `stop` is set. Returns false when stopped.
+/// Rung by [`request_stop`]: wakes every [`sleep_unless_stopped`] at once.
+static BELL: (Mutex<u64>, Condvar) = (Mutex::new(0), Condvar::new());
+
+/// Sets `stop` and wakes every thread sleeping in [`sleep_unless_stopped`].
+pub fn request_stop(stop: &AtomicBool) {
+    stop.store(true, Ordering::Relaxed);
+    let mut rings = BELL.0.lock().unwrap_or_else(|e| e.into_inner());
+    *rings += 1;
+    BELL.1.notify_all();
+}
+
+/// Sleeps up to `d` in one wait (no periodic wake-ups), waking early when `stop` is set
+/// through [`request_stop`]. Returns false when stopped.
 pub fn sleep_unless_stopped(d: Duration, stop: &AtomicBool) -> bool {
-    // Long enough to cost nothing while idle, short enough for a prompt shutdown.
-    let step = Duration::from_millis(250);
-    let mut left = d;
-    while !left.is_zero() {
+    let deadline = Instant::now() + d;
+    let mut rings = BELL.0.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
         if stop.load(Ordering::Relaxed) {
             return false;
         }
-        let s = left.min(step);
-        std::thread::sleep(s);
-        left = left.saturating_sub(s);
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        rings = BELL
+            .1
+            .wait_timeout(rings, left)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
     }
-    !stop.load(Ordering::Relaxed)
+}
+
+/// Turns SIGINT / SIGTERM into [`request_stop`] on `stop` and SIGHUP into setting `hup` (when
+/// given; the rules thread sees it at its next wake-up, the next committed tick), on a thread
+/// that blocks until a signal arrives (no polling).
+pub fn watch_signals(
+    stop: std::sync::Arc<AtomicBool>,
+    hup: Option<std::sync::Arc<AtomicBool>>,
+) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut sigs = vec![SIGINT, SIGTERM];
+    if hup.is_some() {
+        sigs.push(SIGHUP);
+    }
+    let mut signals = signal_hook::iterator::Signals::new(&sigs)?;
+    std::thread::Builder::new()
+        .name("gpuwatch-signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                match (&hup, sig) {
+                    (Some(flag), SIGHUP) => flag.store(true, Ordering::Relaxed),
+                    _ => request_stop(&stop),
+                }
+            }
+        })?;
+    Ok(())
 }
 
 /// Ticks on multiples of the interval in wall-clock time.

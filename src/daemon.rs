@@ -96,8 +96,10 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     )?;
     let writer = store::WriterHandle::spawn(store).map_err(DaemonError::Thread)?;
     let eval_stop = Arc::new(AtomicBool::new(false));
+    // The rules thread wakes the sender when it queued notifications (no polling).
+    let outbox_bell = Arc::new(tokio::sync::Notify::new());
     let evaluator = if rules.iter().any(|r| r.enabled) {
-        let committed = writer.committed();
+        let bell = outbox_bell.clone();
         Some(
             crate::alerts::evaluator::spawn(
                 config.database.clone(),
@@ -109,12 +111,14 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
                         .eval_interval
                         .map_or(0, |d| d.as_millis() as i64),
                 },
-                move || committed.get(),
+                writer.committed(),
+                ticker.interval().max(Duration::from_secs(1)),
                 eval_stop.clone(),
                 crate::alerts::evaluator::Outputs {
                     sink: alert_sink.unwrap_or_else(|| Box::new(|_| {})),
                     reload,
                     router: crate::notify::route::Router::new(&config.notify),
+                    wake: Some(Box::new(move || bell.notify_one())),
                 },
             )
             .map_err(DaemonError::Thread)?,
@@ -131,6 +135,8 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         now: ticker.clock(),
         stop: notify_stop.clone(),
         history: config.rollup_retention,
+        bell: outbox_bell.clone(),
+        wall_clock: !ticker.simulated(),
     })
     .map_err(DaemonError::Thread)?;
     let health = Health::new(config.http.stall_after);
@@ -244,11 +250,13 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     // Let the evaluator see every tick that was written before it stops.
     let _ = writer.flush();
     eval_stop.store(true, Ordering::Relaxed);
+    writer.committed().ring();
     if let Some(e) = evaluator {
         let _ = e.join();
     }
     // Then deliver what is due (bounded); the rest waits in the outbox for the next start.
     notify_stop.store(true, Ordering::Relaxed);
+    outbox_bell.notify_one();
     if let Some(s) = sender {
         let _ = s.join();
     }

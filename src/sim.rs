@@ -236,4 +236,8 @@ impl Ticker for SimTicker {
         let now = self.now.clone();
         std::sync::Arc::new(move || now.load(std::sync::atomic::Ordering::Relaxed))
     }
+
+    fn simulated(&self) -> bool {
+        true
+    }
 }

@@ -369,7 +369,7 @@ fn queries_work_while_another_connection_keeps_writing() {
         assert!(n >= last && n >= TICKS * GPUS as i64, "{n} after {last}");
         last = n;
     }
-    stop.store(true, Ordering::Relaxed);
+    gpuwatch::clock::request_stop(&stop);
     let written = writer.join().expect("writer");
     assert!(written > 0);
     assert!(

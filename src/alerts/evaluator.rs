@@ -5,10 +5,14 @@
 //! the alert state; the sender thread ([`crate::notify::sender`]) delivers them.
 //!
 //! Invariants: it reads through its own read-only connection (WAL: it never blocks the
-//! writer); it never does network I/O; it evaluates each sample time once, in order, and only
-//! after the writer committed it; on stop it catches up with what was committed, then ends.
+//! writer), each new slice in one read transaction; it never does network I/O; it evaluates
+//! each sample time once, in order, and only after the writer committed it; between ticks it
+//! sleeps until the writer commits (no polling); on stop it catches up with what was
+//! committed, then ends.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use rusqlite::Connection;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -38,6 +42,9 @@ pub struct Reload {
 /// Called with every transition (the demo prints; the daemon logs and enqueues them).
 pub type TransitionSink = Box<dyn FnMut(&Transition) + Send>;
 
+/// Wakes the sender thread after notifications were saved.
+pub type Wake = Box<dyn Fn() + Send>;
+
 /// Where transitions go, and how rules are reloaded.
 pub struct Outputs {
     /// Called with every transition (besides the log line).
@@ -46,21 +53,180 @@ pub struct Outputs {
     pub reload: Option<Reload>,
     /// Routes transitions into the outbox (no receivers: nothing is enqueued).
     pub router: Router,
+    /// Wakes the sender when notifications were queued.
+    pub wake: Option<Wake>,
 }
 
-/// Starts the thread. `committed` says up to which time the writer has committed.
+/// Where a [`Live`] path's transitions go.
+pub struct Delivery {
+    pub router: Router,
+    pub sink: TransitionSink,
+    pub wake: Option<Wake>,
+}
+
+/// The live evaluation path, one wake-up at a time: what the rules thread runs and what
+/// `examples/bench_rules` times (store slice → engine → state and outbox save).
+pub struct Live {
+    engine: Engine,
+    alert_db: Option<store::alerts::AlertDb>,
+    router: Router,
+    sink: TransitionSink,
+    wake: Option<Wake>,
+    failures: u64,
+    sources_read: Option<std::time::Instant>,
+}
+
+impl Live {
+    /// Opens the alert state for writing, fills the rule windows from the history up to the
+    /// newest stored sample (or `fallback_start`) and restores the live alerts.
+    pub fn start(
+        db: &Path,
+        conn: &Connection,
+        rules: Vec<Rule>,
+        opts: EngineOptions,
+        fallback_start: TsMs,
+        delivery: Delivery,
+        stop: &AtomicBool,
+    ) -> Live {
+        let Delivery { router, sink, wake } = delivery;
+        // Start at the newest stored sample with the windows filled from history (a restart
+        // neither replays old alerts nor starts blind), and restore the live alerts.
+        let start = match store::history::sample_span(conn) {
+            Ok(span) => span.map_or(fallback_start, |(_, last)| last),
+            Err(_) => fallback_start,
+        };
+        let engine = match Engine::primed(conn, rules.clone(), opts, start) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the history to fill rule windows; starting empty");
+                Engine::new(rules, opts, start)
+            }
+        };
+        let alert_db = match store::alerts::AlertDb::open(db) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                tracing::error!(error = %e, "alert state will not survive a restart: cannot open the database for writing");
+                None
+            }
+        };
+        let mut live = Live {
+            engine,
+            alert_db,
+            router,
+            sink,
+            wake,
+            failures: 0,
+            sources_read: None,
+        };
+        if let Some(loaded) = live.alert_db.as_ref().map(|a| a.load_live()) {
+            match loaded {
+                Ok(saved) => {
+                    if !saved.is_empty() {
+                        tracing::info!(alerts = saved.len(), "restored live alerts");
+                    }
+                    live.engine.restore(saved);
+                    live.end_removed(start, stop);
+                }
+                Err(e) => tracing::error!(error = %e, "cannot restore alert state"),
+            }
+        }
+        live
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Saves and notifies the end of alerts whose rule no longer exists.
+    fn end_removed(&mut self, at: TsMs, stop: &AtomicBool) {
+        let ended = self.engine.take_saves();
+        let outbox = enqueue(&self.router, &self.engine.take_ended(), &mut self.sink);
+        save(&mut self.alert_db, at, &ended, &outbox, stop, &self.wake);
+    }
+
+    /// Loads new rules (SIGHUP); a broken set keeps the running rules.
+    pub fn reload(&mut self, conn: &Connection, load: &Reloader, stop: &AtomicBool) {
+        match load() {
+            Ok(rules) => {
+                let n = rules.iter().filter(|r| r.enabled).count();
+                match self.engine.reload(conn, rules) {
+                    Ok(()) => {
+                        tracing::info!(rules = n, "rules reloaded");
+                        // Alerts of removed rules end: save and notify that now.
+                        let at = self.engine.world().fed_to;
+                        self.end_removed(at, stop);
+                    }
+                    Err(e) => log_failure(&mut self.failures, &e),
+                }
+            }
+            Err(errors) => {
+                for line in errors.lines() {
+                    tracing::error!("rule reload failed, the previous rules keep running: {line}");
+                }
+            }
+        }
+    }
+
+    /// Evaluates every sample time committed up to `upto` that was not evaluated yet: the
+    /// slice is read in one read transaction (one snapshot and one lock, not one per query);
+    /// each evaluation's changes and notifications are saved in one write transaction, and
+    /// only when something changed.
+    pub fn catch_up(&mut self, conn: &Connection, upto: TsMs, stop: &AtomicBool) {
+        if upto <= self.engine.world().fed_to {
+            return;
+        }
+        let tx = match conn.unchecked_transaction() {
+            Ok(tx) => tx,
+            Err(e) => return log_failure(&mut self.failures, &e.into()),
+        };
+        if self
+            .sources_read
+            .is_none_or(|r| r.elapsed() >= SOURCES_EVERY)
+        {
+            self.sources_read = Some(std::time::Instant::now());
+            if let Err(e) = self.engine.refresh_training_sources(&tx) {
+                log_failure(&mut self.failures, &e);
+            }
+        }
+        loop {
+            match self.engine.world_mut().next_sample_time(&tx, upto) {
+                Ok(Some(t)) => {
+                    if let Err(e) = self.engine.advance(&tx, t) {
+                        log_failure(&mut self.failures, &e);
+                        break;
+                    }
+                    let transitions = self.engine.evaluate(t);
+                    let outbox = enqueue(&self.router, &transitions, &mut self.sink);
+                    let saves = self.engine.take_saves();
+                    save(&mut self.alert_db, t, &saves, &outbox, stop, &self.wake);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    log_failure(&mut self.failures, &e);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Starts the thread. `committed` says up to which time the writer has committed and wakes
+/// the thread when that moves (ring it after setting `stop`); `idle` bounds one wait (a
+/// reload request is seen at the next commit or after `idle`).
 pub fn spawn(
     db: PathBuf,
     rules: Vec<Rule>,
     opts: EngineOptions,
-    committed: impl Fn() -> Option<TsMs> + Send + 'static,
+    committed: store::Committed,
+    idle: Duration,
     stop: Arc<AtomicBool>,
     outputs: Outputs,
 ) -> std::io::Result<JoinHandle<()>> {
     let Outputs {
-        mut sink,
+        sink,
         reload,
         router,
+        wake,
     } = outputs;
     std::thread::Builder::new().name("gpuwatch-rules".into()).spawn(move || {
         let conn = match store::open_read_only(&db) {
@@ -70,107 +236,62 @@ pub fn spawn(
                 return;
             }
         };
-        // Start at the newest stored sample with the windows filled from history (a restart
-        // neither replays old alerts nor starts blind), and restore the live alerts.
-        let start = match store::history::sample_span(&conn) {
-            Ok(span) => span.map_or(committed().unwrap_or(0), |(_, last)| last),
-            Err(_) => committed().unwrap_or(0),
-        };
-        let mut engine = match Engine::primed(&conn, rules.clone(), opts, start) {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot read the history to fill rule windows; starting empty");
-                Engine::new(rules, opts, start)
-            }
-        };
-        let mut alert_db = match store::alerts::AlertDb::open(&db) {
-            Ok(a) => Some(a),
-            Err(e) => {
-                tracing::error!(error = %e, "alert state will not survive a restart: cannot open the database for writing");
-                None
-            }
-        };
-        if let Some(a) = &alert_db {
-            match a.load_live() {
-                Ok(saved) => {
-                    if !saved.is_empty() {
-                        tracing::info!(alerts = saved.len(), "restored live alerts");
-                    }
-                    engine.restore(saved);
-                    let ended = engine.take_saves();
-                    let outbox = enqueue(&router, &engine.take_ended(), &mut sink);
-                    if let Some(a) = alert_db.as_mut() {
-                        persist(a, start, &ended, &outbox, &stop);
-                    }
-                }
-                Err(e) => tracing::error!(error = %e, "cannot restore alert state"),
-            }
-        }
-        let mut failures = 0u64;
-        let mut sources_read = std::time::Instant::now() - SOURCES_EVERY;
+        let fallback = committed.get().unwrap_or(0);
+        let delivery = Delivery { router, sink, wake };
+        let mut live = Live::start(&db, &conn, rules, opts, fallback, delivery, &stop);
+        let mut upto = committed.get();
         loop {
             let stopping = stop.load(Ordering::Relaxed);
             if let Some(r) = reload.as_ref().filter(|r| r.requested.swap(false, Ordering::Relaxed)) {
-                match (r.load)() {
-                    Ok(rules) => {
-                        let n = rules.iter().filter(|r| r.enabled).count();
-                        match engine.reload(&conn, rules) {
-                            Ok(()) => {
-                                tracing::info!(rules = n, "rules reloaded");
-                                // Alerts of removed rules end: save and notify that now.
-                                let outbox = enqueue(&router, &engine.take_ended(), &mut sink);
-                                if let Some(a) = alert_db.as_mut() {
-                                    let at = engine.world().fed_to;
-                                    persist(a, at, &engine.take_saves(), &outbox, &stop);
-                                }
-                            }
-                            Err(e) => log_failure(&mut failures, &e),
-                        }
-                    }
-                    Err(errors) => {
-                        for line in errors.lines() {
-                            tracing::error!("rule reload failed, the previous rules keep running: {line}");
-                        }
-                    }
-                }
+                live.reload(&conn, &r.load, &stop);
             }
-            if sources_read.elapsed() >= SOURCES_EVERY {
-                sources_read = std::time::Instant::now();
-                if let Err(e) = engine.refresh_training_sources(&conn) {
-                    log_failure(&mut failures, &e);
-                }
-            }
-            if let Some(upto) = committed() {
-                loop {
-                    match engine.world_mut().next_sample_time(&conn, upto) {
-                        Ok(Some(t)) => {
-                            if let Err(e) = engine.advance(&conn, t) {
-                                log_failure(&mut failures, &e);
-                                break;
-                            }
-                            let transitions = engine.evaluate(t);
-                            let outbox = enqueue(&router, &transitions, &mut sink);
-                            if let Some(a) = alert_db.as_mut()
-                                && persist(a, t, &engine.take_saves(), &outbox, &stop)
-                                && !outbox.is_empty()
-                            {
-                                crate::notify::pause_point("after_enqueue");
-                            }
-                        }
-                        Ok(None) => break,
-                        Err(e) => {
-                            log_failure(&mut failures, &e);
-                            break;
-                        }
-                    }
-                }
+            if let Some(limit) = upto {
+                live.catch_up(&conn, limit, &stop);
             }
             if stopping {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(20));
+            continue_after(&committed, &mut upto, idle, &stop);
         }
     })
+}
+
+/// Sleeps until the writer commits past `upto` (or a ring, or `idle`).
+fn continue_after(
+    committed: &store::Committed,
+    upto: &mut Option<TsMs>,
+    idle: Duration,
+    stop: &AtomicBool,
+) {
+    if !stop.load(Ordering::Relaxed) {
+        *upto = committed.wait_past(*upto, idle);
+    } else {
+        *upto = committed.get();
+    }
+}
+
+/// Saves what changed (and its notifications, in the same transaction), then wakes the
+/// sender when rows were queued. Nothing changed: no transaction.
+fn save(
+    alert_db: &mut Option<store::alerts::AlertDb>,
+    t: TsMs,
+    saves: &[store::alerts::SavedAlert],
+    outbox: &[NewNotification],
+    stop: &AtomicBool,
+    wake: &Option<Wake>,
+) {
+    if saves.is_empty() && outbox.is_empty() {
+        return;
+    }
+    if let Some(a) = alert_db.as_mut()
+        && persist(a, t, saves, outbox, stop)
+        && !outbox.is_empty()
+    {
+        crate::notify::pause_point("after_enqueue");
+        if let Some(w) = wake {
+            w();
+        }
+    }
 }
 
 /// Saves alert state and its notifications, retrying until it worked: the engine has moved

@@ -66,6 +66,20 @@ pub struct Timing {
 }
 
 impl AlertState {
+    /// Whether `other` differs in anything worth saving: everything but `last_true`, which
+    /// moves at every evaluation while the condition holds and decides nothing (the
+    /// `keep_firing_for` count starts at `kept_since`), so saving it would write the database
+    /// at every tick of a live alert.
+    pub fn changed_from(&self, other: &AlertState) -> bool {
+        AlertState {
+            last_true: None,
+            ..*self
+        } != AlertState {
+            last_true: None,
+            ..*other
+        }
+    }
+
     /// Advances the state to time `t`. `severity` is the severity the condition asks for
     /// while it holds (escalation).
     pub fn step(

@@ -137,9 +137,7 @@ pub fn run(args: DemoArgs) -> Result<(), Failure> {
         .map_err(|e| fail(exit::FAILURE, e))?;
     let overrides = sim.process_overrides(start_ms);
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let _ = signal_hook::flag::register(sig, stop.clone());
-    }
+    let _ = crate::clock::watch_signals(stop.clone(), None);
     let rules = crate::rules::load_configured(true, &[]).map_err(|e| fail(exit::FAILURE, e))?;
     let mut view = LiveView::new(start_ms, args.every.as_millis().max(1) as i64);
     let alert_clock = start_ms;

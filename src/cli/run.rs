@@ -38,18 +38,10 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
     }
     let handle = nvml::init(cfg.nvml_library.as_deref()).map_err(|e| fail(exit::NVML, e))?;
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone()).map_err(|e| {
-            fail(
-                exit::FAILURE,
-                anyhow::anyhow!("cannot install signal handler: {e}"),
-            )
-        })?;
-    }
     // SIGHUP reloads the rules (the config's [rules] section and the files it names); a bad
     // file is reported and the running rules stay.
     let hup = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone()).map_err(|e| {
+    crate::clock::watch_signals(stop.clone(), Some(hup.clone())).map_err(|e| {
         fail(
             exit::FAILURE,
             anyhow::anyhow!("cannot install signal handler: {e}"),

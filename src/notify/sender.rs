@@ -15,6 +15,10 @@
 //!   receiver that was told the alert fired (and that wants resolved messages).
 //! - Group timing runs on the daemon's clock (simulated in the demo); retry backoff on the
 //!   wall clock.
+//! - No polling: after each pass the thread sleeps until the earliest time something can be
+//!   due (a group's wait, a retry, a reminder, a re-send, a backlog age, the hourly prune) or
+//!   until the rules thread rings its bell after queueing notifications. Only a silenced
+//!   firing alert (whose silence another process may end) is looked at every 2 s.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -32,10 +36,13 @@ use crate::store::{self, StoreError};
 use super::matcher::{Matcher, all_match};
 use super::{AlertMsg, BuildCtx, Notification, Receiver, SendError, secret};
 
-/// How often the sender looks at the outbox.
+/// The longest sleep towards a time on a simulated clock (the demo), and between passes
+/// while flushing at shutdown.
 const CYCLE: Duration = Duration::from_millis(200);
-/// How often reminders and backlog ages are checked.
-const HOUSEKEEPING: Duration = Duration::from_secs(2);
+/// How often a silenced firing alert is checked for the end of its silence.
+pub(super) const HOUSEKEEPING: Duration = Duration::from_secs(2);
+/// The longest sleep when nothing is due at all.
+const IDLE: Duration = Duration::from_secs(3600);
 /// How long a stopping daemon keeps trying to deliver what is due.
 const FLUSH_FOR: Duration = Duration::from_secs(10);
 /// The self alert's rule name.
@@ -50,6 +57,36 @@ pub struct SenderParts {
     pub stop: Arc<AtomicBool>,
     /// How long delivery history is kept (the daemon passes `rollup_retention`).
     pub history: Duration,
+    /// Rung after notifications were queued (and at stop).
+    pub bell: Arc<tokio::sync::Notify>,
+    /// Whether `now` is the wall clock (a simulated clock's times are approached in
+    /// [`CYCLE`] steps).
+    pub wall_clock: bool,
+}
+
+/// When the sender has something to do next: a time on the daemon's clock (group timing,
+/// reminders) and one on the wall clock (retries, pruning).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Next {
+    pub(super) daemon: Option<TsMs>,
+    pub(super) wall: Option<TsMs>,
+}
+
+impl Next {
+    pub(super) fn daemon_at(&mut self, t: TsMs) {
+        self.daemon = Some(self.daemon.map_or(t, |d| d.min(t)));
+    }
+    pub(super) fn wall_at(&mut self, t: TsMs) {
+        self.wall = Some(self.wall.map_or(t, |w| w.min(t)));
+    }
+    fn merge(&mut self, o: Next) {
+        if let Some(t) = o.daemon {
+            self.daemon_at(t);
+        }
+        if let Some(t) = o.wall {
+            self.wall_at(t);
+        }
+    }
 }
 
 pub(super) struct Slot {
@@ -145,7 +182,8 @@ async fn run(parts: SenderParts) {
         }
         Err(e) => tracing::error!(error = %e, "cannot read the outbox"),
     }
-    let mut housekeeping = Instant::now() - HOUSEKEEPING;
+    let mut housekeeping_due: Option<TsMs> = None;
+    let mut housekeeping_next = Next::default();
     let mut flush_until: Option<Instant> = None;
     loop {
         let stopping = parts.stop.load(Ordering::Relaxed);
@@ -153,19 +191,35 @@ async fn run(parts: SenderParts) {
             flush_until = Some(Instant::now() + FLUSH_FOR);
         }
         let now = (parts.now)();
-        if housekeeping.elapsed() >= HOUSEKEEPING {
-            housekeeping = Instant::now();
-            if let Err(e) = s.housekeeping(&mut slots, now).await {
-                tracing::error!(error = %e, "alert delivery housekeeping failed; retrying");
-            }
+        let wall = crate::clock::now_ms();
+        if housekeeping_due.is_none_or(|d| now >= d)
+            || housekeeping_next.wall.is_some_and(|w| wall >= w)
+        {
+            housekeeping_next = match s.housekeeping(&mut slots, now).await {
+                Ok(next) => next,
+                Err(e) => {
+                    tracing::error!(error = %e, "alert delivery housekeeping failed; retrying");
+                    Next {
+                        daemon: Some(now + HOUSEKEEPING.as_millis() as i64),
+                        wall: None,
+                    }
+                }
+            };
+            housekeeping_due = Some(housekeeping_next.daemon.unwrap_or(TsMs::MAX));
         }
-        let left = match s.cycle(&mut slots, now, stopping).await {
-            Ok(left) => left,
+        let (left, mut next) = match s.cycle(&mut slots, now, stopping).await {
+            Ok(r) => r,
             Err(e) => {
                 tracing::error!(error = %e, "alert delivery could not read the outbox; retrying");
-                true
+                let mut n = Next::default();
+                n.wall_at(wall + 1000);
+                (true, n)
             }
         };
+        if next.daemon.is_some_and(|d| d <= now) {
+            // Something was delivered: reminders and backlog ages depend on it.
+            housekeeping_due = Some(now);
+        }
         if let Some(until) = flush_until
             && (!left || Instant::now() >= until)
         {
@@ -176,8 +230,40 @@ async fn run(parts: SenderParts) {
             }
             return;
         }
-        tokio::time::sleep(CYCLE).await;
+        next.merge(housekeeping_next);
+        if let Some(d) = housekeeping_due {
+            next.daemon_at(d);
+        }
+        let nap = if stopping {
+            CYCLE
+        } else {
+            nap(
+                next,
+                (parts.now)(),
+                crate::clock::now_ms(),
+                parts.wall_clock,
+            )
+        };
+        tokio::select! {
+            _ = parts.bell.notified() => {}
+            _ = tokio::time::sleep(nap) => {}
+        }
     }
+}
+
+/// How long to sleep until `next` (daemon and wall clock times), at most [`IDLE`]; towards a
+/// simulated clock's time, at most [`CYCLE`].
+fn nap(next: Next, now: TsMs, wall: TsMs, wall_clock: bool) -> Duration {
+    let ms = |d: TsMs| Duration::from_millis(d.max(0) as u64);
+    let mut nap = IDLE;
+    if let Some(d) = next.daemon {
+        let until = ms(d - now);
+        nap = nap.min(if wall_clock { until } else { until.min(CYCLE) });
+    }
+    if let Some(w) = next.wall {
+        nap = nap.min(ms(w - wall));
+    }
+    nap
 }
 
 pub(super) struct Sender {
@@ -200,19 +286,23 @@ enum Fate {
 
 impl Sender {
     /// One pass over every receiver. Returns whether sendable rows are left (for the flush
-    /// at shutdown, where group waits no longer apply).
+    /// at shutdown, where group waits no longer apply) and when the next pass is due (`now`
+    /// when something was delivered).
     async fn cycle(
         &mut self,
         slots: &mut [Slot],
         now: TsMs,
         flush: bool,
-    ) -> Result<bool, StoreError> {
-        let silences = self.silences(now)?;
+    ) -> Result<(bool, Next), StoreError> {
+        let mut silences = None;
         let mut left = false;
+        let mut next = Next::default();
         for slot in slots.iter_mut() {
-            left |= self.deliver(slot, now, flush, &silences).await?;
+            left |= self
+                .deliver(slot, now, flush, &mut silences, &mut next)
+                .await?;
         }
-        Ok(left)
+        Ok((left, next))
     }
 
     pub(super) fn silences(&self, now: TsMs) -> Result<Vec<Vec<Matcher>>, StoreError> {
@@ -223,13 +313,15 @@ impl Sender {
             .collect())
     }
 
-    /// Delivers what is due for one receiver; true when rows that could go are left.
+    /// Delivers what is due for one receiver; true when rows that could go are left. Notes
+    /// in `next` when its rows are due. Silences are read once per pass, when needed.
     async fn deliver(
         &mut self,
         slot: &mut Slot,
         now: TsMs,
         flush: bool,
-        silences: &[Vec<Matcher>],
+        silences: &mut Option<Vec<Vec<Matcher>>>,
+        next: &mut Next,
     ) -> Result<bool, StoreError> {
         let rows = self.outbox.pending(&slot.cfg.name)?;
         if rows.is_empty() {
@@ -237,14 +329,21 @@ impl Sender {
         }
         let wall = crate::clock::now_ms();
         // Order: while the oldest failed row waits for its retry, nothing newer goes.
-        if rows
+        if let Some(retry) = rows
             .iter()
-            .any(|r| r.attempts > 0 && r.next_attempt_ms > wall)
+            .filter(|r| r.attempts > 0 && r.next_attempt_ms > wall)
+            .map(|r| r.next_attempt_ms)
+            .min()
         {
+            next.wall_at(retry);
             return Ok(!flush);
         }
         let Ok(receiver) = &slot.receiver else {
             return Ok(false);
+        };
+        let silences: &[Vec<Matcher>] = match silences {
+            Some(s) => s,
+            None => silences.insert(self.silences(now)?),
         };
         let mut groups: Vec<(String, Vec<PendingRow>)> = Vec::new();
         for r in rows {
@@ -272,8 +371,11 @@ impl Sender {
                 None => first_due,
             };
             if due > now && !flush {
+                next.daemon_at(due);
                 continue;
             }
+            // Marks below change what is due: look again at once.
+            next.daemon_at(now);
             let mut send: Vec<(i64, AlertMsg)> = Vec::new();
             let (mut silenced, mut skipped) = (Vec::new(), Vec::new());
             for r in &rows {
@@ -326,8 +428,9 @@ impl Sender {
                     if slot.failures == 1 || slot.failures.is_power_of_two() {
                         tracing::warn!(receiver = %slot.cfg.name, failures = slot.failures, retry_in = ?delay, "notification not delivered, will retry: {m}");
                     }
-                    let next = crate::clock::now_ms() + delay.as_millis() as i64;
-                    self.outbox.retry_later(&ids, &m, next)?;
+                    let retry = crate::clock::now_ms() + delay.as_millis() as i64;
+                    self.outbox.retry_later(&ids, &m, retry)?;
+                    next.wall_at(retry);
                     // Hold this receiver's queue: order is kept.
                     return Ok(true);
                 }

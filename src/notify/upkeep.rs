@@ -13,36 +13,42 @@ use crate::model::TsMs;
 use crate::store::StoreError;
 use crate::store::outbox::{NewNotification, PendingRow};
 
-use super::sender::{BACKLOG_RULE, Sender, Slot};
+use super::sender::{BACKLOG_RULE, HOUSEKEEPING, Next, Sender, Slot};
 use super::{AlertMsg, Notification, Receiver, secret};
 
 impl Sender {
-    /// Reminders, Alertmanager re-sends and the backlog self alert.
+    /// Reminders, Alertmanager re-sends and the backlog self alert. Returns when the next
+    /// of them is due.
     pub(super) async fn housekeeping(
         &mut self,
         slots: &mut [Slot],
         now: TsMs,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Next, StoreError> {
+        let mut next = Next::default();
         let silences = self.silences(now)?;
         for slot in slots.iter_mut() {
             let is_am = slot.receiver.as_ref().is_ok_and(Receiver::is_alertmanager);
             if is_am {
-                self.alertmanager_resend(slot, now).await?;
+                self.alertmanager_resend(slot, now, &mut next).await?;
             } else {
-                self.reminders(slot, now)?;
+                self.reminders(slot, now, &mut next)?;
             }
-            self.unsilenced(slot, now, &silences)?;
+            self.unsilenced(slot, now, &silences, &mut next)?;
         }
-        self.backlog_alerts(slots, now)?;
-        self.prune()
+        self.backlog_alerts(slots, now, &mut next)?;
+        self.prune(&mut next)?;
+        Ok(next)
     }
 
     /// Forgets delivery history older than `history` (hourly), keeping live alerts' rows.
-    fn prune(&mut self) -> Result<(), StoreError> {
+    fn prune(&mut self, next: &mut Next) -> Result<(), StoreError> {
+        const EVERY: i64 = 3_600_000;
         let wall = crate::clock::now_ms();
-        if self.pruned_at.is_some_and(|t| wall - t < 3_600_000) {
+        if let Some(t) = self.pruned_at.filter(|t| wall - t < EVERY) {
+            next.wall_at(t + EVERY);
             return Ok(());
         }
+        next.wall_at(wall + EVERY);
         self.pruned_at = Some(wall);
         let before = wall - self.history.as_millis() as i64;
         let n = self.outbox.prune(before)?;
@@ -59,9 +65,15 @@ impl Sender {
         slot: &Slot,
         now: TsMs,
         silences: &[Vec<super::matcher::Matcher>],
+        next: &mut Next,
     ) -> Result<(), StoreError> {
         let mut rows = Vec::new();
-        for d in self.outbox.silenced_firing(&slot.cfg.name)? {
+        let silenced = self.outbox.silenced_firing(&slot.cfg.name)?;
+        if !silenced.is_empty() {
+            // Another process (`gpuwatch silence expire`) may end the silence at any time.
+            next.daemon_at(now + HOUSEKEEPING.as_millis() as i64);
+        }
+        for d in silenced {
             let Ok(msg) = serde_json::from_str::<AlertMsg>(&d.payload_json) else {
                 continue;
             };
@@ -93,7 +105,7 @@ impl Sender {
 
     /// Enqueues a reminder for groups whose alerts still fire `repeat_interval` after the
     /// group's last message (and that have nothing pending).
-    fn reminders(&mut self, slot: &Slot, now: TsMs) -> Result<(), StoreError> {
+    fn reminders(&mut self, slot: &Slot, now: TsMs, next: &mut Next) -> Result<(), StoreError> {
         let delivered = self.outbox.delivered_firing(&slot.cfg.name)?;
         if delivered.is_empty() {
             return Ok(());
@@ -120,6 +132,7 @@ impl Sender {
             };
             let repeat = alerts[0].repeat_interval_ms;
             if now - last < repeat {
+                next.daemon_at(last + repeat);
                 continue;
             }
             for d in alerts {
@@ -147,15 +160,22 @@ impl Sender {
     /// Alertmanager forgets alerts whose `endsAt` passed: re-send every live one (and the
     /// heartbeat) every `resend_every`. A failure here is only logged: the next re-send
     /// repeats it, and transitions travel through the outbox anyway.
-    async fn alertmanager_resend(&mut self, slot: &mut Slot, now: TsMs) -> Result<(), StoreError> {
+    async fn alertmanager_resend(
+        &mut self,
+        slot: &mut Slot,
+        now: TsMs,
+        next: &mut Next,
+    ) -> Result<(), StoreError> {
         let Ok(Receiver::Alertmanager(am)) = &slot.receiver else {
             return Ok(());
         };
         let every = am.resend_every().as_millis() as i64;
-        if slot.last_resend.is_some_and(|l| now - l < every) {
+        if let Some(l) = slot.last_resend.filter(|l| now - l < every) {
+            next.daemon_at(l + every);
             return Ok(());
         }
         slot.last_resend = Some(now);
+        next.daemon_at(now + every);
         let mut alerts: Vec<AlertMsg> = Vec::new();
         for d in self.outbox.delivered_firing(&slot.cfg.name)? {
             if let Ok(mut m) = serde_json::from_str::<AlertMsg>(&d.payload_json) {
@@ -185,7 +205,12 @@ impl Sender {
 
     /// Raises (and ends) `gpuwatch_notify_backlog` for receivers whose oldest undelivered
     /// notification is older than `backlog_alert_after`, sent to the other receivers.
-    fn backlog_alerts(&mut self, slots: &mut [Slot], now: TsMs) -> Result<(), StoreError> {
+    fn backlog_alerts(
+        &mut self,
+        slots: &mut [Slot],
+        now: TsMs,
+        next: &mut Next,
+    ) -> Result<(), StoreError> {
         let limit = self.cfg.backlog_alert_after.as_millis() as i64;
         let names: Vec<String> = slots.iter().map(|s| s.cfg.name.clone()).collect();
         for slot in slots.iter_mut() {
@@ -195,6 +220,9 @@ impl Sender {
             // group_wait and one group_interval), so grouping is never taken for a backlog.
             let oldest = stuck.iter().map(|r| latest_due(r)).min();
             let old = oldest.is_some_and(|o| now - o > limit);
+            if let Some(o) = oldest.filter(|_| !old) {
+                next.daemon_at(o + limit + 1);
+            }
             let msg = match (&slot.backlog_raised, old) {
                 (None, true) => {
                     let head = stuck[0];

@@ -1,6 +1,8 @@
 //! XID and other critical events through NVML's event API, on a thread of their own.
 //!
-//! Invariants: the thread waits with a 1 s timeout so it notices shutdown; a GPU whose
+//! Invariants: the thread waits with a 10 s timeout (a wake-up every 10 s at most; it is not
+//! joined, so a stopping daemon never waits for it) and ends at the first timeout after
+//! shutdown; a GPU whose
 //! registration fails is logged and skipped (others still report); if the wait call hangs in
 //! the driver, only this thread is stuck.
 
@@ -77,7 +79,7 @@ fn run(nvml: &Nvml, count: u32, stop: &AtomicBool, out: &Sender<Event>) {
         return;
     }
     while !stop.load(Ordering::Relaxed) {
-        match set.wait(1000) {
+        match set.wait(10_000) {
             Ok(ev) => {
                 let uuid = ev.device.uuid().ok();
                 let xid = match ev.event_data {

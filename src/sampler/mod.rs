@@ -333,7 +333,7 @@ impl Drop for Sampler {
     fn drop(&mut self) {
         // Workers end when their channel closes; a worker stuck in the driver keeps its own
         // reference to NVML, so the library is never unloaded under it.
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        crate::clock::request_stop(&self.stop);
     }
 }
 

@@ -20,7 +20,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -73,6 +73,10 @@ enum Command {
 struct Shared {
     stats: Mutex<WriterStats>,
     dropped: AtomicU64,
+    /// Signalled after each committed tick and by [`Committed::ring`].
+    advanced: Condvar,
+    /// Bumped by [`Committed::ring`] (read and written under `stats`' lock).
+    rings: AtomicU64,
 }
 
 impl Shared {
@@ -96,6 +100,28 @@ impl Committed {
     pub fn get(&self) -> Option<TsMs> {
         self.0.lock().last_tick_ms
     }
+
+    /// Blocks until the writer has committed past `seen`, [`Committed::ring`] is called, or
+    /// `timeout` passes (no polling: the writer wakes the waiter); returns the committed time.
+    pub fn wait_past(&self, seen: Option<TsMs>, timeout: Duration) -> Option<TsMs> {
+        let guard = self.0.lock();
+        let rings = self.0.rings.load(Ordering::Relaxed);
+        let (guard, _) = self
+            .0
+            .advanced
+            .wait_timeout_while(guard, timeout, |s| {
+                s.last_tick_ms == seen && self.0.rings.load(Ordering::Relaxed) == rings
+            })
+            .unwrap_or_else(|e| e.into_inner());
+        guard.last_tick_ms
+    }
+
+    /// Wakes every [`Committed::wait_past`] now (a stop or reload request).
+    pub fn ring(&self) {
+        let _guard = self.0.lock();
+        self.0.rings.fetch_add(1, Ordering::Relaxed);
+        self.0.advanced.notify_all();
+    }
 }
 
 /// The sampler's side of the writer thread.
@@ -117,6 +143,8 @@ impl WriterHandle {
         let shared = Arc::new(Shared {
             stats: Mutex::new(WriterStats::default()),
             dropped: AtomicU64::new(0),
+            advanced: Condvar::new(),
+            rings: AtomicU64::new(0),
         });
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -285,6 +313,7 @@ fn write_one(store: &mut Store, batch: &TickBatch, shared: &Shared) {
             s.rows_written += w.rows as u64;
             s.full_retries += u64::from(w.retried_after_full);
             s.last_tick_ms = s.last_tick_ms.max(Some(batch.ts_ms));
+            shared.advanced.notify_all();
             s.last_write = w.total_time;
             s.max_write = s.max_write.max(w.total_time);
             s.used_bytes = w.maintenance.used_bytes;

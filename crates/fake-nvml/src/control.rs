@@ -21,6 +21,7 @@ pub unsafe extern "C" fn gpuwatchFakeSetTick(tick: u64) -> NvmlReturn {
     guard(|| match state::lock().session.as_mut() {
         Some(s) => {
             s.set_manual_tick(tick);
+            state::tick_moved();
             code::SUCCESS
         }
         None => code::UNINITIALIZED,

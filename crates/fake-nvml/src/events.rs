@@ -20,11 +20,6 @@ use crate::ffi_types::{EventData, NO_INSTANCE, NvmlDevice, NvmlEventSet, NvmlRet
 use crate::{device_call, guard, handle_for, out, state};
 
 const SET_BASE: usize = 0xE7E0_0000;
-/// How often an idle wait re-checks for events: often enough that a manual tick set by
-/// another thread is seen promptly; in wall-clock mode rarely enough that an idle wait costs
-/// next to no CPU (the real driver blocks in the kernel).
-const POLL_MANUAL: Duration = Duration::from_millis(50);
-const POLL_WALL: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Default)]
 pub struct EventSet {
@@ -119,6 +114,14 @@ pub unsafe extern "C" fn nvmlDeviceRegisterEvents(
 }
 
 /// Move newly due events into the set's queue and pop one. `Err` is an NVML code.
+/// When a wall-clock session's next event is due (`None`: a manual clock, or no more events).
+fn next_event_at() -> Option<Instant> {
+    let st = state::lock();
+    let session = st.session.as_ref()?;
+    let next = session.scenario.next_event_tick(session.tick())?;
+    session.wall_time_of(next)
+}
+
 fn next_event(set: NvmlEventSet) -> Result<Option<XidEvent>, NvmlReturn> {
     let mut st = state::lock();
     let session = st.session.as_mut().ok_or(code::UNINITIALIZED)?;
@@ -175,12 +178,12 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
             if now >= deadline {
                 return code::TIMEOUT;
             }
-            let poll = if state::is_manual() {
-                POLL_MANUAL
-            } else {
-                POLL_WALL
-            };
-            std::thread::sleep(poll.min(deadline - now));
+            // A manual clock moves when the caller says (and wakes this wait); a wall
+            // clock's next event time is known: sleep until then, as the driver blocks until
+            // an event.
+            let wait =
+                next_event_at().map_or(deadline - now, |at| at.saturating_duration_since(now));
+            state::wait_for_tick_change(wait.min(deadline - now));
         }
     })
 }

@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::ffi::{CStr, c_void};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use gpuwatch_sim::Scenario;
 
@@ -45,6 +45,15 @@ impl Session {
         (ms / self.scenario.tick_ms() as f64).floor() as u64
     }
 
+    /// When wall-clock tick `tick` starts (`None` with a manual clock).
+    pub fn wall_time_of(&self, tick: u64) -> Option<Instant> {
+        if self.manual_tick.is_some() {
+            return None;
+        }
+        let ms = tick as f64 * self.scenario.tick_ms() as f64 / self.speed;
+        Some(self.start + Duration::from_secs_f64(ms / 1000.0))
+    }
+
     pub fn set_manual_tick(&mut self, tick: u64) {
         self.manual_tick = Some(tick);
     }
@@ -64,6 +73,24 @@ static STATE: Mutex<State> = Mutex::new(State {
 /// Set once the first load error has been printed, so a broken file is reported once.
 static ERROR_PRINTED: AtomicBool = AtomicBool::new(false);
 
+/// Notified when the manual clock moves (`gpuwatchFakeSetTick`), so that event waits sleep
+/// until something can have changed instead of polling.
+static TICK_MOVED: Condvar = Condvar::new();
+
+/// Wakes every [`wait_for_tick_change`].
+pub fn tick_moved() {
+    TICK_MOVED.notify_all();
+}
+
+/// Sleeps up to `d`, returning early when the manual clock moves.
+pub fn wait_for_tick_change(d: Duration) {
+    let st = lock();
+    let seen = st.session.as_ref().and_then(|s| s.manual_tick);
+    let _ = TICK_MOVED.wait_timeout_while(st, d, |st| {
+        st.session.as_ref().and_then(|s| s.manual_tick) == seen
+    });
+}
+
 pub fn lock() -> MutexGuard<'static, State> {
     STATE
         .lock()
@@ -76,14 +103,6 @@ pub fn snapshot() -> Option<(Arc<Scenario>, u64)> {
     st.session
         .as_ref()
         .map(|s| (Arc::clone(&s.scenario), s.tick()))
-}
-
-/// Whether the clock is driven by `gpuwatchFakeSetTick` (tests, the demo) rather than wall time.
-pub fn is_manual() -> bool {
-    lock()
-        .session
-        .as_ref()
-        .is_some_and(|s| s.manual_tick.is_some())
 }
 
 /// The current tick (for a caller already holding the scenario).

@@ -227,6 +227,12 @@ impl Scenario {
 
     /// XID events with `from < tick <= to` (all from tick 0 when `from` is `None`), in tick
     /// order, ties in file order.
+    /// The tick of the first event after `tick`, if any.
+    pub fn next_event_tick(&self, tick: u64) -> Option<u64> {
+        let i = self.events.partition_point(|e| e.tick <= tick);
+        self.events.get(i).map(|e| e.tick)
+    }
+
     pub fn events_between(
         &self,
         from_tick_exclusive: Option<u64>,

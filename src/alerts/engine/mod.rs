@@ -335,7 +335,7 @@ impl Engine {
                     _ => rule.severity,
                 };
                 let change = inst.state.step(t, verdict, severity, timing);
-                if inst.state != before || before.phase == Phase::Inactive {
+                if inst.state.changed_from(&before) || before.phase == Phase::Inactive {
                     self.dirty.insert(key.clone());
                 }
                 if let Some(c) = change {
@@ -353,7 +353,7 @@ impl Engine {
                 let change = inst
                     .state
                     .step(t, verdict(rule, Ok(None)), rule.severity, timing);
-                if inst.state != before {
+                if inst.state.changed_from(&before) {
                     self.dirty.insert(key.clone());
                 }
                 if let Some(c) = change {
