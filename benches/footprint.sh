@@ -53,7 +53,7 @@ LD_LIBRARY_PATH="$work/py" python3 benches/pynvml_baseline.py --db "$work/py.db"
 # utime + stime (fields 14, 15 of /proc/PID/stat) and VmRSS, read while both run.
 cpu() { awk -v c="$clk" '{print ($14 + $15) / c}' "/proc/$1/stat"; }
 rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
-early=$(( secs > 120 ? 60 : secs / 2 ))
+early=$(( secs > 360 ? 180 : secs / 2 ))
 sleep "$early"
 gw_rss_early=$(rss $gw_pid); gw_cpu_early=$(cpu $gw_pid)
 # Per thread, from /proc/PID/task/TID: name, CPU time in ns (schedstat, exact), and voluntary +

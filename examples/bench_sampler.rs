@@ -6,8 +6,10 @@
 //!
 //! Prints median and p99 wall time of `Sampler::tick` and of the store write, and process CPU
 //! time per tick (all threads: per-GPU workers, coordinator, writer), i.e. the CPU % of one core
-//! at a 1 s interval. NVML calls here cost what the fake costs (~0.25 µs), not what a driver
-//! costs: see docs/BENCHMARKS.md for the real-GPU figures.
+//! at a 1 s interval, and the NVML device calls per GPU per tick (the simulated library
+//! counts them). NVML calls here cost what the fake costs (~0.25 µs) unless
+//! `GPUWATCH_FAKE_CALL_US=N` makes each spin N µs, as a driver's ioctl does: see
+//! docs/BENCHMARKS.md for the real-GPU figures.
 
 use std::time::{Duration, Instant};
 
@@ -55,6 +57,11 @@ fn main() -> anyhow::Result<()> {
         },
         Default::default(),
     )?;
+    // The library nvml-wrapper loaded (same path: the same instance) counts its calls.
+    // SAFETY: loading an already loaded library; the symbol is `u64 (void)`.
+    let lib = unsafe { libloading::Library::new(sim.library_path())? };
+    let calls: libloading::Symbol<unsafe extern "C" fn() -> u64> =
+        unsafe { lib.get(b"gpuwatchFakeCallCount")? };
     let dir = tempfile::tempdir()?;
     let mut store = store::open(&dir.path().join("bench.db"), &StoreConfig::new("bench"))?;
 
@@ -69,6 +76,8 @@ fn main() -> anyhow::Result<()> {
     let mut write_times = Vec::with_capacity(ticks);
     let (mut samples, mut procs) = (0, 0);
     let cpu0 = cpu_time();
+    // SAFETY: a plain function of the fake library.
+    let calls0 = unsafe { calls() };
     let wall0 = Instant::now();
     for _ in 0..ticks {
         let t = ticker
@@ -85,6 +94,8 @@ fn main() -> anyhow::Result<()> {
     }
     let cpu = cpu_time() - cpu0;
     let wall = wall0.elapsed();
+    // SAFETY: as above.
+    let calls_per_gpu_tick = (unsafe { calls() } - calls0) as f64 / (ticks * 8) as f64;
     sample_times.sort();
     write_times.sort();
     let per_tick_cpu = cpu / ticks as u32;
@@ -109,5 +120,6 @@ fn main() -> anyhow::Result<()> {
         per_tick_cpu.as_secs_f64() * 100.0
     );
     println!("wall per tick (no pacing) {:?}", wall / ticks as u32);
+    println!("NVML calls per GPU per tick {calls_per_gpu_tick:.1}");
     Ok(())
 }

@@ -4,8 +4,8 @@
 //! is `None`, never 0; once the GPU is lost nothing more is called on it.
 
 use nvml_wrapper::enum_wrappers::device::{
-    Clock, EccCounter, MemoryError, PcieUtilCounter, PerformanceState, RetirementCause,
-    TemperatureSensor, TemperatureThreshold,
+    Clock, PcieUtilCounter, PerformanceState, RetirementCause, TemperatureSensor,
+    TemperatureThreshold,
 };
 use nvml_wrapper::error::{NvmlError, nvml_try};
 use nvml_wrapper::{Device, Nvml};
@@ -72,17 +72,25 @@ impl SystemInfo {
     }
 }
 
-/// Reads one tick's metrics.
+/// Reads the enforced power limit: slow-changing (an administrator's or the system's cap), so
+/// the worker reads it with the inventory, not every tick.
+pub fn read_power_limit(dev: &Device<'_>, s: &mut Support) -> Option<u32> {
+    s.read("enforced_power_limit", || dev.enforced_power_limit())
+}
+
+/// Reads one tick's metrics (`power_limit_mw` as last read by [`read_power_limit`]).
 pub fn read_sample(
     nvml: &Nvml,
     dev: &Device<'_>,
     uuid: &str,
     ts_ms: TsMs,
+    power_limit_mw: Option<u32>,
     s: &mut Support,
 ) -> GpuSample {
     let util = s.read("utilization", || dev.utilization_rates());
     let mem = s.read("memory_info", || dev.memory_info());
-    let remap = s.read("remapped_rows", || remapped_rows(nvml, dev));
+    let counters = super::fields::read_counters(dev, s, || remapped_rows(nvml, dev));
+    let remap = counters.remapped;
     let mut sample = GpuSample {
         ts_ms,
         uuid: uuid.to_string(),
@@ -97,8 +105,8 @@ pub fn read_sample(
         clock_sm_mhz: s.read("clock_sm", || dev.clock_info(Clock::SM)),
         clock_mem_mhz: s.read("clock_mem", || dev.clock_info(Clock::Memory)),
         power_mw: s.read("power_usage", || dev.power_usage()),
-        power_limit_mw: s.read("enforced_power_limit", || dev.enforced_power_limit()),
-        energy_mj: s.read("total_energy", || dev.total_energy_consumption()),
+        power_limit_mw,
+        energy_mj: counters.energy_mj,
         pstate: s
             .read("performance_state", || dev.performance_state())
             .and_then(pstate_number),
@@ -107,12 +115,8 @@ pub fn read_sample(
         pcie_gen: s.read("pcie_gen", || dev.current_pcie_link_gen()),
         pcie_width: s.read("pcie_width", || dev.current_pcie_link_width()),
         throttle_reasons: s.read("throttle_reasons", || throttle_reasons(nvml, dev)),
-        ecc_corrected: s.read("ecc_corrected", || {
-            dev.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
-        }),
-        ecc_uncorrected: s.read("ecc_uncorrected", || {
-            dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
-        }),
+        ecc_corrected: counters.ecc_corrected,
+        ecc_uncorrected: counters.ecc_uncorrected,
         retired_pages: None,
         remapped_rows_correctable: remap.map(|r| r.0),
         remapped_rows_uncorrectable: remap.map(|r| r.1),

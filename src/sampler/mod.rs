@@ -13,6 +13,7 @@
 
 pub mod device;
 pub mod events;
+pub mod fields;
 pub mod gpu_procs;
 pub mod nvml;
 pub mod procs;

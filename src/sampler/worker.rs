@@ -12,7 +12,7 @@ use nvml_wrapper::Nvml;
 
 use crate::model::{GpuInventory, GpuSample, MetricError, SampleStatus, TsMs};
 
-use super::device::{SystemInfo, read_inventory, read_processes, read_sample};
+use super::device::{SystemInfo, read_inventory, read_power_limit, read_processes, read_sample};
 use super::gpu_procs::RawProcess;
 use super::support::Support;
 
@@ -57,6 +57,8 @@ pub fn run(
         }
     };
     let mut inventory: Option<GpuInventory> = None;
+    // Read with the inventory (slow-changing), carried on every sample.
+    let mut power_limit: Option<u32> = None;
     let mut lost_reported = false;
     for req in requests {
         support.begin(req.ts_ms);
@@ -75,6 +77,7 @@ pub fn run(
                     support.reprobe();
                 }
                 let inv = read_inventory(dev, index, &sys, &mut support);
+                power_limit = read_power_limit(dev, &mut support);
                 if support.lost.is_none()
                     && !inv.uuid.is_empty()
                     && inventory.as_ref() != Some(&inv)
@@ -85,7 +88,8 @@ pub fn run(
                 }
             }
             if let Some(inv) = inventory.as_ref().filter(|_| req.sample) {
-                let sample = read_sample(&nvml, dev, &inv.uuid, req.ts_ms, &mut support);
+                let sample =
+                    read_sample(&nvml, dev, &inv.uuid, req.ts_ms, power_limit, &mut support);
                 if req.processes && sample.status == SampleStatus::Ok {
                     resp.processes = read_processes(&nvml, dev, &mut support);
                 }

@@ -8,6 +8,7 @@ mod cli;
 mod common;
 mod daemon;
 mod detection;
+mod field_values;
 mod outage;
 mod pynvml;
 mod record;

@@ -3,6 +3,8 @@
 //! - `gpuwatchFakeSetTick(tick) -> nvmlReturn_t`: switch this session to manual time at `tick`
 //!   (for the rest of the session, i.e. until the last `nvmlShutdown`); UNINITIALIZED before init.
 //! - `gpuwatchFakeGetTick() -> u64`: the current tick (0 when not initialised).
+//! - `gpuwatchFakeCallCount() -> u64`: per-device calls answered since the library was loaded
+//!   (what benchmarks divide by GPUs and ticks).
 //! - `gpuwatchFakeScenarioPath(buf, len) -> nvmlReturn_t`: the scenario file in use (empty for the
 //!   built-in default); before init, the file init would load. INSUFFICIENT_SIZE when `len` is
 //!   too small for the path and its NUL.
@@ -26,6 +28,11 @@ pub unsafe extern "C" fn gpuwatchFakeSetTick(tick: u64) -> NvmlReturn {
         }
         None => code::UNINITIALIZED,
     })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gpuwatchFakeCallCount() -> u64 {
+    state::calls()
 }
 
 #[unsafe(no_mangle)]

@@ -12,7 +12,13 @@
 //!
 //! Module map: `init` (init/shutdown/system/handles/error strings), `device` (inventory and
 //! sensors), `health` (ECC, retirement, throttling, modes), `process` (running processes),
-//! `events` (XID event sets), `control` (gpuwatchFake* test controls), `state`, `ffi_types`.
+//! `events` (XID event sets), `fields` (the batch `nvmlDeviceGetFieldValues`), `control`
+//! (gpuwatchFake* test controls), `state`, `ffi_types`.
+//!
+//! Cost model: every per-device call is counted (`gpuwatchFakeCallCount`), and with
+//! `GPUWATCH_FAKE_CALL_US=N` in the environment each one also spins for N µs of CPU, as a
+//! driver's ioctl costs (tens of µs on real GPUs), so that benchmarks see what fewer calls
+//! save.
 // The exports keep NVML's C names, and each follows the contract nvml.h documents for it.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
@@ -38,6 +44,7 @@ mod control;
 mod device;
 mod events;
 mod ffi_types;
+mod fields;
 mod health;
 mod init;
 mod process;
@@ -158,6 +165,7 @@ pub(crate) fn device_call(
         let Some((scenario, tick)) = state::snapshot() else {
             return code::UNINITIALIZED;
         };
+        state::count_call();
         let Some(index) = index_of(handle).filter(|i| *i < scenario.gpu_count()) else {
             return code::INVALID_ARGUMENT;
         };

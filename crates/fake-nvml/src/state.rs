@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::ffi::{CStr, c_void};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -72,6 +72,37 @@ static STATE: Mutex<State> = Mutex::new(State {
 
 /// Set once the first load error has been printed, so a broken file is reported once.
 static ERROR_PRINTED: AtomicBool = AtomicBool::new(false);
+
+/// Per-device calls answered since load (`gpuwatchFakeCallCount`).
+static CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// The simulated CPU cost of one device call (`GPUWATCH_FAKE_CALL_US`, default 0).
+fn call_cost() -> Duration {
+    static COST: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *COST.get_or_init(|| {
+        std::env::var("GPUWATCH_FAKE_CALL_US")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map_or(Duration::ZERO, Duration::from_micros)
+    })
+}
+
+/// Counts a device call and spends its simulated cost (a spin: CPU, as an ioctl's).
+pub fn count_call() {
+    CALLS.fetch_add(1, Ordering::Relaxed);
+    let cost = call_cost();
+    if !cost.is_zero() {
+        let start = Instant::now();
+        while start.elapsed() < cost {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Per-device calls answered since load.
+pub fn calls() -> u64 {
+    CALLS.load(Ordering::Relaxed)
+}
 
 /// Notified when the manual clock moves (`gpuwatchFakeSetTick`), so that event waits sleep
 /// until something can have changed instead of polling.

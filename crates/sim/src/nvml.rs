@@ -149,6 +149,7 @@ pub const DEVICE_SYMBOLS: &[&str] = &[
     "nvmlDeviceGetDisplayActive",
     "nvmlDeviceGetComputeMode",
     "nvmlDeviceGetRemappedRows",
+    "nvmlDeviceGetFieldValues",
     "nvmlDeviceGetRetiredPages",
     "nvmlDeviceGetRetiredPagesPendingStatus",
     "nvmlDeviceGetComputeRunningProcesses",

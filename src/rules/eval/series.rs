@@ -142,11 +142,14 @@ impl Series {
         self.prune(ts);
     }
 
-    /// Drops points older than `keep_ms` before `now`, rebuilding the prefix sums when at
-    /// least half the buffer is dead.
+    /// Drops points older than `keep_ms` before `now`, rebuilding the prefix sums when a
+    /// third of the buffer is dead (amortised: two pushes of work per push). The rebuilt
+    /// arrays are allocated for the kept points plus the half more that arrive before the
+    /// next rebuild, so a full window holds at most 1.5 windows of points and never grows by
+    /// doubling.
     fn prune(&mut self, now: i64) {
         let cut = self.ts.partition_point(|&t| t < now - self.keep_ms);
-        if cut == 0 || cut * 2 < self.ts.len() {
+        if cut == 0 || cut * 3 < self.ts.len() {
             return;
         }
         let ts: Vec<i64> = self.ts.drain(cut..).collect();
@@ -155,9 +158,28 @@ impl Series {
             keep_ms: self.keep_ms,
             ..Self::default()
         };
+        self.reserve_exact(ts.len() + ts.len() / 2 + 4);
         for (t, x) in ts.into_iter().zip(v) {
             self.push_raw(t, x);
         }
+    }
+
+    fn reserve_exact(&mut self, n: usize) {
+        self.ts.reserve_exact(n);
+        self.v.reserve_exact(n);
+        let p = &mut self.p;
+        for a in [
+            &mut p.sy,
+            &mut p.syy,
+            &mut p.sx,
+            &mut p.sxx,
+            &mut p.sxy,
+            &mut p.increase,
+        ] {
+            a.reserve_exact(n);
+        }
+        p.changes.reserve_exact(n);
+        p.last_change.reserve_exact(n);
     }
 
     fn push_raw(&mut self, ts: i64, v: f64) {
