@@ -194,7 +194,9 @@ impl Store {
         let mut st = MaintenanceStats::default();
         // Space first: if the file is at its cap, the per-minute work below needs room.
         let high = (self.cfg.max_db_size as f64 * HIGH_WATER) as u64;
-        if self.usage()?.used_bytes > high {
+        let mut used = Some(self.usage()?.used_bytes);
+        if used.is_some_and(|u| u > high) {
+            used = None;
             let tx = self
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -222,6 +224,7 @@ impl Store {
                 // older data) are found by starting over now and then.
                 maint.retention_lo.clear();
             }
+            used = None;
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let hosts = rollup::load_hosts(&tx)?;
             let (rows, mut backlog) = rollup::advance(&tx, &hosts, full)?;
@@ -244,7 +247,11 @@ impl Store {
             self.maint.backlog = backlog;
             st.backlog |= backlog;
         }
-        st.used_bytes = self.usage()?.used_bytes;
+        // Unchanged since the check above unless a step ran.
+        st.used_bytes = match used {
+            Some(u) => u,
+            None => self.usage()?.used_bytes,
+        };
         Ok(st)
     }
 }

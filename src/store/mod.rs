@@ -340,8 +340,13 @@ impl Store {
 
     /// Page counts of the database (two cheap pragmas).
     pub fn usage(&self) -> Result<DbUsage, StoreError> {
-        let page_count = pragma_u64(&self.conn, "page_count")?;
-        let freelist_count = pragma_u64(&self.conn, "freelist_count")?;
+        // One cached statement (the pragmas' table-valued forms): the writer asks every tick.
+        let (page_count, freelist_count): (i64, i64) = self
+            .conn
+            .prepare_cached("SELECT * FROM pragma_page_count(), pragma_freelist_count()")?
+            .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let page_count = u64::try_from(page_count).unwrap_or_default();
+        let freelist_count = u64::try_from(freelist_count).unwrap_or_default();
         Ok(DbUsage {
             page_size: self.page_size,
             page_count,
