@@ -229,7 +229,12 @@ pub fn spawn(
         wake,
     } = outputs;
     std::thread::Builder::new().name("gpuwatch-rules".into()).spawn(move || {
-        let conn = match store::open_read_only(&db) {
+        // The rules thread reads the newest pages only: a 1 MB page cache, not SQLite's 2 MB.
+        let small_cache = |c: rusqlite::Connection| -> Result<_, store::StoreError> {
+            c.pragma_update(None, "cache_size", 2 * store::SMALL_CACHE_KIB)?;
+            Ok(c)
+        };
+        let conn = match store::open_read_only(&db).and_then(small_cache) {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(error = %e, "rule evaluation disabled: cannot open the database");

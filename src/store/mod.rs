@@ -285,8 +285,14 @@ pub(crate) fn open_existing_rw(path: &Path) -> Result<Connection, StoreError> {
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
+    // Alert state and the outbox are small tables: a small page cache (SQLite's default is
+    // 2 MB per connection, and the daemon holds several).
+    conn.pragma_update(None, "cache_size", SMALL_CACHE_KIB)?;
     Ok(conn)
 }
+
+/// Page cache of the daemon's secondary connections, in KiB (as a negative `cache_size`).
+pub const SMALL_CACHE_KIB: i64 = -512;
 
 /// Opens an existing database read-only (CLI, HTTP). Fails with [`StoreError::NotFound`] when
 /// the file does not exist, and with [`StoreError::TooNew`] / [`StoreError::Outdated`] when its
