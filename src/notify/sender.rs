@@ -182,8 +182,11 @@ async fn run(parts: SenderParts) {
         }
         Err(e) => tracing::error!(error = %e, "cannot read the outbox"),
     }
-    let mut housekeeping_due: Option<TsMs> = None;
-    let mut housekeeping_next = Next::default();
+    // When housekeeping is due next (at once at start).
+    let mut housekeeping = Next {
+        daemon: Some(TsMs::MIN),
+        wall: None,
+    };
     let mut flush_until: Option<Instant> = None;
     loop {
         let stopping = parts.stop.load(Ordering::Relaxed);
@@ -192,10 +195,10 @@ async fn run(parts: SenderParts) {
         }
         let now = (parts.now)();
         let wall = crate::clock::now_ms();
-        if housekeeping_due.is_none_or(|d| now >= d)
-            || housekeeping_next.wall.is_some_and(|w| wall >= w)
+        if housekeeping.daemon.is_some_and(|d| now >= d)
+            || housekeeping.wall.is_some_and(|w| wall >= w)
         {
-            housekeeping_next = match s.housekeeping(&mut slots, now).await {
+            housekeeping = match s.housekeeping(&mut slots, now).await {
                 Ok(next) => next,
                 Err(e) => {
                     tracing::error!(error = %e, "alert delivery housekeeping failed; retrying");
@@ -205,7 +208,6 @@ async fn run(parts: SenderParts) {
                     }
                 }
             };
-            housekeeping_due = Some(housekeeping_next.daemon.unwrap_or(TsMs::MAX));
         }
         let (left, mut next) = match s.cycle(&mut slots, now, stopping).await {
             Ok(r) => r,
@@ -218,7 +220,7 @@ async fn run(parts: SenderParts) {
         };
         if next.daemon.is_some_and(|d| d <= now) {
             // Something was delivered: reminders and backlog ages depend on it.
-            housekeeping_due = Some(now);
+            housekeeping.daemon_at(now);
         }
         if let Some(until) = flush_until
             && (!left || Instant::now() >= until)
@@ -230,10 +232,7 @@ async fn run(parts: SenderParts) {
             }
             return;
         }
-        next.merge(housekeeping_next);
-        if let Some(d) = housekeeping_due {
-            next.daemon_at(d);
-        }
+        next.merge(housekeeping);
         let nap = if stopping {
             CYCLE
         } else {

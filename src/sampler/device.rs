@@ -89,7 +89,7 @@ pub fn read_sample(
 ) -> GpuSample {
     let util = s.read("utilization", || dev.utilization_rates());
     let mem = s.read("memory_info", || dev.memory_info());
-    let counters = super::fields::read_counters(dev, s, || remapped_rows(nvml, dev));
+    let counters = super::fields::read_counters(nvml, dev, s);
     let remap = counters.remapped;
     let mut sample = GpuSample {
         ts_ms,
@@ -180,25 +180,4 @@ fn throttle_reasons(nvml: &Nvml, dev: &Device<'_>) -> Result<u64, NvmlError> {
     // SAFETY: valid handle and a valid out-pointer to a u64.
     nvml_try(unsafe { sym(dev.handle(), &mut bits) })?;
     Ok(bits)
-}
-
-/// (correctable, uncorrectable, pending, failure) remapped rows; nvml-wrapper lacks this call.
-fn remapped_rows(nvml: &Nvml, dev: &Device<'_>) -> Result<(u32, u32, bool, bool), NvmlError> {
-    let sym = nvml
-        .lib()
-        .nvmlDeviceGetRemappedRows
-        .as_ref()
-        .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
-    let (mut corr, mut unc, mut pending, mut failure) = (0u32, 0u32, 0u32, 0u32);
-    // SAFETY: valid handle and four valid out-pointers to u32.
-    nvml_try(unsafe {
-        sym(
-            dev.handle(),
-            &mut corr,
-            &mut unc,
-            &mut pending,
-            &mut failure,
-        )
-    })?;
-    Ok((corr, unc, pending != 0, failure != 0))
 }

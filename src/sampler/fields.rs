@@ -9,12 +9,12 @@
 //! is `None` and NOT_SUPPORTED stops its calls until the next reprobe. Field ids are those of
 //! nvml.h below 251 (the range 580.82 renumbered is not used).
 
-use nvml_wrapper::Device;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
 use nvml_wrapper::enums::device::SampleValue;
-use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::error::{NvmlError, nvml_try};
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::sys_exports::field_id as fid;
+use nvml_wrapper::{Device, Nvml};
 
 use super::support::Support;
 
@@ -49,11 +49,7 @@ fn as_u64(v: &SampleValue) -> Option<u64> {
 }
 
 /// Reads the counters: one batch call, single calls only for what the batch did not give.
-pub fn read_counters(
-    dev: &Device<'_>,
-    s: &mut Support,
-    remap_single: impl FnOnce() -> Result<(u32, u32, bool, bool), NvmlError>,
-) -> Counters {
+pub fn read_counters(nvml: &Nvml, dev: &Device<'_>, s: &mut Support) -> Counters {
     let batch = s.read("field_values", || dev.field_values_for(&IDS));
     let mut got: [Option<u64>; 7] = [None; 7];
     if let Some(entries) = &batch {
@@ -83,7 +79,7 @@ pub fn read_counters(
             p != 0,
             f != 0,
         )),
-        _ => s.read("remapped_rows", remap_single),
+        _ => s.read("remapped_rows", || remapped_rows(nvml, dev)),
     };
     Counters {
         energy_mj,
@@ -91,4 +87,25 @@ pub fn read_counters(
         ecc_uncorrected,
         remapped,
     }
+}
+
+/// (correctable, uncorrectable, pending, failure) remapped rows; nvml-wrapper lacks this call.
+fn remapped_rows(nvml: &Nvml, dev: &Device<'_>) -> Result<(u32, u32, bool, bool), NvmlError> {
+    let sym = nvml
+        .lib()
+        .nvmlDeviceGetRemappedRows
+        .as_ref()
+        .map_err(|e| NvmlError::FailedToLoadSymbol(e.to_string()))?;
+    let (mut corr, mut unc, mut pending, mut failure) = (0u32, 0u32, 0u32, 0u32);
+    // SAFETY: valid handle and four valid out-pointers to u32.
+    nvml_try(unsafe {
+        sym(
+            dev.handle(),
+            &mut corr,
+            &mut unc,
+            &mut pending,
+            &mut failure,
+        )
+    })?;
+    Ok((corr, unc, pending != 0, failure != 0))
 }

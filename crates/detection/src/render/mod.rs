@@ -77,6 +77,29 @@ pub enum Col {
 }
 
 impl Col {
+    /// Every column, in the order of a full log.
+    pub const ALL: [Col; 19] = [
+        Col::Timestamp,
+        Col::Index,
+        Col::Name,
+        Col::Uuid,
+        Col::BusId,
+        Col::UtilGpu,
+        Col::UtilMem,
+        Col::MemUsed,
+        Col::MemTotal,
+        Col::Temp,
+        Col::TLimit,
+        Col::Power,
+        Col::PowerLimit,
+        Col::ClockSm,
+        Col::ClockMem,
+        Col::Pstate,
+        Col::Reasons,
+        Col::EccUncorrected,
+        Col::Fan,
+    ];
+
     pub fn field(self) -> &'static str {
         match self {
             Col::Timestamp => "timestamp",
@@ -175,32 +198,8 @@ fn has_ecc(spec: &GpuSpec) -> bool {
 pub fn columns(kind: Kind, apps: bool, fans: bool) -> Vec<Col> {
     use Col::*;
     match kind {
-        Kind::Full => {
-            let mut c = vec![
-                Timestamp,
-                Index,
-                Name,
-                Uuid,
-                BusId,
-                UtilGpu,
-                UtilMem,
-                MemUsed,
-                MemTotal,
-                Temp,
-                TLimit,
-                Power,
-                PowerLimit,
-                ClockSm,
-                ClockMem,
-                Pstate,
-                Reasons,
-                EccUncorrected,
-            ];
-            if fans {
-                c.push(Fan);
-            }
-            c
-        }
+        // Every column in declaration order; `Fan` (the last) only where the GPUs have fans.
+        Kind::Full => Col::ALL.into_iter().filter(|c| fans || *c != Fan).collect(),
         Kind::Basic if apps => vec![
             Timestamp, Index, Name, BusId, UtilGpu, MemUsed, MemTotal, Temp, Power,
         ],

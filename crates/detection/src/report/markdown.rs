@@ -23,19 +23,27 @@ fn ratio(x: Option<f64>) -> String {
     x.map_or("–".into(), |x| format!("{x:.2}"))
 }
 
-/// `R/P · TP/FN/FP · median/max min`, or "·" for nothing at all.
-fn cell(t: &Tally) -> String {
+/// `R/P · TP/FN/FP`, or "·" for nothing at all.
+fn counts(t: &Tally) -> String {
     if t.is_empty() {
         return "·".into();
     }
-    let mut s = format!(
+    format!(
         "{}/{} · {}/{}/{}",
         ratio(t.recall()),
         ratio(t.precision()),
         t.tp,
         t.fn_,
         t.fp
-    );
+    )
+}
+
+/// `R/P · TP/FN/FP · median/max min`, or "·" for nothing at all.
+fn cell(t: &Tally) -> String {
+    if t.is_empty() {
+        return "·".into();
+    }
+    let mut s = counts(t);
     if t.tp > 0 {
         let _ = write!(
             s,
@@ -159,18 +167,7 @@ fn per_interval(out: &mut String, rs: &[RunRecord]) {
                 rs.iter().filter(|r| r.shape.interval_s() == Some(i)),
                 Some(&rule),
             );
-            cells.push(if t.is_empty() {
-                "·".into()
-            } else {
-                format!(
-                    "{}/{} · {}/{}/{}",
-                    ratio(t.recall()),
-                    ratio(t.precision()),
-                    t.tp,
-                    t.fn_,
-                    t.fp
-                )
-            });
+            cells.push(counts(&t));
         }
         row(out, &cells);
     }
