@@ -14,9 +14,10 @@ use std::sync::Arc;
 use rusqlite::Connection;
 
 use crate::model::TsMs;
-use crate::rules::ast::{Expr, Metric};
+use crate::rules::ast::Expr;
 use crate::rules::eval::expr::{EvalCtx, Outcome, Target};
-use crate::rules::eval::world::{Needs, World};
+use crate::rules::eval::needs::{self, Needs};
+use crate::rules::eval::world::World;
 use crate::rules::rule::{Missing, Rule, Scope, Severity};
 use crate::rules::template::TemplateValue;
 use crate::store::StoreError;
@@ -123,23 +124,15 @@ impl Engine {
     /// An engine whose history starts after `start_after`.
     pub fn new(rules: Vec<Rule>, opts: EngineOptions, start_after: TsMs) -> Self {
         let mut needs: Needs = Needs::new();
+        // Room for the staleness of a GPU sampled once a minute (3 intervals).
+        let slack = opts.staleness_ms.max(180_000);
         for r in rules.iter().filter(|r| r.enabled) {
             let mut exprs: Vec<&Expr> = vec![&r.condition];
             exprs.extend(r.critical.iter());
             exprs.extend(r.resolve.iter());
             exprs.extend(r.values.iter().map(|(_, e)| e));
             for e in exprs {
-                // Room for the staleness of a GPU sampled once a minute (3 intervals).
-                let keep = e.max_window().as_millis() as i64 + opts.staleness_ms.max(180_000);
-                let mut ms = Vec::new();
-                e.metrics(&mut ms);
-                if r.gpu_fallback && ms.contains(&Metric::ProcessMem) {
-                    ms.push(Metric::MemUsed);
-                }
-                for m in ms {
-                    let k = needs.entry(m).or_insert(0);
-                    *k = (*k).max(keep);
-                }
+                needs::add(&mut needs, e, slack, r.gpu_fallback);
             }
         }
         Self {

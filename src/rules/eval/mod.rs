@@ -1,6 +1,7 @@
 //! Evaluation of rule conditions over in-memory windows of the stored history.
 
 pub mod expr;
+pub mod needs;
 pub mod series;
 pub mod stats;
 pub mod suffix;

@@ -18,6 +18,7 @@ use crate::rules::ast::Metric;
 use crate::store::{StoreError, history};
 use crate::training::join::{GpuRef, Join, gpus_for_series};
 
+use super::needs::{Need, Needs};
 use super::series::Series;
 use super::window::TrendCache;
 
@@ -40,9 +41,9 @@ pub struct Tracked {
 }
 
 impl Tracked {
-    pub fn new(keep_ms: i64) -> Self {
+    pub fn new(need: Need) -> Self {
         Self {
-            series: Series::new(keep_ms),
+            series: Series::new(need.keep_ms, need.stats),
             trend: RefCell::default(),
         }
     }
@@ -119,9 +120,6 @@ pub struct TrainingSeries {
 /// loss host-wide).
 type Candidates = (Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>);
 
-/// How much history each metric needs (longest window + staleness).
-pub type Needs = HashMap<Metric, i64>;
-
 #[derive(Debug, Default)]
 pub struct World {
     pub gpus: BTreeMap<i64, Gpu>,
@@ -139,7 +137,7 @@ pub struct World {
     pending: Pending,
     fetch_ahead_ms: i64,
     /// The per-sample metrics some rule reads, with their history (from `needs`).
-    sample_metrics: Vec<(Metric, i64)>,
+    sample_metrics: Vec<(Metric, Need)>,
 }
 
 /// Rows read from the store but not yet fed (the evaluation time has not reached them).
@@ -154,8 +152,8 @@ struct Pending {
 
 impl World {
     pub fn new(needs: Needs, start_after: TsMs) -> Self {
-        let longest = needs.values().copied().max().unwrap_or(0);
-        let mut sample_metrics: Vec<(Metric, i64)> = needs
+        let longest = needs.values().map(|n| n.keep_ms).max().unwrap_or(0);
+        let mut sample_metrics: Vec<(Metric, Need)> = needs
             .iter()
             .filter(|(m, _)| {
                 !matches!(
@@ -170,7 +168,7 @@ impl World {
             })
             .map(|(m, k)| (*m, *k))
             .collect();
-        sample_metrics.sort();
+        sample_metrics.sort_by_key(|(m, _)| *m);
         Self {
             sample_metrics,
             needs,
@@ -182,10 +180,10 @@ impl World {
 
     /// The longest history any metric needs.
     pub fn longest_keep(&self) -> i64 {
-        self.needs.values().copied().max().unwrap_or(0)
+        self.needs.values().map(|n| n.keep_ms).max().unwrap_or(0)
     }
 
-    fn keep(&self, m: Metric) -> Option<i64> {
+    fn keep(&self, m: Metric) -> Option<Need> {
         self.needs.get(&m).copied()
     }
 
@@ -349,7 +347,7 @@ impl World {
         }
         g.last_ts = Some(s.ts_ms);
         let ok = s.status == SampleStatus::Ok;
-        for &(m, keep) in &self.sample_metrics {
+        for &(m, need) in &self.sample_metrics {
             let v = match m {
                 Metric::Lost => Some(f64::from(u8::from(s.status == SampleStatus::Lost))),
                 Metric::Gap => Some(f64::from(u8::from(
@@ -361,7 +359,7 @@ impl World {
             if let Some(v) = v {
                 g.series
                     .entry(m)
-                    .or_insert_with(|| Tracked::new(keep))
+                    .or_insert_with(|| Tracked::new(need))
                     .series
                     .push(s.ts_ms, v);
             }
@@ -369,7 +367,7 @@ impl World {
     }
 
     fn feed_process(&mut self, p: history::ProcessSampleRow) {
-        let keep = self.keep(Metric::ProcessMem).unwrap_or(0);
+        let need = self.keep(Metric::ProcessMem).unwrap_or_default();
         let Some(g) = self.gpus.get_mut(&p.gpu_id) else {
             return;
         };
@@ -379,7 +377,7 @@ impl World {
             name: p.name.clone(),
             user: p.user.clone(),
             cmdline: p.cmdline.clone(),
-            mem: Tracked::new(keep),
+            mem: Tracked::new(need),
             last_seen: p.ts_ms,
         });
         proc.last_seen = p.ts_ms;
@@ -389,10 +387,14 @@ impl World {
     }
 
     fn refresh_training(&mut self, conn: &Connection) -> Result<(), StoreError> {
-        let keep = self
-            .keep(Metric::TrainingStep)
-            .unwrap_or(0)
-            .max(self.keep(Metric::TrainingLoss).unwrap_or(0));
+        let (step, loss) = (
+            self.keep(Metric::TrainingStep).unwrap_or_default(),
+            self.keep(Metric::TrainingLoss).unwrap_or_default(),
+        );
+        let need = Need {
+            keep_ms: step.keep_ms.max(loss.keep_ms),
+            stats: step.stats.union(loss.stats),
+        };
         for row in history::training_series(conn)? {
             self.training
                 .entry(row.series_id)
@@ -400,7 +402,7 @@ impl World {
                     host: row.host,
                     name: row.name,
                     labels: row.labels,
-                    points: Tracked::new(keep),
+                    points: Tracked::new(need),
                 });
         }
         self.join_training();
@@ -452,10 +454,10 @@ impl World {
 }
 
 fn push(g: &mut Gpu, m: Metric, ts: TsMs, v: f64, needs: &Needs) {
-    let Some(&keep) = needs.get(&m) else { return };
+    let Some(&need) = needs.get(&m) else { return };
     g.series
         .entry(m)
-        .or_insert_with(|| Tracked::new(keep))
+        .or_insert_with(|| Tracked::new(need))
         .series
         .push(ts, v);
 }

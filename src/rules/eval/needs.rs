@@ -1,0 +1,120 @@
+//! What history each metric needs: for every metric some rule reads, the longest window any
+//! rule reads it over (plus room for staleness) and the window statistics computed on it.
+//! A series keeps that much history and those prefix arrays, nothing more.
+//!
+//! Invariants: a metric's history is decided by its own windows, not by the longest window
+//! of the expression it appears in (`max(util_gpu[30m])` next to `training_step[6h]` keeps
+//! 30 minutes of utilisation, not six hours); a metric read only as its current value keeps
+//! the staleness slack; the statistics decide cost, never a result (see [`Stats`]).
+
+use std::collections::HashMap;
+
+use crate::rules::ast::{Expr, Metric};
+
+use super::series::Stats;
+use super::window::stats_for;
+
+/// One metric's history: how far back and which statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Need {
+    pub keep_ms: i64,
+    pub stats: Stats,
+}
+
+/// Every metric some rule reads, with its history.
+pub type Needs = HashMap<Metric, Need>;
+
+/// Adds what `e` reads to `needs`: each window plus `slack_ms`. With `gpu_fallback`, what
+/// the expression reads of a process's memory is also read of the whole GPU's (a rule that
+/// falls back to the GPU when no process is observed).
+pub fn add(needs: &mut Needs, e: &Expr, slack_ms: i64, gpu_fallback: bool) {
+    let mut reads = Vec::new();
+    walk(e, &mut reads);
+    for (m, window_ms, stats) in reads {
+        let mut note = |m: Metric| {
+            let n = needs.entry(m).or_default();
+            n.keep_ms = n.keep_ms.max(window_ms + slack_ms);
+            n.stats = n.stats.union(stats);
+        };
+        note(m);
+        if gpu_fallback && m == Metric::ProcessMem {
+            note(Metric::MemUsed);
+        }
+    }
+}
+
+/// (metric, window in ms, statistics) for every metric read in `e`.
+fn walk(e: &Expr, out: &mut Vec<(Metric, i64, Stats)>) {
+    let ms = |d: &std::time::Duration| d.as_millis() as i64;
+    match e {
+        Expr::Number(_) | Expr::Seconds(_) | Expr::Static(_) => {}
+        Expr::Current(m) => out.push((*m, 0, Stats::NONE)),
+        Expr::Window {
+            func,
+            metric,
+            window,
+        } => out.push((*metric, ms(window), stats_for(*func))),
+        Expr::Quantile { metric, window, .. } => out.push((*metric, ms(window), Stats::NONE)),
+        Expr::PredictLinear { metric, window, .. } => {
+            out.push((*metric, ms(window), Stats::FIT));
+        }
+        Expr::TimeTo {
+            metric,
+            window,
+            threshold,
+        } => {
+            out.push((*metric, ms(window), Stats::FIT));
+            walk(threshold, out);
+        }
+        Expr::Trend { metric, window, .. } => out.push((*metric, ms(window), Stats::SUM)),
+        Expr::Peer { expr, .. } | Expr::Unary { expr, .. } => walk(expr, out),
+        Expr::Scalar { args, .. } => args.iter().for_each(|a| walk(a, out)),
+        Expr::Binary { lhs, rhs, .. } => {
+            walk(lhs, out);
+            walk(rhs, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::parse::parse_expr;
+    use crate::rules::rule::Scope;
+
+    fn needs(src: &str, fallback: bool) -> Needs {
+        let e = parse_expr(src, Scope::Process).expect("parses");
+        let mut n = Needs::new();
+        add(&mut n, &e, 1000, fallback);
+        n
+    }
+
+    #[test]
+    fn each_metric_keeps_its_own_window() {
+        let n = needs(
+            "max(util_gpu[30m]) > 50 and unchanged_for(training_step[6h]) > 60 and temp > 80",
+            false,
+        );
+        assert_eq!(n[&Metric::UtilGpu].keep_ms, 1_800_000 + 1000);
+        assert_eq!(n[&Metric::UtilGpu].stats, Stats::MAX);
+        assert_eq!(n[&Metric::TrainingStep].keep_ms, 21_600_000 + 1000);
+        assert_eq!(n[&Metric::TrainingStep].stats, Stats::LAST_CHANGE);
+        assert_eq!(n[&Metric::Temp].keep_ms, 1000);
+        assert_eq!(n[&Metric::Temp].stats, Stats::NONE);
+    }
+
+    #[test]
+    fn statistics_are_unioned_and_fallback_reads_the_gpu() {
+        let n = needs(
+            "theil_sen(process_mem[10m], 1m) > 1 and slope(process_mem[5m]) > 0 \
+             and time_to(mem_used[20m], memory_total) < 3600",
+            true,
+        );
+        let p = n[&Metric::ProcessMem];
+        assert_eq!(p.keep_ms, 600_000 + 1000);
+        assert_eq!(p.stats, Stats::SUM.union(Stats::FIT));
+        let m = n[&Metric::MemUsed];
+        assert_eq!(m.keep_ms, 1_200_000 + 1000, "its own 20 m window is longer");
+        assert_eq!(m.stats, Stats::FIT);
+    }
+}
