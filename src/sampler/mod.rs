@@ -15,6 +15,7 @@ pub mod device;
 pub mod events;
 pub mod fields;
 pub mod gpu_procs;
+mod mailbox;
 pub mod nvml;
 pub mod procs;
 pub mod redact;
@@ -24,13 +25,14 @@ pub mod worker;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::{Duration, Instant};
 
 use crate::model::{Event, GpuInventory, GpuSample, ProcessSample, SampleStatus, TickBatch, TsMs};
 
 use self::device::SystemInfo;
 use self::gpu_procs::RawProcess;
+use self::mailbox::Mailbox;
 use self::nvml::{NvmlHandle, error_text};
 use self::procs::{ProcResolver, ProcessOverrides};
 use self::redact::Redactor;
@@ -68,7 +70,7 @@ struct Slot {
 
 pub struct Sampler {
     slots: Vec<Slot>,
-    responses: Receiver<Response>,
+    responses: Mailbox,
     events: Receiver<Event>,
     stop: Arc<AtomicBool>,
     resolver: ProcResolver,
@@ -96,15 +98,15 @@ impl Sampler {
             .nvml
             .device_count()
             .map_err(|e| SamplerError::DeviceCount(error_text(&e)))?;
-        let (resp_tx, responses) = mpsc::channel();
+        let responses = Mailbox::default();
         let sys = SystemInfo::from_handle(h);
         let mut slots = Vec::new();
         for index in 0..count {
             let (tx, rx) = mpsc::channel();
-            let (nvml, sys, resp_tx) = (h.nvml.clone(), sys.clone(), resp_tx.clone());
+            let (nvml, sys, mailbox) = (h.nvml.clone(), sys.clone(), responses.clone());
             std::thread::Builder::new()
                 .name(format!("gpuwatch-gpu{index}"))
-                .spawn(move || worker::run(nvml, index, sys, rx, resp_tx))?;
+                .spawn(move || worker::run(nvml, index, sys, rx, mailbox))?;
             slots.push(Slot {
                 index,
                 tx,
@@ -156,22 +158,19 @@ impl Sampler {
             sample: false,
             processes: false,
         };
+        self.responses.expect(req.tick_id, self.slots.len());
         for slot in &mut self.slots {
             if slot.tx.send(req).is_ok() {
                 slot.busy = Some(req.tick_id);
+            } else {
+                self.responses.forgo();
             }
         }
-        let end = Instant::now() + self.cfg.startup_timeout;
-        while self.slots.iter().any(|s| s.busy.is_some()) {
-            let Some(left) = end.checked_duration_since(Instant::now()) else {
-                break;
-            };
-            match self.responses.recv_timeout(left) {
-                Ok(r) => {
-                    self.absorb(r, 0);
-                }
-                Err(_) => break,
-            }
+        for r in self
+            .responses
+            .wait(Instant::now() + self.cfg.startup_timeout)
+        {
+            self.absorb(r, 0);
         }
         for slot in self.slots.iter().filter(|s| s.uuid.is_none()) {
             tracing::error!(
@@ -244,37 +243,26 @@ impl Sampler {
         // (their samples are stale and dropped; their inventory and errors are kept). Without
         // this, a tick where every GPU missed the deadline would send no request, wait for
         // nothing and leave every GPU busy for good.
-        while let Ok(r) = self.responses.try_recv() {
+        for r in self.responses.drain() {
             let _stale = self.absorb(r, tick_id);
         }
-        let mut waiting = 0;
-        for slot in &mut self.slots {
-            if slot.lost || slot.busy.is_some() {
-                continue;
-            }
+        let free: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| !self.slots[i].lost && self.slots[i].busy.is_none())
+            .collect();
+        self.responses.expect(tick_id, free.len());
+        for i in free {
+            let slot = &mut self.slots[i];
             if slot.tx.send(req).is_ok() {
                 slot.busy = Some(tick_id);
-                waiting += 1;
+            } else {
+                self.responses.forgo();
             }
         }
         let mut got: HashMap<u32, (GpuSample, Option<Vec<RawProcess>>)> = HashMap::new();
-        let end = started + self.cfg.deadline;
-        while waiting > 0 {
-            let Some(left) = end.checked_duration_since(Instant::now()) else {
-                break;
-            };
-            match self.responses.recv_timeout(left) {
-                Ok(r) => {
-                    let (index, current) = (r.index, r.tick_id == tick_id);
-                    if current {
-                        waiting -= 1;
-                    }
-                    if let Some(v) = self.absorb(r, tick_id) {
-                        got.insert(index, v);
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => break,
-                Err(RecvTimeoutError::Disconnected) => break,
+        for r in self.responses.wait(started + self.cfg.deadline) {
+            let index = r.index;
+            if let Some(v) = self.absorb(r, tick_id) {
+                got.insert(index, v);
             }
         }
         let mut batch = TickBatch {

@@ -6,7 +6,7 @@
 //! when its request channel closes.
 
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::Receiver;
 
 use nvml_wrapper::Nvml;
 
@@ -14,6 +14,7 @@ use crate::model::{GpuInventory, GpuSample, MetricError, SampleStatus, TsMs};
 
 use super::device::{SystemInfo, read_inventory, read_power_limit, read_processes, read_sample};
 use super::gpu_procs::RawProcess;
+use super::mailbox::Mailbox;
 use super::support::Support;
 
 #[derive(Debug, Clone, Copy)]
@@ -40,13 +41,13 @@ pub struct Response {
     pub lost: Option<String>,
 }
 
-/// Runs the worker loop for GPU `index` until `requests` closes.
+/// Runs the worker loop for GPU `index` until `requests` closes; answers go to `responses`.
 pub fn run(
     nvml: Arc<Nvml>,
     index: u32,
     sys: SystemInfo,
     requests: Receiver<Request>,
-    responses: Sender<Response>,
+    responses: Mailbox,
 ) {
     let mut support = Support::new(&format!("index {index}"));
     let device = match nvml.device_by_index(index) {
@@ -105,9 +106,7 @@ pub fn run(
             resp.lost = support.lost.clone();
         }
         resp.errors = support.take_changed_errors();
-        if responses.send(resp).is_err() {
-            return;
-        }
+        responses.post(resp);
     }
 }
 
