@@ -6,6 +6,7 @@
 //! GPUs for the demo and tests) and [`cli`]. See ARCHITECTURE.md.
 
 pub mod alerts;
+pub mod attribution;
 pub mod cli;
 pub mod clock;
 pub mod config;
