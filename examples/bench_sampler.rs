@@ -54,6 +54,7 @@ fn main() -> anyhow::Result<()> {
             processes: true,
             redact_patterns: Vec::new(),
             startup_timeout: Duration::from_secs(5),
+            ..Default::default()
         },
         Default::default(),
     )?;

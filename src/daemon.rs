@@ -197,6 +197,8 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
             processes: config.processes.enabled,
             redact_patterns: config.processes.redact_patterns.clone(),
             startup_timeout: config.sample_deadline.max(Duration::from_secs(5)),
+            proc_root: config.processes.proc_root.clone(),
+            pod_logs_dir: config.kubernetes.pod_logs_dir.clone(),
         },
         overrides,
     )?;

@@ -135,6 +135,32 @@ pub struct ProcessInfo {
     /// Command line with secrets redacted.
     pub cmdline: Option<String>,
     pub user: Option<String>,
+    /// Where the process runs (container, pod, Slurm job); `None` when its cgroup could not
+    /// be read (another PID namespace, exited, simulated): unknown, not "on the host".
+    pub placement: Option<Placement>,
+}
+
+/// A process's container, Kubernetes pod and Slurm job, from its cgroup (and, for a pod's
+/// name, the kubelet's pod log directories; for a Slurm job's name, its environment).
+/// Every field is `None` when the evidence does not say.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Placement {
+    /// `docker`, `containerd`, `cri-o` or `podman`.
+    pub runtime: Option<String>,
+    /// The runtime's 64-hex container id.
+    pub container_id: Option<String>,
+    pub pod_uid: Option<String>,
+    pub pod: Option<String>,
+    pub namespace: Option<String>,
+    /// The container's name in its pod.
+    pub container: Option<String>,
+    pub slurm_job: Option<u64>,
+    pub slurm_step: Option<String>,
+    pub slurm_job_name: Option<String>,
+    /// A Slurm array task: `<array job id>_<task id>`.
+    pub slurm_array: Option<String>,
+    /// The systemd unit of a process outside containers and jobs.
+    pub unit: Option<String>,
 }
 
 /// One compute process seen on one GPU at one tick.

@@ -116,6 +116,7 @@ impl SimGpus {
                         name: Some(p.name.clone()),
                         cmdline: Some(p.cmdline.clone()),
                         user: Some(p.user.clone()),
+                        placement: None,
                     };
                     (p.pid, info)
                 })

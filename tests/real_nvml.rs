@@ -23,6 +23,7 @@ fn sampler() -> (nvml::NvmlHandle, Sampler) {
             processes: true,
             redact_patterns: Vec::new(),
             startup_timeout: Duration::from_secs(10),
+            ..Default::default()
         },
         Default::default(),
     )

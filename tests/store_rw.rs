@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use gpuwatch::model::{
-    Event, GpuSample, MetricError, ProcessInfo, ProcessSample, SampleStatus, TickBatch,
+    Event, GpuSample, MetricError, Placement, ProcessInfo, ProcessSample, SampleStatus, TickBatch,
     TrainingPoint,
 };
 use gpuwatch::store::{self, StoreConfig, StoreError, WriterHandle, history, read, synth::TickGen};
@@ -113,6 +113,7 @@ fn proc_sample(ts: i64, uuid: &str, pid: u32, start: i64, mem: Option<u64>) -> P
             name: Some("python".into()),
             cmdline: Some("python train.py".into()),
             user: Some("bob".into()),
+            placement: None,
         },
         used_mem_bytes: mem,
     }
@@ -162,6 +163,69 @@ fn same_pid_with_another_start_time_is_another_process() {
     assert_eq!(rows[0].processes.len(), 1);
     assert_eq!(rows[0].processes[0].start_time_ms, T0 + 1500);
     assert_eq!(rows[0].processes[0].used_mem_bytes, Some(0));
+}
+
+#[test]
+fn placements_are_stored_read_back_and_unknown_stays_null() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut st = open(&dir.path().join("g.db"));
+    let mut tg = TickGen::new(1, 0);
+    let uuid = tg.uuid(0);
+    let placed = Placement {
+        runtime: Some("containerd".into()),
+        container_id: Some("ab".repeat(32)),
+        pod_uid: Some("7c1e6a4e-2c4b-4d3e-9f1a-0b2c3d4e5f60".into()),
+        pod: Some("llm-ft-7".into()),
+        namespace: Some("research".into()),
+        container: Some("trainer".into()),
+        ..Placement::default()
+    };
+    let job = Placement {
+        slurm_job: Some(4242),
+        slurm_step: Some("0".into()),
+        slurm_job_name: Some("llama".into()),
+        ..Placement::default()
+    };
+    let mut b = tg.tick(T0);
+    let mut procs = vec![
+        proc_sample(T0, &uuid, 1, T0 - 10, Some(1)),
+        proc_sample(T0, &uuid, 2, T0 - 10, Some(1)),
+        proc_sample(T0, &uuid, 3, T0 - 10, Some(1)),
+    ];
+    procs[0].process.placement = Some(placed.clone());
+    procs[1].process.placement = Some(job.clone());
+    b.processes = procs;
+    st.write_tick(&b).unwrap();
+
+    let rows = read::latest_per_gpu(st.conn(), None, T0 + 1000).unwrap();
+    let got: Vec<_> = rows[0]
+        .processes
+        .iter()
+        .map(|p| p.placement.clone())
+        .collect();
+    assert_eq!(got, vec![Some(placed), Some(job), None]);
+    assert_eq!(
+        read::holder(&rows[0].processes),
+        Some(("llm-ft-7", "research", Some("trainer"))),
+        "the one pod among the GPU's processes holds it"
+    );
+    let conn = st.conn();
+    let view = |sql: &str| count(conn, sql);
+    assert_eq!(
+        view(
+            "SELECT count(*) FROM gpu_processes WHERE pod = 'llm-ft-7' AND namespace = 'research' AND container = 'trainer' AND runtime = 'containerd' AND length(container_id) = 64"
+        ),
+        1
+    );
+    assert_eq!(
+        view("SELECT count(*) FROM gpu_processes WHERE slurm_job = 4242 AND slurm_step = '0'"),
+        1
+    );
+    assert_eq!(
+        view("SELECT count(*) FROM gpu_processes WHERE placement_known IS NULL AND pod IS NULL"),
+        1,
+        "the unplaced process is unknown, not on the host"
+    );
 }
 
 #[test]

@@ -7,3 +7,4 @@
 //! (the resolver reads a process's cgroup once, when it first sees the process).
 
 pub mod cgroup;
+pub mod placement;

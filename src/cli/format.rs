@@ -104,8 +104,13 @@ pub fn table(rows: &[GpuStatusRow], stale_after_ms: i64) -> String {
             .processes
             .iter()
             .map(|p| {
+                let at = match (p.pod(), p.placement.as_ref().and_then(|x| x.slurm_job)) {
+                    (Some((pod, ns, _)), _) => format!(" {ns}/{pod}"),
+                    (None, Some(job)) => format!(" slurm:{job}"),
+                    _ => String::new(),
+                };
                 format!(
-                    "{}[{}] {} GiB",
+                    "{}[{}]{at} {} GiB",
                     p.name.as_deref().unwrap_or("?"),
                     p.pid,
                     gib(p.used_mem_bytes)
@@ -147,12 +152,34 @@ fn processes_cell(first: Option<&String>, s: Option<&GpuSample>) -> String {
     }
 }
 
+/// One process of `status --format json`: placement keys are null when unknown.
+fn process_json(p: &crate::store::read::GpuProcessRow) -> Value {
+    let pl = p.placement.as_ref();
+    json!({
+        "pid": p.pid,
+        "start_time_ms": p.start_time_ms,
+        "name": p.name,
+        "user": p.user,
+        "used_mem_bytes": p.used_mem_bytes,
+        "pod": pl.and_then(|x| x.pod.as_deref()),
+        "namespace": pl.and_then(|x| x.namespace.as_deref()),
+        "container": pl.and_then(|x| x.container.as_deref()),
+        "container_id": pl.and_then(|x| x.container_id.as_deref()),
+        "runtime": pl.and_then(|x| x.runtime.as_deref()),
+        "pod_uid": pl.and_then(|x| x.pod_uid.as_deref()),
+        "slurm_job": pl.and_then(|x| x.slurm_job),
+        "slurm_step": pl.and_then(|x| x.slurm_step.as_deref()),
+        "slurm_job_name": pl.and_then(|x| x.slurm_job_name.as_deref()),
+    })
+}
+
 /// Machine-readable status: an array of GPU objects.
 pub fn json(rows: &[GpuStatusRow], stale_after_ms: i64) -> Value {
     Value::Array(
         rows.iter()
             .map(|r| {
                 let s = r.latest.as_ref();
+                let holder = crate::store::read::holder(&r.processes);
                 json!({
                     "host": r.host,
                     "index": r.inventory.index,
@@ -177,13 +204,11 @@ pub fn json(rows: &[GpuStatusRow], stale_after_ms: i64) -> Value {
                     "ecc_uncorrected": s.and_then(|s| s.ecc_uncorrected),
                     // null: the process list was not observed (unknown, not none).
                     "process_count": s.and_then(|s| s.process_count),
-                    "processes": r.processes.iter().map(|p| json!({
-                        "pid": p.pid,
-                        "start_time_ms": p.start_time_ms,
-                        "name": p.name,
-                        "user": p.user,
-                        "used_mem_bytes": p.used_mem_bytes,
-                    })).collect::<Vec<_>>(),
+                    // The pod holding the GPU (null when unknown or several).
+                    "pod": holder.map(|h| h.0),
+                    "namespace": holder.map(|h| h.1),
+                    "container": holder.and_then(|h| h.2),
+                    "processes": r.processes.iter().map(process_json).collect::<Vec<_>>(),
                 })
             })
             .collect(),

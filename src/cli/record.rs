@@ -51,6 +51,7 @@ pub fn run(args: RecordArgs) -> Result<(), Failure> {
             processes: true,
             redact_patterns: Vec::new(),
             startup_timeout: Duration::from_secs(10),
+            ..Default::default()
         },
         ProcessOverrides::default(),
     )?;

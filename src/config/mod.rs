@@ -50,6 +50,7 @@ pub struct Config {
     pub rollup_retention: Duration,
     pub max_db_size: u64,
     pub processes: ProcessesConfig,
+    pub kubernetes: KubernetesConfig,
     pub http: HttpConfig,
     /// Where training metrics come from; `None` without a `[prometheus]` section.
     pub prometheus: Option<PrometheusConfig>,
@@ -75,6 +76,16 @@ pub struct ProcessesConfig {
     pub enabled: bool,
     /// Extra regular expressions whose matches are redacted from command lines.
     pub redact_patterns: Vec<String>,
+    /// Where the processes of the GPUs are looked up: the host's `/proc`, mounted elsewhere
+    /// when gpuwatch runs in a container (`/host/proc`).
+    pub proc_root: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubernetesConfig {
+    /// The kubelet's pod log directories (`<namespace>_<pod>_<uid>/`): a pod UID from a
+    /// process's cgroup names its pod and namespace there.
+    pub pod_logs_dir: PathBuf,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -100,6 +111,10 @@ impl Default for Config {
             processes: ProcessesConfig {
                 enabled: true,
                 redact_patterns: Vec::new(),
+                proc_root: PathBuf::from("/proc"),
+            },
+            kubernetes: KubernetesConfig {
+                pod_logs_dir: PathBuf::from("/var/log/pods"),
             },
             http: HttpConfig {
                 enabled: true,

@@ -11,7 +11,7 @@ use toml::Spanned;
 use super::error::{ConfigError, ConfigErrors};
 use super::notify::RawNotify;
 use super::prometheus::RawPrometheus;
-use super::{Config, HttpConfig, ProcessesConfig};
+use super::{Config, HttpConfig, KubernetesConfig, ProcessesConfig};
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -27,6 +27,8 @@ pub struct RawConfig {
     max_db_size: Option<Spanned<SizeValue>>,
     #[serde(default)]
     processes: RawProcesses,
+    #[serde(default)]
+    kubernetes: RawKubernetes,
     #[serde(default)]
     http: RawHttp,
     prometheus: Option<Spanned<RawPrometheus>>,
@@ -59,6 +61,13 @@ struct RawProcesses {
     enabled: Option<bool>,
     #[serde(default)]
     redact_patterns: Vec<Spanned<String>>,
+    proc_root: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawKubernetes {
+    pod_logs_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -285,6 +294,13 @@ impl RawConfig {
             processes: ProcessesConfig {
                 enabled: self.processes.enabled.unwrap_or(true),
                 redact_patterns,
+                proc_root: self.processes.proc_root.unwrap_or(d.processes.proc_root),
+            },
+            kubernetes: KubernetesConfig {
+                pod_logs_dir: self
+                    .kubernetes
+                    .pod_logs_dir
+                    .unwrap_or(d.kubernetes.pod_logs_dir),
             },
             http: HttpConfig {
                 enabled: self.http.enabled.unwrap_or(true),

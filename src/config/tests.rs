@@ -204,3 +204,18 @@ fn the_alerting_guide_config_is_valid() {
     assert_eq!(c.notify.receivers.len(), 3);
     assert_eq!(c.notify.routes.len(), 2);
 }
+
+#[test]
+fn proc_root_and_pod_logs_dir() {
+    let d = parse("").expect("defaults");
+    assert_eq!(d.processes.proc_root, Path::new("/proc"));
+    assert_eq!(d.kubernetes.pod_logs_dir, Path::new("/var/log/pods"));
+    let c = parse(
+        "[processes]\nproc_root = \"/host/proc\"\n[kubernetes]\npod_logs_dir = \"/host/pods\"\n",
+    )
+    .expect("valid");
+    assert_eq!(c.processes.proc_root, Path::new("/host/proc"));
+    assert_eq!(c.kubernetes.pod_logs_dir, Path::new("/host/pods"));
+    let e = err("[kubernetes]\npod_log_dir = \"/x\"\n");
+    assert!(e.starts_with("g.toml:2:1:"), "{e}");
+}

@@ -320,6 +320,7 @@ fn processes(g: &TestGpu, uuid: &str, k: usize, ts: TsMs) -> Vec<ProcessSample> 
             name: Some(name),
             cmdline: None,
             user: None,
+            placement: None,
         },
         used_mem_bytes: mem.map(|m| (m * MIB).max(0.0).round() as u64),
     };

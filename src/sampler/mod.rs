@@ -23,6 +23,7 @@ pub mod support;
 pub mod worker;
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -47,6 +48,24 @@ pub struct SamplerConfig {
     pub redact_patterns: Vec<String>,
     /// How long start-up waits for the first inventory of every GPU.
     pub startup_timeout: Duration,
+    /// The host's `/proc` (`[processes] proc_root`).
+    pub proc_root: PathBuf,
+    /// The kubelet's pod log directories (`[kubernetes] pod_logs_dir`).
+    pub pod_logs_dir: PathBuf,
+}
+
+impl Default for SamplerConfig {
+    fn default() -> Self {
+        Self {
+            deadline: Duration::from_millis(800),
+            inventory_interval: Duration::from_secs(3600),
+            processes: true,
+            redact_patterns: Vec::new(),
+            startup_timeout: Duration::from_secs(10),
+            proc_root: PathBuf::from("/proc"),
+            pod_logs_dir: PathBuf::from("/var/log/pods"),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -118,8 +137,13 @@ impl Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let (ev_tx, events) = mpsc::channel();
         events::spawn(h.nvml.clone(), count, stop.clone(), ev_tx)?;
-        let observe_processes = cfg.processes && processes_observable(&overrides);
-        let resolver = ProcResolver::new(Redactor::new(&cfg.redact_patterns)?, overrides);
+        let observe_processes = cfg.processes && processes_observable(&overrides, &cfg.proc_root);
+        let resolver = ProcResolver::with_roots(
+            Redactor::new(&cfg.redact_patterns)?,
+            overrides,
+            &cfg.proc_root,
+            &cfg.pod_logs_dir,
+        );
         let mut s = Self {
             slots,
             responses,
@@ -327,19 +351,36 @@ impl Drop for Sampler {
 }
 
 /// Whether NVML's process lists are complete here: always for simulated GPUs; for real ones
-/// only in the host's PID namespace (says so once, with the fix, when not).
-fn processes_observable(overrides: &ProcessOverrides) -> bool {
+/// only in the host's PID namespace. Outside it, says so once, with the fix — and whether
+/// `proc_root` still shows the host's processes (their details then resolve; NVML's lists
+/// stay those of this namespace, so counts stay unknown).
+fn processes_observable(overrides: &ProcessOverrides, proc_root: &Path) -> bool {
     if overrides.simulated {
         return true;
     }
-    match procs::pid_namespace(std::path::Path::new("/proc")) {
+    match procs::pid_namespace(Path::new("/proc")) {
+        procs::PidNamespace::Other(ns) if procs::shows_host_processes(proc_root) => {
+            tracing::warn!(
+                pid_namespace = ns,
+                proc_root = %proc_root.display(),
+                "gpuwatch runs in a PID namespace other than the host's; process details are \
+                 read from the host's processes under proc_root, but NVML lists only the \
+                 processes this namespace can see, so process counts are unknown. Fix: run \
+                 with the host's PID namespace (Kubernetes: hostPID: true; Docker/Podman: \
+                 --pid=host)"
+            );
+            false
+        }
         procs::PidNamespace::Other(ns) => {
             tracing::warn!(
                 pid_namespace = ns,
-                "gpuwatch runs in a PID namespace other than the host's: NVML lists only the \
-                 processes this namespace can see, so process counts are unknown (rules fall \
-                 back to GPU memory; process details stay partial). Fix: run with the host's \
-                 PID namespace (Kubernetes: hostPID: true; Docker/Podman: --pid=host)"
+                proc_root = %proc_root.display(),
+                "gpuwatch runs in a PID namespace other than the host's and proc_root does not \
+                 show the host's processes: NVML lists only the processes this namespace can \
+                 see, so process counts are unknown and the processes it does list are known \
+                 by PID only. Fix: run with the host's PID namespace (Kubernetes: \
+                 hostPID: true; Docker/Podman: --pid=host), or mount the host's /proc (e.g. at \
+                 /host/proc) and set [processes] proc_root"
             );
             false
         }

@@ -41,9 +41,12 @@ pub enum PidNamespace {
     Unknown,
 }
 
-/// The PID namespace named by the `self/ns/pid` link under `proc_root` (normally `/proc`).
+/// The PID namespace named by the `self/ns/pid` link under `proc_root` (normally `/proc`);
+/// given a process's own directory (`/proc/1`), the `ns/pid` link under it.
 pub fn pid_namespace(proc_root: &Path) -> PidNamespace {
-    let Ok(link) = fs::read_link(proc_root.join("self/ns/pid")) else {
+    let link = fs::read_link(proc_root.join("self/ns/pid"))
+        .or_else(|_| fs::read_link(proc_root.join("ns/pid")));
+    let Ok(link) = link else {
         return PidNamespace::Unknown;
     };
     let text = link.to_string_lossy();
@@ -58,9 +61,21 @@ pub fn pid_namespace(proc_root: &Path) -> PidNamespace {
     }
 }
 
+/// Whether the procfs at `proc_root` shows the host's processes although this process runs
+/// in another PID namespace: its `self` names a PID other than ours (the mount belongs to an
+/// outer namespace), or its PID 1 is in the host's namespace.
+pub fn shows_host_processes(proc_root: &Path) -> bool {
+    let outer = fs::read_link(proc_root.join("self"))
+        .ok()
+        .and_then(|l| l.to_string_lossy().parse::<u32>().ok())
+        .is_some_and(|pid| pid != std::process::id());
+    outer || pid_namespace(&proc_root.join("1")) == PidNamespace::Host
+}
+
 #[derive(Debug)]
 pub struct ProcResolver {
     root: PathBuf,
+    pod_logs_dir: PathBuf,
     redactor: Redactor,
     boot_time_ms: i64,
     ticks_per_sec: i64,
@@ -76,8 +91,25 @@ pub struct ProcResolver {
 const MISSING_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl ProcResolver {
+    /// A resolver reading `/proc` (see [`ProcResolver::with_roots`]).
     pub fn new(redactor: Redactor, overrides: ProcessOverrides) -> Self {
-        let root = PathBuf::from("/proc");
+        Self::with_roots(
+            redactor,
+            overrides,
+            Path::new("/proc"),
+            Path::new("/var/log/pods"),
+        )
+    }
+
+    /// A resolver reading the host's processes under `proc_root` (the host's `/proc`
+    /// mounted in gpuwatch's container) and pod names under `pod_logs_dir`.
+    pub fn with_roots(
+        redactor: Redactor,
+        overrides: ProcessOverrides,
+        proc_root: &Path,
+        pod_logs_dir: &Path,
+    ) -> Self {
+        let root = proc_root.to_path_buf();
         let boot_time_ms = fs::read_to_string(root.join("stat"))
             .ok()
             .and_then(|s| {
@@ -90,6 +122,7 @@ impl ProcResolver {
         let tps = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
         Self {
             root,
+            pod_logs_dir: pod_logs_dir.to_path_buf(),
             redactor,
             boot_time_ms,
             ticks_per_sec: if tps > 0 { tps } else { 100 },
@@ -168,12 +201,14 @@ impl ProcResolver {
                 .and_then(|v| v.split_whitespace().next()?.parse::<u32>().ok())
         });
         let user = uid.and_then(|u| self.user_name(u));
+        let placement = crate::attribution::placement::of_process(&dir, &self.pod_logs_dir);
         ProcessInfo {
             pid,
             start_time_ms,
             name,
             cmdline,
             user,
+            placement,
         }
     }
 
@@ -242,6 +277,83 @@ mod tests {
         assert!(info.start_time_ms > now - 60_000 && info.start_time_ms <= now + 1000);
     }
 
+    /// The host's /proc mounted elsewhere (`[processes] proc_root`): a container's process
+    /// is resolved there, placement included, once per (pid, start time).
+    #[test]
+    fn a_fixture_proc_root_resolves_pods_and_slurm_jobs() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let root = t.path().join("host-proc");
+        let logs = t.path().join("pods");
+        let uid = "7c1e6a4e-2c4b-4d3e-9f1a-0b2c3d4e5f60";
+        std::fs::create_dir_all(logs.join(format!("research_llm-ft-7_{uid}/trainer")))
+            .expect("pod dir");
+        std::fs::create_dir_all(&root).expect("root");
+        std::fs::write(root.join("stat"), "cpu 1 2 3\nbtime 1700000000\n").expect("stat");
+        let id = "ab".repeat(32);
+        let proc = |pid: u32, start_ticks: u64, cgroup: &str| {
+            let d = root.join(pid.to_string());
+            std::fs::create_dir_all(&d).expect("pid dir");
+            let fields =
+                format!("S 1 {pid} {pid} 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start_ticks} 0 0");
+            std::fs::write(d.join("stat"), format!("{pid} (python3) {fields}")).expect("stat");
+            std::fs::write(d.join("comm"), "python3\n").expect("comm");
+            std::fs::write(d.join("status"), "Name:\tpython3\nUid:\t0\t0\t0\t0\n").expect("status");
+            std::fs::write(d.join("cgroup"), cgroup).expect("cgroup");
+        };
+        let u = uid.replace('-', "_");
+        proc(
+            101,
+            500,
+            &format!(
+                "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/cri-containerd-{id}.scope\n"
+            ),
+        );
+        proc(
+            102,
+            600,
+            "0::/system.slice/slurmstepd.scope/job_77/step_1/user/task_0\n",
+        );
+        let mut r = ProcResolver::with_roots(
+            Redactor::new(&[]).expect("valid"),
+            ProcessOverrides::default(),
+            &root,
+            &logs,
+        );
+        let a = r.resolve(101);
+        assert_eq!(a.name.as_deref(), Some("python3"));
+        assert_eq!(
+            a.start_time_ms,
+            1_700_000_000_000 + 500 * 1000 / r.ticks_per_sec
+        );
+        let pa = a.placement.expect("placement");
+        assert_eq!(
+            (
+                pa.pod.as_deref(),
+                pa.namespace.as_deref(),
+                pa.container.as_deref()
+            ),
+            (Some("llm-ft-7"), Some("research"), Some("trainer"))
+        );
+        assert_eq!(pa.container_id.as_deref(), Some(id.as_str()));
+        let b = r.resolve(102).placement.expect("placement");
+        assert_eq!(
+            (b.slurm_job, b.slurm_step.as_deref()),
+            (Some(77), Some("1"))
+        );
+        // Resolved once: a changed cgroup file is not read again for the same process...
+        std::fs::write(root.join("101/cgroup"), "0::/\n").expect("rewrite");
+        assert_eq!(
+            r.resolve(101).placement.expect("cached").pod.as_deref(),
+            Some("llm-ft-7")
+        );
+        // ...but a PID reused by a new process (another start time) is resolved again.
+        proc(101, 900, "0::/\n");
+        assert_eq!(r.resolve(101).placement.expect("new").pod, None);
+        // A PID NVML reports that the proc root does not show: known by PID, nothing else.
+        let gone = r.resolve(4242);
+        assert_eq!((gone.name, gone.placement), (None, None));
+    }
+
     #[test]
     fn overrides_answer_for_simulated_pids() {
         let mut o = ProcessOverrides::default();
@@ -254,6 +366,7 @@ mod tests {
                 name: Some("python".into()),
                 cmdline: None,
                 user: Some("alice".into()),
+                placement: None,
             },
         );
         let mut r = ProcResolver::new(Redactor::new(&[]).expect("valid"), o);

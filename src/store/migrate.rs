@@ -60,10 +60,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "process_count",
         sql: include_str!("../../migrations/0008_process_count.sql"),
     },
+    Migration {
+        version: 9,
+        name: "placement",
+        sql: include_str!("../../migrations/0009_placement.sql"),
+    },
 ];
 
 /// The schema version this binary writes and reads.
-pub const LATEST_VERSION: u32 = 8;
+pub const LATEST_VERSION: u32 = 9;
 
 /// The schema version of the database (`PRAGMA user_version`; 0 for an empty file).
 pub fn schema_version(conn: &Connection) -> Result<u32, StoreError> {

@@ -13,7 +13,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::StoreError;
 use super::rows::sample_metric_columns;
-use crate::model::{GpuInventory, GpuSample, MetricError, SampleStatus, TsMs};
+use crate::model::{GpuInventory, GpuSample, MetricError, Placement, SampleStatus, TsMs};
 
 /// One GPU as `gpuwatch status` shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,6 +43,64 @@ pub struct GpuProcessRow {
     pub name: Option<String>,
     pub user: Option<String>,
     pub used_mem_bytes: Option<u64>,
+    /// Its container, pod and Slurm job; `None` when its cgroup was not read.
+    pub placement: Option<Placement>,
+}
+
+impl GpuProcessRow {
+    /// The process's `(pod, namespace, container)` when its pod is known.
+    pub fn pod(&self) -> Option<(&str, &str, Option<&str>)> {
+        let p = self.placement.as_ref()?;
+        Some((
+            p.pod.as_deref()?,
+            p.namespace.as_deref()?,
+            p.container.as_deref(),
+        ))
+    }
+}
+
+/// The pod that holds a GPU, from its processes: the one pod all of its placed processes
+/// belong to; `None` when they name none or several.
+pub fn holder(procs: &[GpuProcessRow]) -> Option<(&str, &str, Option<&str>)> {
+    let mut pods = procs.iter().filter_map(GpuProcessRow::pod);
+    let first = pods.next()?;
+    let mut container = first.2;
+    for p in pods {
+        if (p.0, p.1) != (first.0, first.1) {
+            return None;
+        }
+        if p.2 != container {
+            container = None;
+        }
+    }
+    Some((first.0, first.1, container))
+}
+
+/// The `processes` placement columns, in this order, after the columns a query selects first.
+pub(crate) const PLACEMENT_COLUMNS: &str = "p.placement_known, p.runtime, p.container_id, \
+     p.pod_uid, p.pod, p.namespace, p.container, p.slurm_job, p.slurm_step, p.slurm_job_name, \
+     p.slurm_array, p.unit";
+
+/// The placement read from [`PLACEMENT_COLUMNS`] starting at column `at`.
+pub(crate) fn placement_from_row(r: &Row, at: usize) -> rusqlite::Result<Option<Placement>> {
+    if r.get::<_, Option<i64>>(at)?.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(Placement {
+        runtime: r.get(at + 1)?,
+        container_id: r.get(at + 2)?,
+        pod_uid: r.get(at + 3)?,
+        pod: r.get(at + 4)?,
+        namespace: r.get(at + 5)?,
+        container: r.get(at + 6)?,
+        slurm_job: r
+            .get::<_, Option<i64>>(at + 7)?
+            .and_then(|j| u64::try_from(j).ok()),
+        slurm_step: r.get(at + 8)?,
+        slurm_job_name: r.get(at + 9)?,
+        slurm_array: r.get(at + 10)?,
+        unit: r.get(at + 11)?,
+    }))
 }
 
 /// A metric that NVML fails to read on some GPU.
@@ -161,11 +219,11 @@ pub fn latest_per_gpu(
         sample_metric_columns!(),
         " FROM samples WHERE ts_ms = ?1 AND gpu_id = ?2"
     ))?;
-    let mut procs = conn.prepare_cached(
-        "SELECT p.pid, p.start_time_ms, p.name, p.user, ps.used_mem_bytes
+    let mut procs = conn.prepare_cached(&format!(
+        "SELECT p.pid, p.start_time_ms, p.name, p.user, ps.used_mem_bytes, {PLACEMENT_COLUMNS}
          FROM process_samples ps JOIN processes p ON p.id = ps.process_id
-         WHERE ps.ts_ms = ?1 AND ps.gpu_id = ?2 ORDER BY p.pid",
-    )?;
+         WHERE ps.ts_ms = ?1 AND ps.gpu_id = ?2 ORDER BY p.pid"
+    ))?;
     let mut out = Vec::with_capacity(gpus.len());
     for (mut row, gpu_id, last_sample_ms) in gpus {
         if let Some(ts) = last_sample_ms {
@@ -183,6 +241,7 @@ pub fn latest_per_gpu(
                             name: r.get(2)?,
                             user: r.get(3)?,
                             used_mem_bytes: u64_col(r, 4)?,
+                            placement: placement_from_row(r, 5)?,
                         })
                     })?
                     .collect::<Result<_, _>>()?;

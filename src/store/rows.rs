@@ -271,6 +271,7 @@ impl TickWriter<'_> {
     fn process_sample(&mut self, p: &ProcessSample) -> Result<(), StoreError> {
         let gpu_id = self.gpu_id(&p.gpu_uuid, p.ts_ms)?;
         let info = &p.process;
+        let pl = info.placement.as_ref();
         let key = (info.pid, info.start_time_ms);
         let process_id = match self.caches.procs.get_mut(&key) {
             Some(e) => {
@@ -290,12 +291,27 @@ impl TickWriter<'_> {
                     .conn
                     .prepare_cached(
                         "INSERT INTO processes (host_id, pid, start_time_ms, name, cmdline, user,
-                           first_seen_ms, last_seen_ms)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)
+                           first_seen_ms, last_seen_ms, placement_known, runtime, container_id,
+                           pod_uid, pod, namespace, container, slurm_job, slurm_step,
+                           slurm_job_name, slurm_array, unit)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
+                           ?15, ?16, ?17, ?18, ?19)
                          ON CONFLICT (host_id, pid, start_time_ms) DO UPDATE SET
                            name = coalesce(excluded.name, name),
                            cmdline = coalesce(excluded.cmdline, cmdline),
                            user = coalesce(excluded.user, user),
+                           placement_known = coalesce(excluded.placement_known, placement_known),
+                           runtime = coalesce(excluded.runtime, runtime),
+                           container_id = coalesce(excluded.container_id, container_id),
+                           pod_uid = coalesce(excluded.pod_uid, pod_uid),
+                           pod = coalesce(excluded.pod, pod),
+                           namespace = coalesce(excluded.namespace, namespace),
+                           container = coalesce(excluded.container, container),
+                           slurm_job = coalesce(excluded.slurm_job, slurm_job),
+                           slurm_step = coalesce(excluded.slurm_step, slurm_step),
+                           slurm_job_name = coalesce(excluded.slurm_job_name, slurm_job_name),
+                           slurm_array = coalesce(excluded.slurm_array, slurm_array),
+                           unit = coalesce(excluded.unit, unit),
                            first_seen_ms = min(first_seen_ms, excluded.first_seen_ms),
                            last_seen_ms = max(last_seen_ms, excluded.last_seen_ms)
                          RETURNING id",
@@ -308,7 +324,19 @@ impl TickWriter<'_> {
                             info.name,
                             info.cmdline,
                             info.user,
-                            p.ts_ms
+                            p.ts_ms,
+                            pl.map(|_| 1),
+                            pl.and_then(|x| x.runtime.as_deref()),
+                            pl.and_then(|x| x.container_id.as_deref()),
+                            pl.and_then(|x| x.pod_uid.as_deref()),
+                            pl.and_then(|x| x.pod.as_deref()),
+                            pl.and_then(|x| x.namespace.as_deref()),
+                            pl.and_then(|x| x.container.as_deref()),
+                            pl.and_then(|x| x.slurm_job.and_then(|j| i64::try_from(j).ok())),
+                            pl.and_then(|x| x.slurm_step.as_deref()),
+                            pl.and_then(|x| x.slurm_job_name.as_deref()),
+                            pl.and_then(|x| x.slurm_array.as_deref()),
+                            pl.and_then(|x| x.unit.as_deref()),
                         ],
                         |r| r.get(0),
                     )?;

@@ -143,6 +143,7 @@ impl TickGen {
                         name: Some("python".into()),
                         cmdline: Some(format!("python train.py --local-rank {i}")),
                         user: Some("alice".into()),
+                        placement: None,
                     },
                     used_mem_bytes: Some(self.mem[i] / self.procs_per_gpu as u64),
                 });

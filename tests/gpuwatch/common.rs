@@ -52,6 +52,7 @@ pub fn rig(scenario: &str, deadline: Duration) -> Rig {
             processes: true,
             redact_patterns: Vec::new(),
             startup_timeout: Duration::from_secs(5),
+            ..Default::default()
         },
         sim.process_overrides(START_MS),
     )

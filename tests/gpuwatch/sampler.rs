@@ -179,6 +179,7 @@ fn a_real_process_is_resolved_through_proc_with_redaction() {
             processes: true,
             redact_patterns: Vec::new(),
             startup_timeout: Duration::from_secs(5),
+            ..Default::default()
         },
         Default::default(),
     )
