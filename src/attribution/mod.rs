@@ -7,4 +7,5 @@
 //! (the resolver reads a process's cgroup once, when it first sees the process).
 
 pub mod cgroup;
+pub mod kubelet;
 pub mod placement;

@@ -1,0 +1,158 @@
+//! The client against a pod-resources server on a unix socket: the join, MIG devices, a
+//! kubelet that is missing, down, hanging or denies access, and a pod that moves.
+
+use std::time::Duration;
+
+use super::client::{self, KubeletError};
+use super::proto::*;
+use super::server::{self, PodList};
+use super::{Allocation, allocations};
+
+fn pod(name: &str, ns: &str, container: &str, resource: &str, ids: &[&str]) -> PodResources {
+    PodResources {
+        name: name.into(),
+        namespace: ns.into(),
+        containers: vec![ContainerResources {
+            name: container.into(),
+            devices: vec![ContainerDevices {
+                resource_name: resource.into(),
+                device_ids: ids.iter().map(|s| s.to_string()).collect(),
+            }],
+        }],
+    }
+}
+
+fn list(pods: Vec<PodResources>) -> ListPodResourcesResponse {
+    ListPodResourcesResponse {
+        pod_resources: pods,
+    }
+}
+
+const GPU0: &str = "GPU-5a7f9c2e-1b3d-4e6f-8a9b-0c1d2e3f4a5b";
+const GPU1: &str = "GPU-6b8fad3f-2c4e-4f70-9bac-1d2e3f4a5b6c";
+const MIG: &str = "MIG-9f2c1a7e-3b4d-5e6f-7a8b-9c0d1e2f3a4b";
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+#[test]
+fn gpus_and_mig_devices_map_to_their_pods() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("kubelet.sock");
+    let pods = PodList::default();
+    pods.set(list(vec![
+        pod(
+            "llm-ft-7",
+            "research",
+            "trainer",
+            "nvidia.com/gpu",
+            &[GPU0, GPU1],
+        ),
+        pod(
+            "notebook-3",
+            "dev",
+            "jupyter",
+            "nvidia.com/mig-1g.10gb",
+            &[MIG],
+        ),
+        // Not a GPU: ignored.
+        pod(
+            "net",
+            "kube-system",
+            "sriov",
+            "intel.com/sriov",
+            &["0000:3b:00.1"],
+        ),
+    ]));
+    let rt = rt();
+    rt.block_on(async {
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn({
+            let (sock, pods) = (sock.clone(), pods.clone());
+            async move {
+                server::serve(&sock, pods, async {
+                    let _ = stop_rx.await;
+                })
+                .await
+            }
+        });
+        while !sock.exists() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let a = allocations(
+            &client::list(&sock, Duration::from_secs(10))
+                .await
+                .expect("list"),
+        );
+        assert_eq!(a.len(), 3, "{a:?}");
+        let want = |pod: &str, ns: &str, c: &str, r: &str| Allocation {
+            pod: pod.into(),
+            namespace: ns.into(),
+            container: c.into(),
+            resource: r.into(),
+        };
+        assert_eq!(
+            a[GPU0],
+            want("llm-ft-7", "research", "trainer", "nvidia.com/gpu")
+        );
+        assert_eq!(a[GPU1], a[GPU0]);
+        assert_eq!(
+            a[MIG],
+            want("notebook-3", "dev", "jupyter", "nvidia.com/mig-1g.10gb")
+        );
+
+        // The pod moves: GPU1 is now another pod's.
+        pods.set(list(vec![pod(
+            "llm-ft-8",
+            "research",
+            "trainer",
+            "nvidia.com/gpu",
+            &[GPU1],
+        )]));
+        let a = allocations(
+            &client::list(&sock, Duration::from_secs(10))
+                .await
+                .expect("list"),
+        );
+        assert_eq!(a.get(GPU0), None, "released");
+        assert_eq!(a[GPU1].pod, "llm-ft-8");
+
+        // A kubelet that hangs costs the deadline, no more.
+        pods.set_delay(Some(Duration::from_secs(30)));
+        let start = std::time::Instant::now();
+        let e = client::list(&sock, Duration::from_millis(300))
+            .await
+            .expect_err("hangs");
+        assert!(matches!(e, KubeletError::Timeout { .. }), "{e}");
+        assert!(start.elapsed() < Duration::from_secs(5));
+        pods.set_delay(None);
+
+        // The kubelet goes down (restart): the socket file stays, nobody answers.
+        let _ = stop_tx.send(());
+        serving.await.expect("join").expect("served");
+        let e = client::list(&sock, Duration::from_secs(5))
+            .await
+            .expect_err("down");
+        assert!(matches!(e, KubeletError::Connect { .. }), "{e}");
+        assert!(e.to_string().contains("kubelet.sock"), "{e}");
+    });
+}
+
+#[test]
+fn a_missing_socket_says_where_and_what_to_mount() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("absent.sock");
+    let e = rt()
+        .block_on(client::list(&sock, Duration::from_secs(1)))
+        .expect_err("missing");
+    assert!(matches!(e, KubeletError::Missing(_)), "{e}");
+    assert!(e.to_string().contains("absent.sock"), "{e}");
+    let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+    let e = client::classify(&sock, &denied);
+    assert!(matches!(e, KubeletError::Permission(_)), "{e}");
+    assert!(e.to_string().contains("pod-resources"), "{e}");
+}
