@@ -37,3 +37,30 @@ FROM process_samples ps
 JOIN processes p ON p.id = ps.process_id
 JOIN gpus g ON g.id = ps.gpu_id
 JOIN hosts h ON h.id = g.host_id;
+
+-- Who each GPU was allocated to by the kubelet's device plugin (the pod-resources API), as
+-- intervals: `to_ms` NULL while it still is. A GPU with no row at a time had no allocation
+-- the kubelet reported (or no kubelet was asked).
+CREATE TABLE gpu_holders (
+    gpu_id    INTEGER NOT NULL,  -- gpus.id
+    from_ms   INTEGER NOT NULL,
+    to_ms     INTEGER,
+    pod       TEXT NOT NULL,
+    namespace TEXT NOT NULL,
+    container TEXT NOT NULL,
+    resource  TEXT NOT NULL,
+    PRIMARY KEY (gpu_id, from_ms)
+) WITHOUT ROWID;
+
+CREATE VIEW gpu_allocations AS
+SELECT h.name      AS host,
+       g.uuid      AS gpu_uuid,
+       g.gpu_index AS gpu_index,
+       a.pod, a.namespace, a.container, a.resource,
+       a.from_ms,
+       strftime('%Y-%m-%dT%H:%M:%fZ', a.from_ms / 1000.0, 'unixepoch') AS from_utc,
+       a.to_ms,
+       strftime('%Y-%m-%dT%H:%M:%fZ', a.to_ms / 1000.0, 'unixepoch') AS to_utc
+FROM gpu_holders a
+JOIN gpus g ON g.id = a.gpu_id
+JOIN hosts h ON h.id = g.host_id;

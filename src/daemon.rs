@@ -74,6 +74,34 @@ pub struct RunSummary {
 }
 
 /// Runs until `stop` is set or the ticker ends. Blocks the calling thread.
+/// The kubelet watcher, when `[kubernetes] enabled` asks for it (`"auto"`: when the
+/// pod-resources socket exists at start).
+fn start_kubelet(
+    config: &Config,
+    stop: &Arc<AtomicBool>,
+) -> Option<crate::attribution::kubelet::watch::KubeletView> {
+    use crate::config::Kubelet;
+    let k = &config.kubernetes;
+    let socket = &k.pod_resources_socket;
+    let required = match k.enabled {
+        Kubelet::Off => return None,
+        Kubelet::Auto if !socket.exists() => {
+            tracing::debug!(socket = %socket.display(), "no kubelet pod-resources socket: not a Kubernetes node");
+            return None;
+        }
+        Kubelet::Auto => false,
+        Kubelet::On => true,
+    };
+    tracing::info!(socket = %socket.display(), "reading GPU allocations from the kubelet");
+    match crate::attribution::kubelet::watch::spawn(socket.clone(), required, stop.clone()) {
+        Ok(view) => Some(view),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the kubelet client; pods come from cgroups only");
+            None
+        }
+    }
+}
+
 pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, DaemonError> {
     let DaemonParts {
         config,
@@ -203,6 +231,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         overrides,
     )?;
     summary.gpus = sampler.gpu_count();
+    let mut holders = crate::attribution::holders::Holders::new(start_kubelet(&config, &stop));
     health
         .gpus
         .store(sampler.gpu_count() as u32, Ordering::Relaxed);
@@ -211,6 +240,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     while let Some(tick) = ticker.next(&stop) {
         let mut batch = sampler.tick(tick.ts_ms);
         batch.training = tick.training;
+        holders.apply(&mut batch);
         let gaps = batch
             .samples
             .iter()

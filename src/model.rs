@@ -219,6 +219,25 @@ pub struct TickBatch {
     /// Error counters that changed during this tick.
     pub errors: Vec<MetricError>,
     pub training: Vec<TrainingPoint>,
+    /// GPUs whose holder (from the kubelet) changed: `None` = released.
+    pub allocations: Vec<GpuAllocation>,
+}
+
+/// Who a GPU (or MIG device) is allocated to, by the kubelet's device plugin.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GpuHolder {
+    pub pod: String,
+    pub namespace: String,
+    pub container: String,
+    /// The extended resource the device came from (`nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`).
+    pub resource: String,
+}
+
+/// A change of a GPU's holder at a tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuAllocation {
+    pub gpu_uuid: String,
+    pub holder: Option<GpuHolder>,
 }
 
 /// What one poll of the training-metrics source (Prometheus) learned about one role's query

@@ -7,5 +7,6 @@
 //! (the resolver reads a process's cgroup once, when it first sees the process).
 
 pub mod cgroup;
+pub mod holders;
 pub mod kubelet;
 pub mod placement;

@@ -333,6 +333,7 @@ impl LiveView {
                         placement: p.process.placement.clone(),
                     })
                     .collect(),
+                holder: None,
             })
             .collect();
         rows.sort_by_key(|r| r.inventory.index);

@@ -179,7 +179,7 @@ pub fn json(rows: &[GpuStatusRow], stale_after_ms: i64) -> Value {
         rows.iter()
             .map(|r| {
                 let s = r.latest.as_ref();
-                let holder = crate::store::read::holder(&r.processes);
+                let holder = r.pod();
                 json!({
                     "host": r.host,
                     "index": r.inventory.index,
@@ -240,6 +240,7 @@ mod tests {
             }),
             age_ms: Some(1000),
             processes: Vec::new(),
+            holder: None,
         }
     }
 

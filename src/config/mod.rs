@@ -81,8 +81,22 @@ pub struct ProcessesConfig {
     pub proc_root: PathBuf,
 }
 
+/// `[kubernetes] enabled`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kubelet {
+    /// `"auto"`: used when the socket exists (a Kubernetes node), silent otherwise.
+    Auto,
+    /// `true`: used, and a missing socket is reported.
+    On,
+    Off,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct KubernetesConfig {
+    /// Ask the kubelet which pod each GPU is allocated to.
+    pub enabled: Kubelet,
+    /// The kubelet's pod-resources socket.
+    pub pod_resources_socket: PathBuf,
     /// The kubelet's pod log directories (`<namespace>_<pod>_<uid>/`): a pod UID from a
     /// process's cgroup names its pod and namespace there.
     pub pod_logs_dir: PathBuf,
@@ -114,6 +128,8 @@ impl Default for Config {
                 proc_root: PathBuf::from("/proc"),
             },
             kubernetes: KubernetesConfig {
+                enabled: Kubelet::Auto,
+                pod_resources_socket: PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"),
                 pod_logs_dir: PathBuf::from("/var/log/pods"),
             },
             http: HttpConfig {

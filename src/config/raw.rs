@@ -11,7 +11,7 @@ use toml::Spanned;
 use super::error::{ConfigError, ConfigErrors};
 use super::notify::RawNotify;
 use super::prometheus::RawPrometheus;
-use super::{Config, HttpConfig, KubernetesConfig, ProcessesConfig};
+use super::{Config, HttpConfig, Kubelet, KubernetesConfig, ProcessesConfig};
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -67,7 +67,17 @@ struct RawProcesses {
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawKubernetes {
+    enabled: Option<Spanned<RawSwitch>>,
+    pod_resources_socket: Option<PathBuf>,
     pod_logs_dir: Option<PathBuf>,
+}
+
+/// `true`, `false` or a word (`"auto"`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawSwitch {
+    Bool(bool),
+    Word(String),
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -256,6 +266,25 @@ impl RawConfig {
                 }
             },
         };
+        let kubelet = match self
+            .kubernetes
+            .enabled
+            .as_ref()
+            .map(|v| (v.span(), v.get_ref()))
+        {
+            None => d.kubernetes.enabled,
+            Some((_, RawSwitch::Bool(true))) => Kubelet::On,
+            Some((_, RawSwitch::Bool(false))) => Kubelet::Off,
+            Some((_, RawSwitch::Word(w))) if w == "auto" => Kubelet::Auto,
+            Some((span, RawSwitch::Word(w))) => {
+                c.error(
+                    span,
+                    format!("`kubernetes.enabled` = {w:?} is not a setting"),
+                    "use true, false or \"auto\" (use the kubelet when its socket exists)",
+                );
+                d.kubernetes.enabled
+            }
+        };
         let stall_after = c.duration(
             "http.stall_after",
             &self.http.stall_after,
@@ -297,6 +326,11 @@ impl RawConfig {
                 proc_root: self.processes.proc_root.unwrap_or(d.processes.proc_root),
             },
             kubernetes: KubernetesConfig {
+                enabled: kubelet,
+                pod_resources_socket: self
+                    .kubernetes
+                    .pod_resources_socket
+                    .unwrap_or(d.kubernetes.pod_resources_socket),
                 pod_logs_dir: self
                     .kubernetes
                     .pod_logs_dir

@@ -216,6 +216,21 @@ fn proc_root_and_pod_logs_dir() {
     .expect("valid");
     assert_eq!(c.processes.proc_root, Path::new("/host/proc"));
     assert_eq!(c.kubernetes.pod_logs_dir, Path::new("/host/pods"));
+    assert_eq!(d.kubernetes.enabled, Kubelet::Auto);
+    assert_eq!(
+        d.kubernetes.pod_resources_socket,
+        Path::new("/var/lib/kubelet/pod-resources/kubelet.sock")
+    );
+    for (v, want) in [
+        ("true", Kubelet::On),
+        ("false", Kubelet::Off),
+        ("\"auto\"", Kubelet::Auto),
+    ] {
+        let c = parse(&format!("[kubernetes]\nenabled = {v}\n")).expect("valid");
+        assert_eq!(c.kubernetes.enabled, want, "{v}");
+    }
+    let e = err("[kubernetes]\nenabled = \"yes\"\n");
+    assert!(e.starts_with("g.toml:2:11: `kubernetes.enabled`"), "{e}");
     let e = err("[kubernetes]\npod_log_dir = \"/x\"\n");
     assert!(e.starts_with("g.toml:2:1:"), "{e}");
 }

@@ -13,7 +13,9 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::StoreError;
 use super::rows::sample_metric_columns;
-use crate::model::{GpuInventory, GpuSample, MetricError, Placement, SampleStatus, TsMs};
+use crate::model::{
+    GpuHolder, GpuInventory, GpuSample, MetricError, Placement, SampleStatus, TsMs,
+};
 
 /// One GPU as `gpuwatch status` shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,6 +35,23 @@ pub struct GpuStatusRow {
     pub age_ms: Option<i64>,
     /// Processes on the GPU at the newest sample's timestamp.
     pub processes: Vec<GpuProcessRow>,
+    /// Who the kubelet says holds the GPU now (`None`: no allocation known).
+    pub holder: Option<GpuHolder>,
+}
+
+impl GpuStatusRow {
+    /// The pod holding the GPU: the kubelet's allocation, else the one pod its processes
+    /// belong to.
+    pub fn pod(&self) -> Option<(&str, &str, Option<&str>)> {
+        match &self.holder {
+            Some(h) => Some((
+                h.pod.as_str(),
+                h.namespace.as_str(),
+                Some(h.container.as_str()),
+            )),
+            None => holder(&self.processes),
+        }
+    }
 }
 
 /// A process using a GPU at some tick.
@@ -210,6 +229,7 @@ pub fn latest_per_gpu(
                 latest: None,
                 age_ms: None,
                 processes: Vec::new(),
+                holder: None,
             };
             Ok((row, r.get::<_, i64>(1)?, r.get::<_, Option<TsMs>>(23)?))
         })?
@@ -224,8 +244,22 @@ pub fn latest_per_gpu(
          FROM process_samples ps JOIN processes p ON p.id = ps.process_id
          WHERE ps.ts_ms = ?1 AND ps.gpu_id = ?2 ORDER BY p.pid"
     ))?;
+    let mut held = conn.prepare_cached(
+        "SELECT pod, namespace, container, resource FROM gpu_holders
+         WHERE gpu_id = ?1 AND to_ms IS NULL ORDER BY from_ms DESC LIMIT 1",
+    )?;
     let mut out = Vec::with_capacity(gpus.len());
     for (mut row, gpu_id, last_sample_ms) in gpus {
+        row.holder = held
+            .query_row(params![gpu_id], |r| {
+                Ok(GpuHolder {
+                    pod: r.get(0)?,
+                    namespace: r.get(1)?,
+                    container: r.get(2)?,
+                    resource: r.get(3)?,
+                })
+            })
+            .optional()?;
         if let Some(ts) = last_sample_ms {
             let uuid = row.inventory.uuid.clone();
             row.latest = sample

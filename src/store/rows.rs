@@ -13,7 +13,9 @@ use rusqlite::{Connection, params};
 
 use super::StoreError;
 use super::write::{Caches, PROCESS_SEEN_RESOLUTION_MS, ProcEntry};
-use crate::model::{GpuInventory, GpuSample, ProcessSample, TickBatch, TrainingPoint, TsMs};
+use crate::model::{
+    GpuAllocation, GpuInventory, GpuSample, ProcessSample, TickBatch, TrainingPoint, TsMs,
+};
 
 /// Saturating conversion for counters and byte counts.
 pub(crate) fn sat(v: Option<u64>) -> Option<i64> {
@@ -111,6 +113,9 @@ impl TickWriter<'_> {
         }
         for p in &b.processes {
             self.process_sample(p)?;
+        }
+        for a in &b.allocations {
+            self.allocation(a, b.ts_ms)?;
         }
         for e in &b.events {
             let gpu_id = match &e.gpu_uuid {
@@ -264,6 +269,34 @@ impl TickWriter<'_> {
                  WHERE id = ?3",
             )?
             .execute(params![s.ts_ms, s.status.as_i64(), gpu_id])?;
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// Closes the GPU's open holder interval and opens the new one (if any) at `ts_ms`.
+    fn allocation(&mut self, a: &GpuAllocation, ts_ms: TsMs) -> Result<(), StoreError> {
+        let gpu_id = self.gpu_id(&a.gpu_uuid, ts_ms)?;
+        self.conn
+            .prepare_cached(
+                "UPDATE gpu_holders SET to_ms = ?1 WHERE gpu_id = ?2 AND to_ms IS NULL",
+            )?
+            .execute(params![ts_ms, gpu_id])?;
+        if let Some(h) = &a.holder {
+            self.conn
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO gpu_holders
+                       (gpu_id, from_ms, to_ms, pod, namespace, container, resource)
+                     VALUES (?1, ?2, NULL, ?3, ?4, ?5, ?6)",
+                )?
+                .execute(params![
+                    gpu_id,
+                    ts_ms,
+                    h.pod,
+                    h.namespace,
+                    h.container,
+                    h.resource
+                ])?;
+        }
         self.rows += 1;
         Ok(())
     }

@@ -449,3 +449,99 @@ fn run_logging(cfg: &Path, log: &Path) -> Daemon {
         .expect("spawn");
     Daemon(child)
 }
+
+const KUBE_SCENARIO: &str = r#"
+[scenario]
+name = "kube"
+duration = "1h"
+[[gpu]]
+model = "H100-SXM-80GB"
+uuid = "GPU-5a7f9c2e-1b3d-4e6f-8a9b-0c1d2e3f4a5b"
+[[gpu]]
+model = "H100-SXM-80GB"
+uuid = "GPU-6b8fad3f-2c4e-4f70-9bac-1d2e3f4a5b6c"
+[[process]]
+pid = 4000000
+name = "python"
+gpu = 1
+mem_mib = 1234
+"#;
+
+/// `gpuwatch run` with a kubelet (a pod-resources server on a unix socket): the GPU the
+/// device plugin allocated to a pod shows that pod in `status` and in `gpu_allocations`,
+/// though no process of the pod is visible; the other GPU's holder stays unknown.
+#[test]
+fn run_labels_gpus_with_the_pods_the_kubelet_allocated_them_to() {
+    use gpuwatch::attribution::kubelet::{proto, server};
+    let sim = sim(KUBE_SCENARIO);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("kubelet.sock");
+    let pods = server::PodList::default();
+    pods.set(proto::ListPodResourcesResponse {
+        pod_resources: vec![proto::PodResources {
+            name: "llm-ft-7".into(),
+            namespace: "research".into(),
+            containers: vec![proto::ContainerResources {
+                name: "trainer".into(),
+                devices: vec![proto::ContainerDevices {
+                    resource_name: "nvidia.com/gpu".into(),
+                    device_ids: vec!["GPU-5a7f9c2e-1b3d-4e6f-8a9b-0c1d2e3f4a5b".into()],
+                }],
+            }],
+        }],
+    });
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let serving = rt.spawn({
+        let (sock, pods) = (sock.clone(), pods.clone());
+        async move {
+            server::serve(&sock, pods, async {
+                let _ = stop_rx.await;
+            })
+            .await
+        }
+    });
+    wait_for("socket", Duration::from_secs(10), || {
+        sock.exists().then_some(())
+    });
+    let db = dir.path().join("g.db");
+    let port = free_port();
+    let extra = format!(
+        "[kubernetes]\nenabled = true\npod_resources_socket = \"{}\"\n",
+        sock.display()
+    );
+    let _d = start_daemon(&sim.library_path(), &db, port, &extra);
+    let gpus = wait_for("pods in status", Duration::from_secs(30), || {
+        let o = gpuwatch()
+            .args(["status", "--format", "json", "--db"])
+            .arg(&db)
+            .output()
+            .ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
+        let gpus = v["gpus"].as_array()?.clone();
+        (gpus.len() == 2 && gpus[0]["pod"].is_string()).then_some(gpus)
+    });
+    assert_eq!(gpus[0]["pod"], "llm-ft-7");
+    assert_eq!(gpus[0]["namespace"], "research");
+    assert_eq!(gpus[0]["container"], "trainer");
+    assert!(gpus[1]["pod"].is_null(), "{:?}", gpus[1]);
+    // The simulated process has no cgroup: its placement is unknown (null), not "host".
+    let p = &gpus[1]["processes"][0];
+    assert!(
+        p["pod"].is_null() && p["container_id"].is_null() && p["runtime"].is_null(),
+        "{p}"
+    );
+    let o = gpuwatch()
+        .args(["query", "--format", "csv", "--db"])
+        .arg(&db)
+        .arg("SELECT gpu_index, pod, namespace, container, resource, to_ms IS NULL FROM gpu_allocations")
+        .output()
+        .expect("query");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("0,llm-ft-7,research,trainer,nvidia.com/gpu,1"),
+        "{out}"
+    );
+    let _ = stop_tx.send(());
+    rt.block_on(serving).expect("join").expect("served");
+}

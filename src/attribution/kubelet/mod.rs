@@ -13,18 +13,12 @@ pub mod proto;
 pub mod server;
 #[cfg(test)]
 mod tests;
+pub mod watch;
 
 use std::collections::HashMap;
 
 /// Who a GPU is allocated to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Allocation {
-    pub pod: String,
-    pub namespace: String,
-    pub container: String,
-    /// The extended resource the device came from (`nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`).
-    pub resource: String,
-}
+pub type Allocation = crate::model::GpuHolder;
 
 /// Device id (GPU or MIG UUID) → its allocation.
 pub type Allocations = HashMap<String, Allocation>;

@@ -1,0 +1,140 @@
+//! The `gpuwatch-kubelet` thread: asks the kubelet for the GPU allocations on a timer and
+//! when the sampler pokes it (a GPU with processes but no known allocation), and publishes
+//! the newest answer for the sampling thread to pick up between ticks.
+//!
+//! Invariants: the sampling thread never waits for the kubelet (it reads the published
+//! answer, or nothing); one refresh at a time, each within its deadline, at most one poke
+//! per `MIN_POKE_GAP`; a failure is logged when it starts and when it ends, not every
+//! refresh; with `enabled = "auto"` a node without the socket is silent.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::{Allocations, allocations, client};
+
+/// How often allocations are read without a poke.
+pub const REFRESH: Duration = Duration::from_secs(30);
+/// The deadline of one `List` call.
+pub const DEADLINE: Duration = Duration::from_secs(5);
+const MIN_POKE_GAP: Duration = Duration::from_secs(5);
+
+/// What the thread publishes: the allocations of the newest successful refresh, numbered.
+#[derive(Debug, Default)]
+struct Published {
+    version: u64,
+    allocations: Allocations,
+}
+
+/// The sampling thread's side.
+#[derive(Debug, Clone)]
+pub struct KubeletView {
+    published: Arc<Mutex<Published>>,
+    poke: Arc<tokio::sync::Notify>,
+}
+
+impl KubeletView {
+    /// The allocations if they changed since `seen` (a version number; start with 0).
+    pub fn changed_since(&self, seen: &mut u64) -> Option<Allocations> {
+        let p = self
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        (p.version != *seen).then(|| {
+            *seen = p.version;
+            p.allocations.clone()
+        })
+    }
+
+    /// Asks for a refresh now (rate-limited by the thread).
+    pub fn poke(&self) {
+        self.poke.notify_one();
+    }
+
+    /// A view no thread feeds (tests publish into it).
+    #[cfg(test)]
+    pub(crate) fn detached() -> Self {
+        Self {
+            published: Arc::default(),
+            poke: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+
+    fn publish(&self, a: Allocations) {
+        let mut p = self
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        p.version += 1;
+        p.allocations = a;
+    }
+
+    #[cfg(test)]
+    pub(crate) fn publish_for_test(&self, a: Allocations) {
+        self.publish(a);
+    }
+}
+
+/// Starts the thread for the socket at `socket`; `required` logs a missing socket as a
+/// warning (`enabled = true`) instead of staying silent (`"auto"`).
+pub fn spawn(
+    socket: PathBuf,
+    required: bool,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<KubeletView> {
+    let view = KubeletView {
+        published: Arc::default(),
+        poke: Arc::new(tokio::sync::Notify::new()),
+    };
+    let v = view.clone();
+    std::thread::Builder::new()
+        .name("gpuwatch-kubelet".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot start the kubelet client; pods come from cgroups only");
+                    return;
+                }
+            };
+            rt.block_on(run(socket, required, stop, v));
+        })?;
+    Ok(view)
+}
+
+async fn run(socket: PathBuf, required: bool, stop: Arc<AtomicBool>, view: KubeletView) {
+    let mut failing: Option<String> = None;
+    let mut last_call: Option<Instant> = None;
+    let mut last: Option<Allocations> = None;
+    while !stop.load(Ordering::Relaxed) {
+        if let Some(t) = last_call {
+            let gap = MIN_POKE_GAP.saturating_sub(t.elapsed());
+            tokio::time::sleep(gap).await;
+        }
+        last_call = Some(Instant::now());
+        match client::list(&socket, DEADLINE).await {
+            Ok(resp) => {
+                if failing.take().is_some() {
+                    tracing::info!(socket = %socket.display(), "the kubelet answers again");
+                }
+                let a = allocations(&resp);
+                if last.as_ref() != Some(&a) {
+                    tracing::debug!(devices = a.len(), "GPU allocations from the kubelet");
+                    view.publish(a.clone());
+                    last = Some(a);
+                }
+            }
+            Err(e) => {
+                let text = e.to_string();
+                let silent = !required && matches!(e, client::KubeletError::Missing(_));
+                if failing.as_deref() != Some(text.as_str()) && !silent {
+                    tracing::warn!("{text}; pod labels come from cgroups until it answers");
+                }
+                failing = Some(text);
+            }
+        }
+        // Until the next refresh or a poke (a stop pokes too; the thread is not joined).
+        let _ = tokio::time::timeout(REFRESH, view.poke.notified()).await;
+    }
+}
