@@ -81,7 +81,17 @@ pub fn subject(a: &AlertMsg) -> String {
         parts.push(p);
     }
     if let Some(pod) = a.labels.get("pod") {
-        parts.push(format!("pod {pod}"));
+        let mut p = match a.labels.get("namespace") {
+            Some(ns) => format!("pod {ns}/{pod}"),
+            None => format!("pod {pod}"),
+        };
+        if let Some(c) = a.labels.get("container") {
+            p.push_str(&format!(" (container {c})"));
+        }
+        parts.push(p);
+    }
+    if let Some(job) = a.labels.get("slurm_job") {
+        parts.push(format!("Slurm job {job}"));
     }
     parts.join(" · ")
 }

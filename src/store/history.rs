@@ -9,9 +9,9 @@
 use rusqlite::{Connection, params};
 
 use super::StoreError;
-use super::read::{sample_from_row, u64_col};
+use super::read::{PLACEMENT_COLUMNS, placement_from_row, sample_from_row, u64_col};
 use super::rows::sample_metric_columns;
-use crate::model::{GpuInventory, GpuSample, TsMs};
+use crate::model::{GpuHolder, GpuInventory, GpuSample, Placement, TsMs};
 
 /// A GPU as the evaluator knows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -213,4 +213,56 @@ pub fn sample_span(conn: &Connection) -> Result<Option<(TsMs, TsMs)>, StoreError
             Ok((r.get(0)?, r.get(1)?))
         })?;
     Ok(span.0.zip(span.1))
+}
+
+/// The placement of process `process_id` (read once per process, when the evaluator first
+/// sees it); `None` when not known.
+pub fn process_placement(
+    conn: &Connection,
+    process_id: i64,
+) -> Result<Option<Placement>, StoreError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {PLACEMENT_COLUMNS} FROM processes p WHERE p.id = ?1"
+    ))?;
+    let mut rows = stmt.query(params![process_id])?;
+    match rows.next()? {
+        Some(r) => Ok(placement_from_row(r, 0)?),
+        None => Ok(None),
+    }
+}
+
+/// One GPU holder interval (`gpu_holders`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HolderRow {
+    pub gpu_id: i64,
+    pub from_ms: TsMs,
+    /// `None` while it still holds.
+    pub to_ms: Option<TsMs>,
+    pub holder: GpuHolder,
+}
+
+/// Holder intervals that overlap `(after_ms, upto_ms]`.
+pub fn holders(
+    conn: &Connection,
+    after_ms: TsMs,
+    upto_ms: TsMs,
+) -> Result<Vec<HolderRow>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT gpu_id, from_ms, to_ms, pod, namespace, container, resource FROM gpu_holders
+         WHERE from_ms <= ?2 AND (to_ms IS NULL OR to_ms > ?1)",
+    )?;
+    let rows = stmt.query_map(params![after_ms, upto_ms], |r| {
+        Ok(HolderRow {
+            gpu_id: r.get(0)?,
+            from_ms: r.get(1)?,
+            to_ms: r.get(2)?,
+            holder: GpuHolder {
+                pod: r.get(3)?,
+                namespace: r.get(4)?,
+                container: r.get(5)?,
+                resource: r.get(6)?,
+            },
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }

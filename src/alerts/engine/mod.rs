@@ -47,6 +47,35 @@ pub struct Subject {
     pub process: Option<String>,
     pub user: Option<String>,
     pub cmdline: Option<String>,
+    /// Where it runs: the process's placement, or for a GPU its holder (the kubelet's
+    /// allocation, else the one pod its processes belong to). Becomes labels.
+    pub pod: Option<String>,
+    pub namespace: Option<String>,
+    pub container: Option<String>,
+    pub container_id: Option<String>,
+    pub slurm_job: Option<u64>,
+}
+
+impl Subject {
+    /// The placement labels that are known (`pod`, `namespace`, `container`,
+    /// `container_id`, `slurm_job`).
+    pub fn placement_labels(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        for (k, v) in [
+            ("pod", &self.pod),
+            ("namespace", &self.namespace),
+            ("container", &self.container),
+            ("container_id", &self.container_id),
+        ] {
+            if let Some(v) = v {
+                out.push((k, v.clone()));
+            }
+        }
+        if let Some(j) = self.slurm_job {
+            out.push(("slurm_job", j.to_string()));
+        }
+        out
+    }
 }
 
 /// A reported change of an alert.
@@ -522,6 +551,9 @@ impl Engine {
         if let Some(p) = s.pid {
             labels.insert("pid".into(), p.to_string());
         }
+        for (k, v) in s.placement_labels() {
+            labels.insert(k.into(), v);
+        }
         let mut metrics = Vec::new();
         rule.condition.metrics(&mut metrics);
         let mut summary = rule.summary.render(&vars);
@@ -618,7 +650,7 @@ fn subject_of(target: Target<'_>, scope: Scope) -> Subject {
             ..Subject::default()
         };
     }
-    Subject {
+    let mut s = Subject {
         host: g.host.clone(),
         gpu: Some(g.inv.index),
         uuid: Some(g.inv.uuid.clone()),
@@ -627,7 +659,52 @@ fn subject_of(target: Target<'_>, scope: Scope) -> Subject {
         process: target.proc.and_then(|p| p.name.clone()),
         user: target.proc.and_then(|p| p.user.clone()),
         cmdline: target.proc.and_then(|p| p.cmdline.clone()),
+        ..Subject::default()
+    };
+    let placed = |pl: &crate::model::Placement, s: &mut Subject| {
+        s.pod = pl.pod.clone();
+        s.namespace = pl.namespace.clone();
+        s.container = pl.container.clone();
+        s.container_id = pl.container_id.clone();
+        s.slurm_job = pl.slurm_job;
+    };
+    let holder = g.last_ts.and_then(|t| g.holder_at(t));
+    match (target.proc.and_then(|p| p.placement.as_ref()), holder) {
+        (Some(pl), _) => placed(pl, &mut s),
+        (None, Some(h)) => {
+            s.pod = Some(h.pod.clone());
+            s.namespace = Some(h.namespace.clone());
+            s.container = Some(h.container.clone());
+        }
+        (None, None) if target.proc.is_none() => {
+            // A GPU's processes that all run in one pod (or one Slurm job) place the GPU.
+            let pls: Vec<&crate::model::Placement> = g
+                .procs
+                .values()
+                .filter_map(|p| p.placement.as_ref())
+                .collect();
+            if let Some(first) = pls.first() {
+                let same_pod = first.pod.is_some()
+                    && pls
+                        .iter()
+                        .all(|p| (&p.pod, &p.namespace) == (&first.pod, &first.namespace));
+                let same_job =
+                    first.slurm_job.is_some() && pls.iter().all(|p| p.slurm_job == first.slurm_job);
+                if same_pod {
+                    s.pod = first.pod.clone();
+                    s.namespace = first.namespace.clone();
+                    if pls.iter().all(|p| p.container == first.container) {
+                        s.container = first.container.clone();
+                    }
+                }
+                if same_job {
+                    s.slurm_job = first.slurm_job;
+                }
+            }
+        }
+        (None, None) => {}
     }
+    s
 }
 
 /// The targets a rule is evaluated for at `t`: (gpu id, process id, target). A process

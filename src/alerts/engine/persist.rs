@@ -151,6 +151,9 @@ pub(super) fn removed(
     if let Some(p) = subject.pid {
         labels.insert("pid".into(), p.to_string());
     }
+    for (k, v) in subject.placement_labels() {
+        labels.insert(k.into(), v);
+    }
     Transition {
         at,
         state: "resolved",

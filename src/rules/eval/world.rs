@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use rusqlite::Connection;
 
-use crate::model::{GpuInventory, GpuSample, SampleStatus, TsMs};
+use crate::model::{GpuHolder, GpuInventory, GpuSample, Placement, SampleStatus, TsMs};
 use crate::rules::ast::Metric;
 use crate::store::{StoreError, history};
 use crate::training::join::{GpuRef, Join, gpus_for_series};
@@ -59,6 +59,8 @@ pub struct Proc {
     /// Memory used by the process on this GPU, MiB.
     pub mem: Tracked,
     pub last_seen: TsMs,
+    /// Its container, pod and Slurm job (`None`: unknown).
+    pub placement: Option<Placement>,
 }
 
 #[derive(Debug, Clone)]
@@ -76,7 +78,23 @@ pub struct Gpu {
     pub interval: Interval,
     /// Training series ids joined to this GPU: (step, loss).
     pub training: (Option<i64>, Option<i64>),
+    /// Who the kubelet said holds the GPU: (from, to or open, holder), oldest first.
+    pub holders: Vec<(TsMs, Option<TsMs>, GpuHolder)>,
 }
+
+impl Gpu {
+    /// The kubelet's holder of the GPU at `t`, if any.
+    pub fn holder_at(&self, t: TsMs) -> Option<&GpuHolder> {
+        self.holders
+            .iter()
+            .rev()
+            .find(|(from, to, _)| *from <= t && to.is_none_or(|to| t < to))
+            .map(|(_, _, h)| h)
+    }
+}
+
+/// How many holder intervals a GPU keeps in memory (labels need the current one).
+const HOLDERS_KEPT: usize = 8;
 
 /// A GPU's typical sample spacing: the median of its last [`Interval::N`] spacings.
 #[derive(Debug, Clone, Default)]
@@ -138,6 +156,8 @@ pub struct World {
     fetch_ahead_ms: i64,
     /// The per-sample metrics some rule reads, with their history (from `needs`).
     sample_metrics: Vec<(Metric, Need)>,
+    /// Placements read for processes not fed yet (by process id).
+    placements: HashMap<i64, Option<Placement>>,
 }
 
 /// Rows read from the store but not yet fed (the evaluation time has not reached them).
@@ -205,9 +225,28 @@ impl World {
             self.refresh_gpus(conn)?;
         }
         if self.keep(Metric::ProcessMem).is_some() {
-            self.pending
-                .procs
-                .extend(history::process_samples(conn, after, to)?);
+            let procs = history::process_samples(conn, after, to)?;
+            // A process's placement is read once, when the evaluator first meets it.
+            for p in &procs {
+                let known = self
+                    .gpus
+                    .get(&p.gpu_id)
+                    .is_some_and(|g| g.procs.contains_key(&p.process_id));
+                if !known && !self.placements.contains_key(&p.process_id) {
+                    let pl = history::process_placement(conn, p.process_id)?;
+                    self.placements.insert(p.process_id, pl);
+                }
+            }
+            self.pending.procs.extend(procs);
+        }
+        for h in history::holders(conn, after, to)? {
+            if let Some(g) = self.gpus.get_mut(&h.gpu_id) {
+                g.holders.retain(|(from, _, _)| *from != h.from_ms);
+                g.holders.push((h.from_ms, h.to_ms, h.holder));
+                g.holders.sort_by_key(|(from, _, _)| *from);
+                let excess = g.holders.len().saturating_sub(HOLDERS_KEPT);
+                g.holders.drain(..excess);
+            }
         }
         self.pending.samples.extend(samples);
         self.pending.events.extend(
@@ -285,6 +324,11 @@ impl World {
             };
             self.feed_process(p);
         }
+        if !self.placements.is_empty() {
+            // Fed processes have their placement; keep only those still pending.
+            let pending: HashSet<i64> = self.pending.procs.iter().map(|p| p.process_id).collect();
+            self.placements.retain(|id, _| pending.contains(id));
+        }
         while self.pending.events.front().is_some_and(|e| e.ts_ms <= upto) {
             let Some(e) = self.pending.events.pop_front() else {
                 break;
@@ -330,6 +374,7 @@ impl World {
                 spec: None,
                 interval: Interval::default(),
                 training: (None, None),
+                holders: Vec::new(),
             });
             g.spec = row.inventory.name.as_deref().and_then(crate::specs::lookup);
             g.inv = row.inventory;
@@ -379,7 +424,11 @@ impl World {
             cmdline: p.cmdline.clone(),
             mem: Tracked::new(need),
             last_seen: p.ts_ms,
+            placement: None,
         });
+        if let Some(pl) = self.placements.get(&p.process_id) {
+            proc.placement = pl.clone();
+        }
         proc.last_seen = p.ts_ms;
         if let Some(b) = p.used_mem_bytes {
             proc.mem.series.push(p.ts_ms, b as f64 / MIB);

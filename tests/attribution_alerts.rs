@@ -1,0 +1,116 @@
+//! Alerts carry where the GPU's work runs: a process's pod (from its placement) and a GPU's
+//! holder (from the kubelet's allocation), through the one evaluation path (`replay` here,
+//! the daemon's rules thread live), as labels that routes and silences match.
+
+use std::path::Path;
+use std::process::Command;
+
+use gpuwatch::model::{GpuAllocation, GpuHolder, Placement, ProcessInfo, ProcessSample};
+use gpuwatch::store::{self, StoreConfig, synth::TickGen};
+
+const T0: i64 = 1_700_000_000_000;
+
+fn build(db: &Path) {
+    let mut st = store::open(db, &StoreConfig::new("node-1")).expect("open");
+    let mut tg = TickGen::new(3, 0);
+    let uuids: Vec<String> = (0..3).map(|i| tg.uuid(i)).collect();
+    let placed = Placement {
+        runtime: Some("containerd".into()),
+        container_id: Some("ab".repeat(32)),
+        pod: Some("llm-ft-7".into()),
+        namespace: Some("research".into()),
+        container: Some("trainer".into()),
+        ..Placement::default()
+    };
+    for k in 0..600i64 {
+        let ts = T0 + k * 1000;
+        let mut b = tg.tick(ts);
+        // Every GPU runs hot (slowdown at 87 °C): gpu_overheating fires on all three.
+        for s in &mut b.samples {
+            s.temp_c = Some(86);
+        }
+        b.processes = vec![ProcessSample {
+            ts_ms: ts,
+            gpu_uuid: uuids[0].clone(),
+            process: ProcessInfo {
+                pid: 4242,
+                start_time_ms: T0 - 1000,
+                name: Some("python".into()),
+                placement: Some(placed.clone()),
+                ..ProcessInfo::default()
+            },
+            used_mem_bytes: Some(1 << 30),
+        }];
+        if k == 0 {
+            b.allocations = vec![GpuAllocation {
+                gpu_uuid: uuids[1].clone(),
+                holder: Some(GpuHolder {
+                    pod: "eval-3".into(),
+                    namespace: "prod-eval".into(),
+                    container: "runner".into(),
+                    resource: "nvidia.com/gpu".into(),
+                }),
+            }];
+        }
+        st.write_tick(&b).expect("write");
+    }
+}
+
+#[test]
+fn alerts_are_labelled_with_the_pod_of_the_gpu() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("g.db");
+    build(&db);
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .args(["replay", "--format", "jsonl", "--db"])
+        .arg(&db)
+        .output()
+        .expect("replay");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let fired: Vec<serde_json::Value> = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .flat_map(|v| match v {
+            serde_json::Value::Array(a) => a,
+            v => vec![v],
+        })
+        .filter(|t| t["rule"] == "gpu_overheating" && t["state"] == "firing")
+        .collect();
+    let labels = |gpu: i64| {
+        fired
+            .iter()
+            .find(|t| t["gpu"] == gpu)
+            .map(|t| t["labels"].clone())
+            .unwrap_or_else(|| panic!("no overheating alert for GPU {gpu} in {out}"))
+    };
+    // GPU 0: its one process runs in pod research/llm-ft-7.
+    let l0 = labels(0);
+    assert_eq!(l0["pod"], "llm-ft-7", "{l0}");
+    assert_eq!(l0["namespace"], "research");
+    assert_eq!(l0["container"], "trainer");
+    // GPU 1: no process visible, but the kubelet allocated it to prod-eval/eval-3.
+    let l1 = labels(1);
+    assert_eq!(l1["pod"], "eval-3", "{l1}");
+    assert_eq!(l1["namespace"], "prod-eval");
+    // GPU 2: nothing says who holds it: no pod label at all (unknown, not "none").
+    let l2 = labels(2);
+    assert!(
+        l2.get("pod").is_none() && l2.get("namespace").is_none(),
+        "{l2}"
+    );
+
+    // Routes and silences match these labels like any other.
+    use gpuwatch::notify::matcher::Matcher;
+    let as_map = |v: &serde_json::Value| -> std::collections::BTreeMap<String, String> {
+        v.as_object()
+            .expect("labels")
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+            .collect()
+    };
+    let prod = Matcher::parse("namespace=~prod-.*").expect("matcher");
+    let research = Matcher::parse("namespace=research").expect("matcher");
+    assert!(prod.matches(&as_map(&l1)) && !prod.matches(&as_map(&l0)));
+    assert!(research.matches(&as_map(&l0)) && !research.matches(&as_map(&l2)));
+}
