@@ -114,3 +114,63 @@ fn alerts_are_labelled_with_the_pod_of_the_gpu() {
     assert!(prod.matches(&as_map(&l1)) && !prod.matches(&as_map(&l0)));
     assert!(research.matches(&as_map(&l0)) && !research.matches(&as_map(&l2)));
 }
+
+/// Six H100s on a host: five in one pod's training job at 95 % and one alone in another
+/// pod at 20 %. Compared host-wide, the lone GPU looks like a straggler; compared with its
+/// own job's GPUs (none), it is not one.
+#[test]
+fn stragglers_are_found_among_the_gpus_of_one_job_only() {
+    let run = |pods: bool| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("g.db");
+        let mut st = store::open(&db, &StoreConfig::new("node-1")).expect("open");
+        let mut tg = TickGen::new(6, 0);
+        let uuids: Vec<String> = (0..6).map(|i| tg.uuid(i)).collect();
+        for k in 0..900i64 {
+            let ts = T0 + k * 1000;
+            let mut b = tg.tick(ts);
+            for (i, s) in b.samples.iter_mut().enumerate() {
+                s.util_gpu_pct = Some(if i == 5 { 20 } else { 95 });
+                s.mem_used_bytes = Some(40 << 30);
+                s.temp_c = Some(60);
+                s.clock_sm_mhz = Some(1980);
+            }
+            if k == 0 && pods {
+                b.allocations = uuids
+                    .iter()
+                    .enumerate()
+                    .map(|(i, u)| GpuAllocation {
+                        gpu_uuid: u.clone(),
+                        holder: Some(GpuHolder {
+                            pod: if i == 5 {
+                                "notebook-1".into()
+                            } else {
+                                "llm-ft-7".into()
+                            },
+                            namespace: "research".into(),
+                            container: "main".into(),
+                            resource: "nvidia.com/gpu".into(),
+                        }),
+                    })
+                    .collect();
+            }
+            st.write_tick(&b).expect("write");
+        }
+        drop(st);
+        let o = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+            .args(["replay", "--format", "jsonl", "--db"])
+            .arg(&db)
+            .output()
+            .expect("replay");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.contains("\"gpu_straggler\"") && l.contains("\"firing\""))
+            .count()
+    };
+    assert!(
+        run(false) > 0,
+        "without pods the lone GPU is compared host-wide"
+    );
+    assert_eq!(run(true), 0, "with pods it has no peers: no straggler");
+}

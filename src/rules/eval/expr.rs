@@ -313,13 +313,13 @@ impl EvalCtx<'_> {
     /// host and model — a job rarely mixes models, and mixed models differ for no fault of
     /// theirs — of the same training job when `me` has one, else one that is in use (holding
     /// a job's memory): a free GPU next to a job is not the job's peer.
-    fn is_peer(&self, me: &Gpu, job: Option<&str>, g: &Gpu) -> bool {
+    fn is_peer(&self, me: &Gpu, job: Option<Job<'_>>, g: &Gpu) -> bool {
         if g.host != me.host || g.gpu_id == me.gpu_id || g.inv.name != me.inv.name {
             return false;
         }
         match job {
             Some(j) => job_of(self.world, g) == Some(j),
-            None => self.in_use(g),
+            None => self.in_use(g) && job_of(self.world, g).is_none(),
         }
     }
 
@@ -333,13 +333,47 @@ impl EvalCtx<'_> {
     }
 }
 
-/// The `job` label of the training step series joined to the GPU.
-fn job_of<'w>(world: &'w World, g: &Gpu) -> Option<&'w str> {
+/// The job a GPU works for: GPUs of one job are peers, GPUs of different jobs are not
+/// (four single-GPU jobs on a host are not each other's stragglers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Job<'w> {
+    /// The Kubernetes pod holding it (the kubelet's allocation, or the one pod of its
+    /// processes): (namespace, pod).
+    Pod(&'w str, &'w str),
+    /// The Slurm job all its placed processes run in.
+    Slurm(u64),
+    /// The `job` label of the training step series joined to it.
+    Training(&'w str),
+}
+
+fn job_of<'w>(world: &'w World, g: &'w Gpu) -> Option<Job<'w>> {
+    if let Some(h) = g.last_ts.and_then(|t| g.holder_at(t)) {
+        return Some(Job::Pod(&h.namespace, &h.pod));
+    }
+    let placed: Vec<&crate::model::Placement> = g
+        .procs
+        .values()
+        .filter_map(|p| p.placement.as_ref())
+        .collect();
+    if let Some(first) = placed.first() {
+        if let (Some(ns), Some(pod)) = (&first.namespace, &first.pod)
+            && placed
+                .iter()
+                .all(|p| p.namespace.as_ref() == Some(ns) && p.pod.as_ref() == Some(pod))
+        {
+            return Some(Job::Pod(ns, pod));
+        }
+        if let Some(j) = first.slurm_job
+            && placed.iter().all(|p| p.slurm_job == Some(j))
+        {
+            return Some(Job::Slurm(j));
+        }
+    }
     let t = world.training.get(&g.training.0?)?;
     t.labels
         .iter()
         .find(|(k, _)| k == "job")
-        .map(|(_, v)| v.as_str())
+        .map(|(_, v)| Job::Training(v.as_str()))
 }
 
 fn static_value(s: Static, g: &Gpu, world: &World) -> Option<f64> {
