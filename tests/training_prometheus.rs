@@ -183,10 +183,12 @@ async fn fetches_backfilled_series_and_survives_an_outage() {
         GpuRef {
             index: 0,
             uuid: UUID0.into(),
+            pod: None,
         },
         GpuRef {
             index: 1,
             uuid: UUID1.into(),
+            pod: None,
         },
     ];
     let joins: BTreeSet<(String, String)> = points

@@ -241,6 +241,7 @@ pub fn run(args: ImportOmArgs) -> Result<(), Failure> {
         .map(|g| GpuRef {
             index: g.inventory.index,
             uuid: g.inventory.uuid,
+            pod: None,
         })
         .collect();
     print!("{}", joins(&series, &gpus, &host));

@@ -272,6 +272,7 @@ fn training(
         .map(|g| GpuRef {
             index: g.inventory.index,
             uuid: g.inventory.uuid,
+            pod: None,
         })
         .collect();
     let mut out = Vec::new();

@@ -7,9 +7,11 @@
 //!    compared case-insensitively and with or without the `GPU-` prefix. A label naming a GPU
 //!    this host does not have joins nothing: `Gpus(vec![])` (never "all", which would blame
 //!    healthy GPUs for another host's job).
-//! 3. `pod` or `namespace` (and none of the above): the GPUs whose processes belong to that
-//!    pod, which process attribution does not know yet, so [`Join::Unknown`]. Callers treat
-//!    Unknown as "cannot say which GPU": no per-GPU alert from this series.
+//! 3. `pod` (with `namespace` when the series has one; none of the above): the GPUs that
+//!    pod holds (the kubelet's allocation, or the pod its processes run in). While no GPU's
+//!    pod is known (no kubelet, no placed process), or with `namespace` alone,
+//!    [`Join::Unknown`]: callers treat it as "cannot say which GPU", no per-GPU alert from
+//!    this series.
 //! 4. None of these labels: [`Join::All`], the series applies to every GPU of the host.
 //!
 //! Invariants: no allocation beyond the result; `Gpus` is sorted and without duplicates.
@@ -20,6 +22,8 @@ pub struct GpuRef {
     pub index: u32,
     /// NVML UUID, normally `GPU-xxxxxxxx-...`.
     pub uuid: String,
+    /// The pod holding it, `(namespace, pod)`, when known.
+    pub pod: Option<(String, String)>,
 }
 
 /// The GPUs a series applies to.
@@ -59,7 +63,25 @@ pub fn gpus_for_series(labels: &[(String, String)], gpus: &[GpuRef]) -> Join {
         found.dedup();
         return Join::Gpus(found);
     }
-    if label("pod").is_some() || label("namespace").is_some() {
+    if let Some(pod) = label("pod") {
+        if gpus.iter().all(|g| g.pod.is_none()) {
+            return Join::Unknown;
+        }
+        let ns = label("namespace");
+        let mut found: Vec<u32> = gpus
+            .iter()
+            .filter(|g| {
+                g.pod
+                    .as_ref()
+                    .is_some_and(|(gns, gpod)| gpod == pod && ns.is_none_or(|n| n == gns))
+            })
+            .map(|g| g.index)
+            .collect();
+        found.sort_unstable();
+        found.dedup();
+        return Join::Gpus(found);
+    }
+    if label("namespace").is_some() {
         return Join::Unknown;
     }
     Join::All
@@ -82,6 +104,7 @@ mod tests {
             .map(|i| GpuRef {
                 index: i,
                 uuid: format!("GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd"),
+                pod: None,
             })
             .collect()
     }
@@ -145,13 +168,39 @@ mod tests {
     }
 
     #[test]
-    fn pod_or_namespace_is_unknown_for_now() {
+    fn pod_or_namespace_is_unknown_while_no_pod_is_known() {
         assert_eq!(
             gpus_for_series(&l(&[("pod", "llm-7")]), &gpus()),
             Join::Unknown
         );
         assert_eq!(
             gpus_for_series(&l(&[("namespace", "ml"), ("rank", "0")]), &gpus()),
+            Join::Unknown
+        );
+    }
+
+    #[test]
+    fn a_pod_label_joins_the_gpus_that_pod_holds() {
+        let mut g = gpus();
+        g[1].pod = Some(("research".into(), "llm-7".into()));
+        g[2].pod = Some(("research".into(), "llm-7".into()));
+        g[3].pod = Some(("dev".into(), "llm-7".into()));
+        assert_eq!(
+            gpus_for_series(&l(&[("pod", "llm-7"), ("namespace", "research")]), &g),
+            Join::Gpus(vec![1, 2])
+        );
+        assert_eq!(
+            gpus_for_series(&l(&[("pod", "llm-7")]), &g),
+            Join::Gpus(vec![1, 2, 3]),
+            "without a namespace, every pod of that name"
+        );
+        assert_eq!(
+            gpus_for_series(&l(&[("pod", "other"), ("namespace", "research")]), &g),
+            Join::Gpus(vec![]),
+            "a pod holding none of this host's GPUs joins none"
+        );
+        assert_eq!(
+            gpus_for_series(&l(&[("namespace", "research")]), &g),
             Join::Unknown
         );
     }

@@ -678,29 +678,20 @@ fn subject_of(target: Target<'_>, scope: Scope) -> Subject {
         }
         (None, None) if target.proc.is_none() => {
             // A GPU's processes that all run in one pod (or one Slurm job) place the GPU.
-            let pls: Vec<&crate::model::Placement> = g
-                .procs
-                .values()
-                .filter_map(|p| p.placement.as_ref())
-                .collect();
-            if let Some(first) = pls.first() {
-                let same_pod = first.pod.is_some()
-                    && pls
-                        .iter()
-                        .all(|p| (&p.pod, &p.namespace) == (&first.pod, &first.namespace));
-                let same_job =
-                    first.slurm_job.is_some() && pls.iter().all(|p| p.slurm_job == first.slurm_job);
-                if same_pod {
-                    s.pod = first.pod.clone();
-                    s.namespace = first.namespace.clone();
-                    if pls.iter().all(|p| p.container == first.container) {
-                        s.container = first.container.clone();
-                    }
-                }
-                if same_job {
-                    s.slurm_job = first.slurm_job;
+            if let Some((ns, pod)) = g.pod() {
+                s.pod = Some(pod.to_string());
+                s.namespace = Some(ns.to_string());
+                let mut containers = g
+                    .procs
+                    .values()
+                    .filter_map(|p| p.placement.as_ref()?.container.as_deref());
+                if let Some(c) = containers.next()
+                    && containers.all(|o| o == c)
+                {
+                    s.container = Some(c.to_string());
                 }
             }
+            s.slurm_job = g.slurm_job();
         }
         (None, None) => {}
     }

@@ -347,27 +347,11 @@ enum Job<'w> {
 }
 
 fn job_of<'w>(world: &'w World, g: &'w Gpu) -> Option<Job<'w>> {
-    if let Some(h) = g.last_ts.and_then(|t| g.holder_at(t)) {
-        return Some(Job::Pod(&h.namespace, &h.pod));
+    if let Some((ns, pod)) = g.pod() {
+        return Some(Job::Pod(ns, pod));
     }
-    let placed: Vec<&crate::model::Placement> = g
-        .procs
-        .values()
-        .filter_map(|p| p.placement.as_ref())
-        .collect();
-    if let Some(first) = placed.first() {
-        if let (Some(ns), Some(pod)) = (&first.namespace, &first.pod)
-            && placed
-                .iter()
-                .all(|p| p.namespace.as_ref() == Some(ns) && p.pod.as_ref() == Some(pod))
-        {
-            return Some(Job::Pod(ns, pod));
-        }
-        if let Some(j) = first.slurm_job
-            && placed.iter().all(|p| p.slurm_job == Some(j))
-        {
-            return Some(Job::Slurm(j));
-        }
+    if let Some(j) = g.slurm_job() {
+        return Some(Job::Slurm(j));
     }
     let t = world.training.get(&g.training.0?)?;
     t.labels

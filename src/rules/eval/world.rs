@@ -83,6 +83,27 @@ pub struct Gpu {
 }
 
 impl Gpu {
+    /// The pod the GPU works for, `(namespace, pod)`: the kubelet's holder now, else the one
+    /// pod all its placed processes run in.
+    pub fn pod(&self) -> Option<(&str, &str)> {
+        if let Some(h) = self.last_ts.and_then(|t| self.holder_at(t)) {
+            return Some((&h.namespace, &h.pod));
+        }
+        let mut placed = self.procs.values().filter_map(|p| p.placement.as_ref());
+        let first = placed.next()?;
+        let pod = (first.namespace.as_deref()?, first.pod.as_deref()?);
+        placed
+            .all(|p| (p.namespace.as_deref(), p.pod.as_deref()) == (Some(pod.0), Some(pod.1)))
+            .then_some(pod)
+    }
+
+    /// The Slurm job all the GPU's placed processes run in.
+    pub fn slurm_job(&self) -> Option<u64> {
+        let mut placed = self.procs.values().filter_map(|p| p.placement.as_ref());
+        let job = placed.next()?.slurm_job?;
+        placed.all(|p| p.slurm_job == Some(job)).then_some(job)
+    }
+
     /// The kubelet's holder of the GPU at `t`, if any.
     pub fn holder_at(&self, t: TsMs) -> Option<&GpuHolder> {
         self.holders
@@ -158,6 +179,9 @@ pub struct World {
     sample_metrics: Vec<(Metric, Need)>,
     /// Placements read for processes not fed yet (by process id).
     placements: HashMap<i64, Option<Placement>>,
+    /// A GPU's pod may have changed (a holder, a placed process): training series are
+    /// joined again after this advance.
+    rejoin: bool,
 }
 
 /// Rows read from the store but not yet fed (the evaluation time has not reached them).
@@ -241,6 +265,7 @@ impl World {
         }
         for h in history::holders(conn, after, to)? {
             if let Some(g) = self.gpus.get_mut(&h.gpu_id) {
+                self.rejoin |= !g.holders.iter().any(|x| (x.0, x.1) == (h.from_ms, h.to_ms));
                 g.holders.retain(|(from, _, _)| *from != h.from_ms);
                 g.holders.push((h.from_ms, h.to_ms, h.holder));
                 g.holders.sort_by_key(|(from, _, _)| *from);
@@ -359,6 +384,9 @@ impl World {
             g.procs.retain(|_, p| upto - p.last_seen <= ttl);
         }
         self.fed_to = upto;
+        if std::mem::take(&mut self.rejoin) {
+            self.join_training();
+        }
         Ok(())
     }
 
@@ -426,7 +454,10 @@ impl World {
             last_seen: p.ts_ms,
             placement: None,
         });
-        if let Some(pl) = self.placements.get(&p.process_id) {
+        if proc.placement.is_none()
+            && let Some(pl) = self.placements.get(&p.process_id)
+        {
+            self.rejoin |= pl.as_ref().is_some_and(|pl| pl.pod.is_some());
             proc.placement = pl.clone();
         }
         proc.last_seen = p.ts_ms;
@@ -466,6 +497,7 @@ impl World {
             refs.entry(g.host.as_str()).or_default().push(GpuRef {
                 index: g.inv.index,
                 uuid: g.inv.uuid.clone(),
+                pod: g.pod().map(|(ns, pod)| (ns.to_string(), pod.to_string())),
             });
         }
         let mut joined: HashMap<i64, Candidates> = HashMap::new();
