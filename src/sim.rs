@@ -116,7 +116,11 @@ impl SimGpus {
                         name: Some(p.name.clone()),
                         cmdline: Some(p.cmdline.clone()),
                         user: Some(p.user.clone()),
-                        placement: None,
+                        // The same parser as for a real process's cgroup file.
+                        placement: p
+                            .cgroup
+                            .as_deref()
+                            .and_then(crate::attribution::placement::from_cgroup),
                     };
                     (p.pid, info)
                 })

@@ -17,16 +17,7 @@ use super::cgroup;
 /// The placement of the process whose `/proc` directory is `proc_dir`.
 pub fn of_process(proc_dir: &Path, pod_logs_dir: &Path) -> Option<Placement> {
     let text = fs::read_to_string(proc_dir.join("cgroup")).ok()?;
-    let c = cgroup::parse(&text)?;
-    let mut p = Placement {
-        runtime: c.runtime.map(|r| r.as_str().to_string()),
-        container_id: c.container_id,
-        pod_uid: c.pod_uid,
-        slurm_job: c.slurm_job,
-        slurm_step: c.slurm_step,
-        unit: c.unit,
-        ..Placement::default()
-    };
+    let mut p = from_cgroup(&text)?;
     if let Some(uid) = p.pod_uid.clone()
         && let Some(pod) = pod_from_logs(pod_logs_dir, &uid)
     {
@@ -38,6 +29,21 @@ pub fn of_process(proc_dir: &Path, pod_logs_dir: &Path) -> Option<Placement> {
         slurm_from_environ(proc_dir, job, &mut p);
     }
     Some(p)
+}
+
+/// What a `/proc/PID/cgroup` text alone places (no pod names, no Slurm job name); `None`
+/// when it holds no cgroup line.
+pub fn from_cgroup(text: &str) -> Option<Placement> {
+    let c = cgroup::parse(text)?;
+    Some(Placement {
+        runtime: c.runtime.map(|r| r.as_str().to_string()),
+        container_id: c.container_id,
+        pod_uid: c.pod_uid,
+        slurm_job: c.slurm_job,
+        slurm_step: c.slurm_step,
+        unit: c.unit,
+        ..Placement::default()
+    })
 }
 
 pub(crate) struct PodDir {

@@ -308,6 +308,19 @@ impl TickWriter<'_> {
         let key = (info.pid, info.start_time_ms);
         let process_id = match self.caches.procs.get_mut(&key) {
             Some(e) => {
+                if !e.pod_named
+                    && let Some(x) = pl.filter(|x| x.pod.is_some())
+                {
+                    self.conn
+                        .prepare_cached(
+                            "UPDATE processes SET pod = coalesce(pod, ?1),
+                               namespace = coalesce(namespace, ?2),
+                               container = coalesce(container, ?3)
+                             WHERE id = ?4",
+                        )?
+                        .execute(params![x.pod, x.namespace, x.container, e.id])?;
+                    e.pod_named = true;
+                }
                 if p.ts_ms - e.last_seen_written >= PROCESS_SEEN_RESOLUTION_MS {
                     self.conn
                         .prepare_cached(
@@ -378,6 +391,7 @@ impl TickWriter<'_> {
                     ProcEntry {
                         id,
                         last_seen_written: p.ts_ms,
+                        pod_named: pl.is_some_and(|x| x.pod.is_some()),
                     },
                 );
                 id

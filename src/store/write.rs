@@ -44,6 +44,8 @@ pub(super) struct ProcEntry {
     pub(super) id: i64,
     /// The `last_seen_ms` last written for the process.
     pub(super) last_seen_written: TsMs,
+    /// Its pod's name is stored (it may arrive after the process: the kubelet answers late).
+    pub(super) pod_named: bool,
 }
 
 /// Row ids of the store's own host, valid for committed rows only.

@@ -18,7 +18,7 @@ use crate::error::{Problems, ScenarioError, from_toml};
 use crate::gpu::{GpuModel, compile_spec, compile_timeline};
 use crate::spec::{RawFile, RawScenario};
 use crate::training::TrainingJob;
-use crate::types::{ProcessSpec, XidEvent};
+use crate::types::{PodSpec, ProcessSpec, XidEvent};
 
 /// Most GPUs a scenario may describe (the fake library has this many handle slots).
 pub const MAX_GPUS: usize = 64;
@@ -229,6 +229,23 @@ pub(crate) fn parse(text: &str, origin: &str) -> Result<Scenario, ScenarioError>
             training.push(job);
         }
     }
+    let mut pods = Vec::new();
+    for rp in &raw.pod {
+        let r = rp.get_ref();
+        match ctx.gpu_list(&mut p, &r.gpu, &r.gpus, rp.span()) {
+            Ok(Some(gpus)) => pods.push(PodSpec {
+                name: r.name.clone(),
+                namespace: r.namespace.clone().unwrap_or_else(|| "default".into()),
+                container: r.container.clone().unwrap_or_else(|| "main".into()),
+                gpus,
+            }),
+            Ok(None) => p.at(
+                Some(rp.span()),
+                "a pod needs `gpu` or `gpus`: the GPUs allocated to it",
+            ),
+            Err(()) => {}
+        }
+    }
     p.into_result()?;
     let name = h.name.clone().unwrap_or_else(|| {
         let stem = std::path::Path::new(origin).file_stem();
@@ -250,5 +267,6 @@ pub(crate) fn parse(text: &str, origin: &str) -> Result<Scenario, ScenarioError>
         faults,
         events,
         training,
+        pods,
     })
 }

@@ -53,7 +53,7 @@ impl Ctx {
     }
 
     /// Resolve `gpu = ...` / `gpus = [...]`; `Ok(None)` when neither is given.
-    fn gpu_list(
+    pub(crate) fn gpu_list(
         &self,
         p: &mut Problems,
         a: &Option<Spanned<GpuList>>,
@@ -167,6 +167,7 @@ impl Ctx {
             gpus: gpus?,
             start_tick: start,
             end_tick: end,
+            cgroup: r.cgroup.clone(),
         };
         Some((spec, sig))
     }

@@ -35,8 +35,8 @@ use std::path::Path;
 pub use compile::MAX_GPUS;
 pub use error::{Problem, ScenarioError};
 pub use types::{
-    CallOutcome, GpuSpec, GpuState, ProcessSpec, ProcessState, Stall, StallKind, TrainingSpec,
-    TrainingValue, XidEvent,
+    CallOutcome, GpuSpec, GpuState, PodSpec, ProcessSpec, ProcessState, Stall, StallKind,
+    TrainingSpec, TrainingValue, XidEvent,
 };
 pub use values::parse_duration;
 
@@ -58,6 +58,7 @@ pub struct Scenario {
     init_error: Option<u32>,
     gpus: Vec<gpu::GpuModel>,
     processes: Vec<ProcessSpec>,
+    pods: Vec<PodSpec>,
     faults: Vec<compile::Fault>,
     events: Vec<XidEvent>,
     training: Vec<training::TrainingJob>,
@@ -169,6 +170,11 @@ impl Scenario {
     /// Static process metadata, in file order.
     pub fn processes(&self) -> &[ProcessSpec] {
         &self.processes
+    }
+
+    /// The pods the simulated kubelet reports.
+    pub fn pods(&self) -> &[PodSpec] {
+        &self.pods
     }
 
     /// Training series at `tick` for every running job; empty when none runs.

@@ -24,6 +24,20 @@ pub struct RawFile {
     pub event: Vec<Spanned<RawEvent>>,
     #[serde(default)]
     pub training: Vec<Spanned<RawTraining>>,
+    #[serde(default)]
+    pub pod: Vec<Spanned<RawPod>>,
+}
+
+/// A Kubernetes pod the simulated node's kubelet reports, with the GPUs the device plugin
+/// allocated to it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPod {
+    pub name: String,
+    pub namespace: Option<String>,
+    pub container: Option<String>,
+    pub gpu: Option<Spanned<GpuList>>,
+    pub gpus: Option<Spanned<GpuList>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -128,6 +142,8 @@ pub struct RawProcess {
     pub end: Option<Spanned<Dur>>,
     pub mem_mib: Option<Spanned<RawBehaviour>>,
     pub mem_bytes: Option<Spanned<RawBehaviour>>,
+    /// The process's `/proc/PID/cgroup` text (e.g. `0::/kubepods.slice/…`).
+    pub cgroup: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -99,6 +99,17 @@ pub struct ProcessSpec {
     pub start_tick: u64,
     /// First tick at which the process is gone; `None` runs forever.
     pub end_tick: Option<u64>,
+    /// What `/proc/PID/cgroup` says for it (its container, pod, Slurm job).
+    pub cgroup: Option<String>,
+}
+
+/// A pod the simulated kubelet reports: the GPUs allocated to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodSpec {
+    pub name: String,
+    pub namespace: String,
+    pub container: String,
+    pub gpus: Vec<usize>,
 }
 
 impl ProcessSpec {

@@ -668,32 +668,39 @@ fn subject_of(target: Target<'_>, scope: Scope) -> Subject {
         s.container_id = pl.container_id.clone();
         s.slurm_job = pl.slurm_job;
     };
-    let holder = g.last_ts.and_then(|t| g.holder_at(t));
-    match (target.proc.and_then(|p| p.placement.as_ref()), holder) {
-        (Some(pl), _) => placed(pl, &mut s),
-        (None, Some(h)) => {
-            s.pod = Some(h.pod.clone());
-            s.namespace = Some(h.namespace.clone());
-            s.container = Some(h.container.clone());
-        }
-        (None, None) if target.proc.is_none() => {
-            // A GPU's processes that all run in one pod (or one Slurm job) place the GPU.
-            if let Some((ns, pod)) = g.pod() {
-                s.pod = Some(pod.to_string());
-                s.namespace = Some(ns.to_string());
-                let mut containers = g
-                    .procs
-                    .values()
-                    .filter_map(|p| p.placement.as_ref()?.container.as_deref());
-                if let Some(c) = containers.next()
-                    && containers.all(|o| o == c)
-                {
-                    s.container = Some(c.to_string());
-                }
+    let proc_placement = target.proc.and_then(|p| p.placement.as_ref());
+    if let Some(pl) = proc_placement {
+        placed(pl, &mut s);
+    }
+    // A process in some pod (its cgroup says so) whose pod the logs did not name, or a GPU:
+    // the pod the kubelet allocated the GPU to.
+    let in_a_pod = proc_placement.is_none_or(|pl| pl.pod_uid.is_some());
+    if s.pod.is_none()
+        && in_a_pod
+        && let Some(h) = g.last_ts.and_then(|t| g.holder_at(t))
+    {
+        s.pod = Some(h.pod.clone());
+        s.namespace = Some(h.namespace.clone());
+        s.container = Some(h.container.clone());
+    }
+    if target.proc.is_none() && s.pod.is_none() {
+        // A GPU's processes that all run in one pod (or one Slurm job) place the GPU.
+        if let Some((ns, pod)) = g.pod() {
+            s.pod = Some(pod.to_string());
+            s.namespace = Some(ns.to_string());
+            let mut containers = g
+                .procs
+                .values()
+                .filter_map(|p| p.placement.as_ref()?.container.as_deref());
+            if let Some(c) = containers.next()
+                && containers.all(|o| o == c)
+            {
+                s.container = Some(c.to_string());
             }
-            s.slurm_job = g.slurm_job();
         }
-        (None, None) => {}
+    }
+    if target.proc.is_none() {
+        s.slurm_job = s.slurm_job.or_else(|| g.slurm_job());
     }
     s
 }

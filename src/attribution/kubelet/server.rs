@@ -91,7 +91,15 @@ pub async fn serve(
     pods: PodList,
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    let listener = tokio::net::UnixListener::bind(path)?;
+    serve_listener(tokio::net::UnixListener::bind(path)?, pods, shutdown).await
+}
+
+/// Serves `pods` on a bound listener until `shutdown` resolves.
+pub async fn serve_listener(
+    listener: tokio::net::UnixListener,
+    pods: PodList,
+    shutdown: impl Future<Output = ()> + Send,
+) -> std::io::Result<()> {
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
     tonic::transport::Server::builder()
         .add_service(Lister(pods))
