@@ -296,7 +296,18 @@ fn alerts_and_incidents_of_a_demo_run() {
         "the step stopped at least 1 min before the alert started to hold: {}",
         start - stopped
     );
-    assert!(!inc["processes"].as_array().expect("processes").is_empty());
+    let procs = inc["processes"].as_array().expect("processes");
+    assert!(!procs.is_empty());
+    // The demo's job runs in a containerd pod (its cgroup says so); this run has no kubelet
+    // to name the pod: the container is known, the pod's name is not (null, not guessed).
+    assert_eq!(procs[0]["runtime"], "containerd", "{}", procs[0]);
+    assert_eq!(
+        procs[0]["container_id"].as_str().map(str::len),
+        Some(64),
+        "{}",
+        procs[0]
+    );
+    assert!(procs[0]["pod"].is_null(), "{}", procs[0]);
 
     let text = ok_stdout(&gpuwatch(&["incident", &id.to_string()], &db));
     let order: Vec<usize> = [

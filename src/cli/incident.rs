@@ -202,6 +202,7 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
         );
     }
     let procs = q::processes(&conn, alert.gpu_id, before_from, end).with_context(ctx)?;
+    let holders = q::holders(&conn, alert.gpu_id, before_from, end).with_context(ctx)?;
     let observed =
         q::process_observation(&conn, alert.gpu_id, before_from, end).with_context(ctx)?;
     let events = q::events(&conn, alert.gpu_id, before_from, end).with_context(ctx)?;
@@ -226,10 +227,24 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
                 // Samples of the window whose process list was observed: where it was not,
                 // processes are unknown (not "none").
                 "process_list": {"observed_samples": observed.0, "samples": observed.1},
-                "processes": procs.iter().map(|p| json!({
-                    "pid": p.pid, "name": p.name, "user": p.user,
-                    "first_seen": rfc3339(p.first_ms), "last_seen": rfc3339(p.last_ms),
-                    "max_mem_mib": p.max_mem_bytes.map(|b| b as f64 / 1_048_576.0),
+                "processes": procs.iter().map(|p| {
+                    let pl = p.placement.as_ref();
+                    json!({
+                        "pid": p.pid, "name": p.name, "user": p.user,
+                        "first_seen": rfc3339(p.first_ms), "last_seen": rfc3339(p.last_ms),
+                        "max_mem_mib": p.max_mem_bytes.map(|b| b as f64 / 1_048_576.0),
+                        "pod": pl.and_then(|x| x.pod.as_deref()),
+                        "namespace": pl.and_then(|x| x.namespace.as_deref()),
+                        "container": pl.and_then(|x| x.container.as_deref()),
+                        "container_id": pl.and_then(|x| x.container_id.as_deref()),
+                        "runtime": pl.and_then(|x| x.runtime.as_deref()),
+                        "slurm_job": pl.and_then(|x| x.slurm_job),
+                    })
+                }).collect::<Vec<_>>(),
+                // Who the kubelet said held the GPU during the window.
+                "holders": holders.iter().map(|(from, to, h)| json!({
+                    "pod": h.pod, "namespace": h.namespace, "container": h.container,
+                    "from": rfc3339(*from), "to": to.map(rfc3339),
                 })).collect::<Vec<_>>(),
                 "events": events.iter().map(|e| json!({
                     "at": rfc3339(e.ts_ms), "at_ms": e.ts_ms, "gpu": e.on_gpu, "kind": e.kind,
@@ -249,7 +264,7 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
             &alert,
             &notes,
             &metrics,
-            (&procs, observed),
+            (&procs, observed, &holders),
             &events,
             &training,
             args.window,

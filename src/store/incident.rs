@@ -168,6 +168,38 @@ pub struct WindowProcess {
     pub last_ms: TsMs,
     /// Largest GPU memory seen, in bytes; `None` when the driver never said.
     pub max_mem_bytes: Option<i64>,
+    /// Its container, pod and Slurm job (`None`: unknown).
+    pub placement: Option<crate::model::Placement>,
+}
+
+impl WindowProcess {
+    /// `ns/pod`, `slurm:N` or `-`: where the process ran, for a table cell.
+    pub fn place(&self) -> String {
+        let p = self.placement.as_ref();
+        match (
+            p.and_then(|p| p.namespace.as_deref()),
+            p.and_then(|p| p.pod.as_deref()),
+            p.and_then(|p| p.slurm_job),
+        ) {
+            (Some(ns), Some(pod), _) => format!("{ns}/{pod}"),
+            (_, _, Some(job)) => format!("slurm:{job}"),
+            _ => "-".into(),
+        }
+    }
+}
+
+/// Who the kubelet said held GPU `gpu_id` during `[from, to]`: (from, to or open, holder).
+pub fn holders(
+    conn: &Connection,
+    gpu_id: i64,
+    from: TsMs,
+    to: TsMs,
+) -> Result<Vec<(TsMs, Option<TsMs>, crate::model::GpuHolder)>, StoreError> {
+    Ok(super::history::holders(conn, from - 1, to)?
+        .into_iter()
+        .filter(|h| h.gpu_id == gpu_id)
+        .map(|h| (h.from_ms, h.to_ms, h.holder))
+        .collect())
 }
 
 /// Processes with samples on GPU `gpu_id` in `[from, to]`, by first appearance.
@@ -177,12 +209,14 @@ pub fn processes(
     from: TsMs,
     to: TsMs,
 ) -> Result<Vec<WindowProcess>, StoreError> {
-    let mut stmt = conn.prepare(
-        "SELECT p.pid, p.name, p.user, min(s.ts_ms), max(s.ts_ms), max(s.used_mem_bytes)
+    let mut stmt = conn.prepare(&format!(
+        "SELECT p.pid, p.name, p.user, min(s.ts_ms), max(s.ts_ms), max(s.used_mem_bytes),
+           {}
          FROM process_samples s JOIN processes p ON p.id = s.process_id
          WHERE s.ts_ms >= ?2 AND s.ts_ms <= ?3 AND s.gpu_id = ?1
          GROUP BY s.process_id ORDER BY min(s.ts_ms), p.pid",
-    )?;
+        super::read::PLACEMENT_COLUMNS
+    ))?;
     let rows = stmt.query_map(params![gpu_id, from, to], |r| {
         Ok(WindowProcess {
             pid: r.get(0)?,
@@ -191,6 +225,7 @@ pub fn processes(
             first_ms: r.get(3)?,
             last_ms: r.get(4)?,
             max_mem_bytes: r.get(5)?,
+            placement: super::read::placement_from_row(r, 6)?,
         })
     })?;
     Ok(rows.collect::<Result<_, _>>()?)

@@ -33,11 +33,14 @@ fn num(v: f64) -> String {
     }
 }
 
+/// Who held the GPU: (from, to or open, holder).
+type Holder = (i64, Option<i64>, crate::model::GpuHolder);
+
 pub(super) fn render(
     a: &q::AlertRow,
     notes: &[q::NotificationRow],
     metrics: &[(&str, &str, Stats, Stats)],
-    (procs, (observed, samples)): (&[q::WindowProcess], (u64, u64)),
+    (procs, (observed, samples), holders): (&[q::WindowProcess], (u64, u64), &[Holder]),
     events: &[q::WindowEvent],
     training: &[Training],
     window: Duration,
@@ -56,6 +59,16 @@ pub(super) fn render(
     );
     if let Some(s) = &a.summary {
         o.push_str(&format!("summary: {s}\n"));
+    }
+    for (from, to, h) in holders {
+        o.push_str(&format!(
+            "held by: pod {}/{} (container {}) from {}{}\n",
+            h.namespace,
+            h.pod,
+            h.container,
+            short(*from),
+            to.map_or(String::new(), |t| format!(" to {}", short(t)))
+        ));
     }
     o.push_str(&format!(
         "state now: {}{}\n\ntimeline (UTC):\n",
@@ -174,6 +187,7 @@ pub(super) fn render(
             "FIRST SEEN".into(),
             "LAST SEEN".into(),
             "MAX MEM (MiB)".into(),
+            "POD / JOB".into(),
         ]];
         for p in procs {
             cells.push(vec![
@@ -184,6 +198,7 @@ pub(super) fn render(
                 short(p.last_ms),
                 p.max_mem_bytes
                     .map_or("-".into(), |b| format!("{:.0}", b as f64 / 1_048_576.0)),
+                p.place(),
             ]);
         }
         o.push_str(&indent(&table(&cells)));
