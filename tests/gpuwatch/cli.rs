@@ -545,3 +545,51 @@ fn run_labels_gpus_with_the_pods_the_kubelet_allocated_them_to() {
     let _ = stop_tx.send(());
     rt.block_on(serving).expect("join").expect("served");
 }
+
+/// `[kubernetes] enabled = true` on a node whose kubelet socket is missing: one warning that
+/// says where it looked and what it falls back to; sampling goes on, and no GPU gets a pod.
+#[test]
+fn a_missing_kubelet_is_one_warning_and_sampling_goes_on() {
+    let sim = sim(KUBE_SCENARIO);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("absent").join("kubelet.sock");
+    let db = dir.path().join("g.db");
+    let port = free_port();
+    let extra = format!(
+        "[kubernetes]\nenabled = true\npod_resources_socket = \"{}\"\n",
+        sock.display()
+    );
+    let mut d = start_daemon(&sim.library_path(), &db, port, &extra);
+    let gpus = wait_for("samples", Duration::from_secs(20), || {
+        let o = gpuwatch()
+            .args(["status", "--format", "json", "--db"])
+            .arg(&db)
+            .output()
+            .ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
+        let gpus = v["gpus"].as_array()?.clone();
+        (gpus.len() == 2 && gpus[1]["processes"].as_array()?.len() == 1).then_some(gpus)
+    });
+    assert!(gpus.iter().all(|g| g["pod"].is_null()), "{gpus:?}");
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(d.0.id() as i32, libc::SIGTERM) };
+    let status = wait_for("exit", Duration::from_secs(10), || {
+        d.0.try_wait().ok().flatten()
+    });
+    assert!(status.success(), "{status:?}");
+    let mut err = String::new();
+    d.0.stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err)
+        .expect("read");
+    let warnings: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("kubelet"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(
+        warnings[0].contains("absent/kubelet.sock") && warnings[0].contains("cgroups"),
+        "{err}"
+    );
+}
