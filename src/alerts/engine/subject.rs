@@ -1,0 +1,116 @@
+//! Who an alert is about: the host, GPU and process of its target, and where that work runs
+//! (pod, namespace, container, Slurm job), which become the alert's labels.
+//!
+//! Invariants: a placement label is present only when the evidence says it — the process's
+//! own placement, else (for a pod's process or a GPU) the kubelet's allocation of the GPU,
+//! else (for a GPU) the one pod or Slurm job all its placed processes share; otherwise the
+//! label is absent (unknown), never a guess.
+
+use crate::rules::eval::expr::Target;
+use crate::rules::rule::Scope;
+
+/// Who an alert is about, for labels and templates.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Subject {
+    pub host: String,
+    pub gpu: Option<u32>,
+    pub uuid: Option<String>,
+    pub model: Option<String>,
+    pub pid: Option<u32>,
+    pub process: Option<String>,
+    pub user: Option<String>,
+    pub cmdline: Option<String>,
+    /// Where it runs: the process's placement, or for a GPU its holder (the kubelet's
+    /// allocation, else the one pod its processes belong to). Becomes labels.
+    pub pod: Option<String>,
+    pub namespace: Option<String>,
+    pub container: Option<String>,
+    pub container_id: Option<String>,
+    pub slurm_job: Option<u64>,
+}
+
+impl Subject {
+    /// The placement labels that are known (`pod`, `namespace`, `container`,
+    /// `container_id`, `slurm_job`).
+    pub fn placement_labels(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        for (k, v) in [
+            ("pod", &self.pod),
+            ("namespace", &self.namespace),
+            ("container", &self.container),
+            ("container_id", &self.container_id),
+        ] {
+            if let Some(v) = v {
+                out.push((k, v.clone()));
+            }
+        }
+        if let Some(j) = self.slurm_job {
+            out.push(("slurm_job", j.to_string()));
+        }
+        out
+    }
+}
+
+/// Who a target is, for labels and templates.
+pub(super) fn subject_of(target: Target<'_>, scope: Scope) -> Subject {
+    let g = target.gpu;
+    if scope == Scope::Host {
+        return Subject {
+            host: g.host.clone(),
+            ..Subject::default()
+        };
+    }
+    let mut s = Subject {
+        host: g.host.clone(),
+        gpu: Some(g.inv.index),
+        uuid: Some(g.inv.uuid.clone()),
+        model: g.inv.name.clone(),
+        pid: target.proc.map(|p| p.pid),
+        process: target.proc.and_then(|p| p.name.clone()),
+        user: target.proc.and_then(|p| p.user.clone()),
+        cmdline: target.proc.and_then(|p| p.cmdline.clone()),
+        ..Subject::default()
+    };
+    let placed = |pl: &crate::model::Placement, s: &mut Subject| {
+        s.pod = pl.pod.clone();
+        s.namespace = pl.namespace.clone();
+        s.container = pl.container.clone();
+        s.container_id = pl.container_id.clone();
+        s.slurm_job = pl.slurm_job;
+    };
+    let proc_placement = target.proc.and_then(|p| p.placement.as_ref());
+    if let Some(pl) = proc_placement {
+        placed(pl, &mut s);
+    }
+    // A process in some pod (its cgroup says so) whose pod the logs did not name, or a GPU:
+    // the pod the kubelet allocated the GPU to.
+    let in_a_pod = proc_placement.is_none_or(|pl| pl.pod_uid.is_some());
+    if s.pod.is_none()
+        && in_a_pod
+        && let Some(h) = g.last_ts.and_then(|t| g.holder_at(t))
+    {
+        s.pod = Some(h.pod.clone());
+        s.namespace = Some(h.namespace.clone());
+        s.container = Some(h.container.clone());
+    }
+    if target.proc.is_none() && s.pod.is_none() {
+        // A GPU's processes that all run in one pod (or one Slurm job) place the GPU.
+        if let Some((ns, pod)) = g.pod() {
+            s.pod = Some(pod.to_string());
+            s.namespace = Some(ns.to_string());
+            let mut containers = g
+                .procs
+                .values()
+                .filter_map(|p| p.placement.as_ref()?.container.as_deref());
+            if let Some(c) = containers.next()
+                && containers.all(|o| o == c)
+            {
+                s.container = Some(c.to_string());
+            }
+        }
+    }
+    if target.proc.is_none() {
+        s.slurm_job = s.slurm_job.or_else(|| g.slurm_job());
+    }
+    s
+}
