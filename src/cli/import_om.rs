@@ -291,7 +291,7 @@ fn joins(
                 format!("GPU {}", ix.join(", "))
             }
             Join::Unknown => {
-                "no GPU yet: pod/namespace labels cannot be joined to GPUs (rules will not see it)"
+                "no GPU yet: its pod/namespace labels join the GPUs that pod holds, and no GPU's pod is known here (the daemon learns it from the kubelet or the processes' cgroups)"
                     .to_string()
             }
         };
