@@ -53,10 +53,8 @@ impl Holders {
             }
         }
         let mut poke = false;
-        let mut live = HashSet::new();
         for p in &mut batch.processes {
             let key = (p.process.pid, p.process.start_time_ms);
-            live.insert(key);
             let holder = self.current.get(&p.gpu_uuid);
             if holder.is_none() && !self.known.contains(&key) {
                 poke = true;
@@ -70,7 +68,13 @@ impl Holders {
                 pl.container = Some(h.container.clone());
             }
         }
-        self.known = live;
+        self.known.clear();
+        self.known.extend(
+            batch
+                .processes
+                .iter()
+                .map(|p| (p.process.pid, p.process.start_time_ms)),
+        );
         if poke {
             view.poke();
         }
@@ -131,7 +135,7 @@ mod tests {
             container: "trainer".into(),
             resource: "nvidia.com/gpu".into(),
         };
-        view.publish_for_test(Allocations::from([("GPU-0".to_string(), holder.clone())]));
+        view.publish(Allocations::from([("GPU-0".to_string(), holder.clone())]));
         let mut b = batch(2000);
         h.apply(&mut b);
         assert_eq!(
@@ -162,7 +166,7 @@ mod tests {
         let mut b = batch(3000);
         h.apply(&mut b);
         assert!(b.allocations.is_empty(), "unchanged: nothing written");
-        view.publish_for_test(Allocations::new());
+        view.publish(Allocations::new());
         let mut b = batch(4000);
         h.apply(&mut b);
         assert_eq!(

@@ -104,11 +104,11 @@ pub fn table(rows: &[GpuStatusRow], stale_after_ms: i64) -> String {
             .processes
             .iter()
             .map(|p| {
-                let at = match (p.pod(), p.placement.as_ref().and_then(|x| x.slurm_job)) {
-                    (Some((pod, ns, _)), _) => format!(" {ns}/{pod}"),
-                    (None, Some(job)) => format!(" slurm:{job}"),
-                    _ => String::new(),
-                };
+                let at = p
+                    .placement
+                    .as_ref()
+                    .and_then(|x| x.short())
+                    .map_or_else(String::new, |x| format!(" {x}"));
                 format!(
                     "{}[{}]{at} {} GiB",
                     p.name.as_deref().unwrap_or("?"),
@@ -152,25 +152,36 @@ fn processes_cell(first: Option<&String>, s: Option<&GpuSample>) -> String {
     }
 }
 
-/// One process of `status --format json`: placement keys are null when unknown.
+/// One process of `status --format json`.
 fn process_json(p: &crate::store::read::GpuProcessRow) -> Value {
-    let pl = p.placement.as_ref();
-    json!({
+    let mut v = json!({
         "pid": p.pid,
         "start_time_ms": p.start_time_ms,
         "name": p.name,
         "user": p.user,
         "used_mem_bytes": p.used_mem_bytes,
-        "pod": pl.and_then(|x| x.pod.as_deref()),
-        "namespace": pl.and_then(|x| x.namespace.as_deref()),
-        "container": pl.and_then(|x| x.container.as_deref()),
-        "container_id": pl.and_then(|x| x.container_id.as_deref()),
-        "runtime": pl.and_then(|x| x.runtime.as_deref()),
-        "pod_uid": pl.and_then(|x| x.pod_uid.as_deref()),
-        "slurm_job": pl.and_then(|x| x.slurm_job),
-        "slurm_step": pl.and_then(|x| x.slurm_step.as_deref()),
-        "slurm_job_name": pl.and_then(|x| x.slurm_job_name.as_deref()),
-    })
+    });
+    add_placement(&mut v, p.placement.as_ref());
+    v
+}
+
+/// A process's placement keys (`pod`, `namespace`, `container`, `container_id`, `runtime`,
+/// `pod_uid`, `slurm_job`, `slurm_step`, `slurm_job_name`) added to its JSON object; each
+/// null when unknown. `status` and `incident` both write them through this.
+pub fn add_placement(v: &mut Value, pl: Option<&crate::model::Placement>) {
+    let Some(o) = v.as_object_mut() else { return };
+    let text = |f: fn(&crate::model::Placement) -> &Option<String>| {
+        json!(pl.and_then(|x| f(x).as_deref()))
+    };
+    o.insert("pod".into(), text(|x| &x.pod));
+    o.insert("namespace".into(), text(|x| &x.namespace));
+    o.insert("container".into(), text(|x| &x.container));
+    o.insert("container_id".into(), text(|x| &x.container_id));
+    o.insert("runtime".into(), text(|x| &x.runtime));
+    o.insert("pod_uid".into(), text(|x| &x.pod_uid));
+    o.insert("slurm_job".into(), json!(pl.and_then(|x| x.slurm_job)));
+    o.insert("slurm_step".into(), text(|x| &x.slurm_step));
+    o.insert("slurm_job_name".into(), text(|x| &x.slurm_job_name));
 }
 
 /// Machine-readable status: an array of GPU objects.

@@ -228,18 +228,13 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
                 // processes are unknown (not "none").
                 "process_list": {"observed_samples": observed.0, "samples": observed.1},
                 "processes": procs.iter().map(|p| {
-                    let pl = p.placement.as_ref();
-                    json!({
+                    let mut v = json!({
                         "pid": p.pid, "name": p.name, "user": p.user,
                         "first_seen": rfc3339(p.first_ms), "last_seen": rfc3339(p.last_ms),
                         "max_mem_mib": p.max_mem_bytes.map(|b| b as f64 / 1_048_576.0),
-                        "pod": pl.and_then(|x| x.pod.as_deref()),
-                        "namespace": pl.and_then(|x| x.namespace.as_deref()),
-                        "container": pl.and_then(|x| x.container.as_deref()),
-                        "container_id": pl.and_then(|x| x.container_id.as_deref()),
-                        "runtime": pl.and_then(|x| x.runtime.as_deref()),
-                        "slurm_job": pl.and_then(|x| x.slurm_job),
-                    })
+                    });
+                    super::format::add_placement(&mut v, p.placement.as_ref());
+                    v
                 }).collect::<Vec<_>>(),
                 // Who the kubelet said held the GPU during the window.
                 "holders": holders.iter().map(|(from, to, h)| json!({

@@ -273,27 +273,6 @@ pub enum Expr {
 }
 
 impl Expr {
-    /// The longest window the expression reads (how much history the evaluator must keep).
-    pub fn max_window(&self) -> Duration {
-        match self {
-            Expr::Number(_) | Expr::Seconds(_) | Expr::Current(_) | Expr::Static(_) => {
-                Duration::ZERO
-            }
-            Expr::Window { window, .. }
-            | Expr::Quantile { window, .. }
-            | Expr::PredictLinear { window, .. }
-            | Expr::Trend { window, .. } => *window,
-            Expr::TimeTo {
-                window, threshold, ..
-            } => (*window).max(threshold.max_window()),
-            Expr::Peer { expr, .. } | Expr::Unary { expr, .. } => expr.max_window(),
-            Expr::Scalar { args, .. } => {
-                args.iter().map(Expr::max_window).max().unwrap_or_default()
-            }
-            Expr::Binary { lhs, rhs, .. } => lhs.max_window().max(rhs.max_window()),
-        }
-    }
-
     /// Every inventory constant the expression reads.
     pub fn statics(&self, out: &mut Vec<Static>) {
         match self {

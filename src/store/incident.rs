@@ -172,22 +172,6 @@ pub struct WindowProcess {
     pub placement: Option<crate::model::Placement>,
 }
 
-impl WindowProcess {
-    /// `ns/pod`, `slurm:N` or `-`: where the process ran, for a table cell.
-    pub fn place(&self) -> String {
-        let p = self.placement.as_ref();
-        match (
-            p.and_then(|p| p.namespace.as_deref()),
-            p.and_then(|p| p.pod.as_deref()),
-            p.and_then(|p| p.slurm_job),
-        ) {
-            (Some(ns), Some(pod), _) => format!("{ns}/{pod}"),
-            (_, _, Some(job)) => format!("slurm:{job}"),
-            _ => "-".into(),
-        }
-    }
-}
-
 /// Who the kubelet said held GPU `gpu_id` during `[from, to]`: (from, to or open, holder).
 pub fn holders(
     conn: &Connection,

@@ -66,33 +66,11 @@ pub struct GpuProcessRow {
     pub placement: Option<Placement>,
 }
 
-impl GpuProcessRow {
-    /// The process's `(pod, namespace, container)` when its pod is known.
-    pub fn pod(&self) -> Option<(&str, &str, Option<&str>)> {
-        let p = self.placement.as_ref()?;
-        Some((
-            p.pod.as_deref()?,
-            p.namespace.as_deref()?,
-            p.container.as_deref(),
-        ))
-    }
-}
-
-/// The pod that holds a GPU, from its processes: the one pod all of its placed processes
-/// belong to; `None` when they name none or several.
+/// The pod that holds a GPU, from its processes (see [`crate::attribution::shared_pod`]):
+/// `(pod, namespace, container)`.
 pub fn holder(procs: &[GpuProcessRow]) -> Option<(&str, &str, Option<&str>)> {
-    let mut pods = procs.iter().filter_map(GpuProcessRow::pod);
-    let first = pods.next()?;
-    let mut container = first.2;
-    for p in pods {
-        if (p.0, p.1) != (first.0, first.1) {
-            return None;
-        }
-        if p.2 != container {
-            container = None;
-        }
-    }
-    Some((first.0, first.1, container))
+    crate::attribution::shared_pod(procs.iter().filter_map(|p| p.placement.as_ref()))
+        .map(|p| (p.pod, p.namespace, p.container))
 }
 
 /// The `processes` placement columns, in this order, after the columns a query selects first.

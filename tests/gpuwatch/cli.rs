@@ -130,6 +130,36 @@ fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) 
 
 struct Daemon(Child);
 
+impl Daemon {
+    /// SIGTERM, a clean exit within 10 s, and everything it logged.
+    fn stop(&mut self) -> String {
+        // SAFETY: plain kill(2) on our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let status = wait_for("exit", Duration::from_secs(10), || {
+            self.0.try_wait().ok().flatten()
+        });
+        assert!(status.success(), "clean exit on SIGTERM: {status:?}");
+        let mut err = String::new();
+        self.0
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut err)
+            .expect("read");
+        err
+    }
+}
+
+/// `gpuwatch status --format json` of `db`; `None` while it has no readable answer.
+fn status_json(db: &Path) -> Option<serde_json::Value> {
+    let o = gpuwatch()
+        .args(["status", "--format", "json", "--db"])
+        .arg(db)
+        .output()
+        .ok()?;
+    serde_json::from_slice(&o.stdout).ok()
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -191,36 +221,15 @@ fn run_serves_healthz_stores_samples_and_stops_cleanly_on_sigterm() {
     assert!(body.contains("\"status\":\"ok\""), "{body}");
     // Let a few ticks and the XID at simulated second 1 through.
     wait_for("samples", Duration::from_secs(20), || {
-        let o = gpuwatch()
-            .args(["status", "--format", "json", "--db"])
-            .arg(&db)
-            .output()
-            .ok()?;
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
+        let v = status_json(&db)?;
         let gpus = &v["gpus"];
         (gpus.as_array()?.len() == 2 && gpus[1]["processes"].as_array()?.len() == 1).then_some(())
     });
     std::thread::sleep(Duration::from_millis(1500));
-    // SAFETY: plain kill(2) on our own child.
-    unsafe { libc::kill(d.0.id() as i32, libc::SIGTERM) };
-    let status = wait_for("exit", Duration::from_secs(10), || {
-        d.0.try_wait().ok().flatten()
-    });
-    assert!(status.success(), "clean exit on SIGTERM: {status:?}");
-    let mut err = String::new();
-    d.0.stderr
-        .take()
-        .expect("stderr")
-        .read_to_string(&mut err)
-        .expect("read");
+    let err = d.stop();
     assert!(!err.contains("panicked"), "{err}");
 
-    let o = gpuwatch()
-        .args(["status", "--format", "json", "--db"])
-        .arg(&db)
-        .output()
-        .expect("status");
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let v = status_json(&db).expect("status json");
     assert_eq!(v["notify"]["receivers"], serde_json::json!([]));
     let v = &v["gpus"];
     assert_eq!(v[0]["host"], "testhost");
@@ -512,13 +521,7 @@ fn run_labels_gpus_with_the_pods_the_kubelet_allocated_them_to() {
     );
     let _d = start_daemon(&sim.library_path(), &db, port, &extra);
     let gpus = wait_for("pods in status", Duration::from_secs(30), || {
-        let o = gpuwatch()
-            .args(["status", "--format", "json", "--db"])
-            .arg(&db)
-            .output()
-            .ok()?;
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
-        let gpus = v["gpus"].as_array()?.clone();
+        let gpus = status_json(&db)?["gpus"].as_array()?.clone();
         (gpus.len() == 2 && gpus[0]["pod"].is_string()).then_some(gpus)
     });
     assert_eq!(gpus[0]["pod"], "llm-ft-7");
@@ -561,28 +564,11 @@ fn a_missing_kubelet_is_one_warning_and_sampling_goes_on() {
     );
     let mut d = start_daemon(&sim.library_path(), &db, port, &extra);
     let gpus = wait_for("samples", Duration::from_secs(20), || {
-        let o = gpuwatch()
-            .args(["status", "--format", "json", "--db"])
-            .arg(&db)
-            .output()
-            .ok()?;
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
-        let gpus = v["gpus"].as_array()?.clone();
+        let gpus = status_json(&db)?["gpus"].as_array()?.clone();
         (gpus.len() == 2 && gpus[1]["processes"].as_array()?.len() == 1).then_some(gpus)
     });
     assert!(gpus.iter().all(|g| g["pod"].is_null()), "{gpus:?}");
-    // SAFETY: plain kill(2) on our own child.
-    unsafe { libc::kill(d.0.id() as i32, libc::SIGTERM) };
-    let status = wait_for("exit", Duration::from_secs(10), || {
-        d.0.try_wait().ok().flatten()
-    });
-    assert!(status.success(), "{status:?}");
-    let mut err = String::new();
-    d.0.stderr
-        .take()
-        .expect("stderr")
-        .read_to_string(&mut err)
-        .expect("read");
+    let err = d.stop();
     let warnings: Vec<&str> = err
         .lines()
         .filter(|l| l.contains("WARN") && l.contains("kubelet"))

@@ -71,46 +71,34 @@ pub(super) fn subject_of(target: Target<'_>, scope: Scope) -> Subject {
         cmdline: target.proc.and_then(|p| p.cmdline.clone()),
         ..Subject::default()
     };
-    let placed = |pl: &crate::model::Placement, s: &mut Subject| {
-        s.pod = pl.pod.clone();
-        s.namespace = pl.namespace.clone();
-        s.container = pl.container.clone();
-        s.container_id = pl.container_id.clone();
-        s.slurm_job = pl.slurm_job;
-    };
-    let proc_placement = target.proc.and_then(|p| p.placement.as_ref());
-    if let Some(pl) = proc_placement {
-        placed(pl, &mut s);
-    }
-    // A process in some pod (its cgroup says so) whose pod the logs did not name, or a GPU:
-    // the pod the kubelet allocated the GPU to.
-    let in_a_pod = proc_placement.is_none_or(|pl| pl.pod_uid.is_some());
-    if s.pod.is_none()
-        && in_a_pod
-        && let Some(h) = g.last_ts.and_then(|t| g.holder_at(t))
-    {
-        s.pod = Some(h.pod.clone());
-        s.namespace = Some(h.namespace.clone());
-        s.container = Some(h.container.clone());
-    }
-    if target.proc.is_none() && s.pod.is_none() {
-        // A GPU's processes that all run in one pod (or one Slurm job) place the GPU.
-        if let Some((ns, pod)) = g.pod() {
-            s.pod = Some(pod.to_string());
-            s.namespace = Some(ns.to_string());
-            let mut containers = g
-                .procs
-                .values()
-                .filter_map(|p| p.placement.as_ref()?.container.as_deref());
-            if let Some(c) = containers.next()
-                && containers.all(|o| o == c)
+    match target.proc {
+        Some(p) => {
+            if let Some(pl) = &p.placement {
+                s.pod = pl.pod.clone();
+                s.namespace = pl.namespace.clone();
+                s.container = pl.container.clone();
+                s.container_id = pl.container_id.clone();
+                s.slurm_job = pl.slurm_job;
+            }
+            // A pod's process (its cgroup names a pod UID) whose pod the logs did not name,
+            // or a process of unknown placement: the pod the kubelet allocated its GPU to.
+            if s.pod.is_none()
+                && p.placement.as_ref().is_none_or(|pl| pl.pod_uid.is_some())
+                && let Some(h) = g.last_ts.and_then(|t| g.holder_at(t))
             {
-                s.container = Some(c.to_string());
+                s.pod = Some(h.pod.clone());
+                s.namespace = Some(h.namespace.clone());
+                s.container = Some(h.container.clone());
             }
         }
-    }
-    if target.proc.is_none() {
-        s.slurm_job = s.slurm_job.or_else(|| g.slurm_job());
+        None => {
+            if let Some(p) = g.pod() {
+                s.pod = Some(p.pod.to_string());
+                s.namespace = Some(p.namespace.to_string());
+                s.container = p.container.map(str::to_string);
+            }
+            s.slurm_job = g.slurm_job();
+        }
     }
     s
 }

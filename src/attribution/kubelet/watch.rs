@@ -61,18 +61,14 @@ impl KubeletView {
         }
     }
 
-    fn publish(&self, a: Allocations) {
+    /// Publishes a new answer (the thread; tests through [`KubeletView::detached`]).
+    pub(crate) fn publish(&self, a: Allocations) {
         let mut p = self
             .published
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         p.version += 1;
         p.allocations = a;
-    }
-
-    #[cfg(test)]
-    pub(crate) fn publish_for_test(&self, a: Allocations) {
-        self.publish(a);
     }
 }
 

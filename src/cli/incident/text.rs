@@ -198,7 +198,10 @@ pub(super) fn render(
                 short(p.last_ms),
                 p.max_mem_bytes
                     .map_or("-".into(), |b| format!("{:.0}", b as f64 / 1_048_576.0)),
-                p.place(),
+                p.placement
+                    .as_ref()
+                    .and_then(|x| x.short())
+                    .unwrap_or_else(|| "-".into()),
             ]);
         }
         o.push_str(&indent(&table(&cells)));

@@ -347,8 +347,8 @@ enum Job<'w> {
 }
 
 fn job_of<'w>(world: &'w World, g: &'w Gpu) -> Option<Job<'w>> {
-    if let Some((ns, pod)) = g.pod() {
-        return Some(Job::Pod(ns, pod));
+    if let Some(p) = g.pod() {
+        return Some(Job::Pod(p.namespace, p.pod));
     }
     if let Some(j) = g.slurm_job() {
         return Some(Job::Slurm(j));

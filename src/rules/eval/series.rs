@@ -10,6 +10,8 @@
 //! - Windows are `(t - w, t]`, like Prometheus range selectors.
 //! - Windows that end at the newest point (every rule evaluation) get their maximum, minimum
 //!   and longest pause from suffix stacks in O(log n); older windows scan.
+//! - Only the prefix arrays and stacks of the series' [`Stats`] are kept; any other
+//!   statistic scans its window (the same answer up to rounding).
 
 use super::suffix::SuffixExtreme;
 
@@ -44,16 +46,6 @@ impl Stats {
 
     pub const fn has(self, o: Stats) -> bool {
         self.0 & o.0 == o.0
-    }
-
-    /// The set with what its members are maintained from (pauses are tracked with the
-    /// change count and the last change time).
-    const fn closed(self) -> Stats {
-        if self.has(Stats::PAUSES) {
-            self.union(Stats(Stats::CHANGES.0 | Stats::LAST_CHANGE.0))
-        } else {
-            self
-        }
     }
 }
 
@@ -115,7 +107,7 @@ impl Series {
     pub fn new(keep_ms: i64, stats: Stats) -> Self {
         Self {
             keep_ms: keep_ms.max(1),
-            stats: stats.closed(),
+            stats,
             ..Self::default()
         }
     }

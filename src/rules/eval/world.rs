@@ -83,25 +83,24 @@ pub struct Gpu {
 }
 
 impl Gpu {
-    /// The pod the GPU works for, `(namespace, pod)`: the kubelet's holder now, else the one
-    /// pod all its placed processes run in.
-    pub fn pod(&self) -> Option<(&str, &str)> {
+    /// The pod the GPU works for: the kubelet's holder now (with its container), else the
+    /// one pod its placed processes run in.
+    pub fn pod(&self) -> Option<crate::attribution::SharedPod<'_>> {
         if let Some(h) = self.last_ts.and_then(|t| self.holder_at(t)) {
-            return Some((&h.namespace, &h.pod));
+            return Some(crate::attribution::SharedPod {
+                namespace: &h.namespace,
+                pod: &h.pod,
+                container: Some(&h.container),
+            });
         }
-        let mut placed = self.procs.values().filter_map(|p| p.placement.as_ref());
-        let first = placed.next()?;
-        let pod = (first.namespace.as_deref()?, first.pod.as_deref()?);
-        placed
-            .all(|p| (p.namespace.as_deref(), p.pod.as_deref()) == (Some(pod.0), Some(pod.1)))
-            .then_some(pod)
+        crate::attribution::shared_pod(self.procs.values().filter_map(|p| p.placement.as_ref()))
     }
 
-    /// The Slurm job all the GPU's placed processes run in.
+    /// The Slurm job the GPU's placed processes run in.
     pub fn slurm_job(&self) -> Option<u64> {
-        let mut placed = self.procs.values().filter_map(|p| p.placement.as_ref());
-        let job = placed.next()?.slurm_job?;
-        placed.all(|p| p.slurm_job == Some(job)).then_some(job)
+        crate::attribution::shared_slurm_job(
+            self.procs.values().filter_map(|p| p.placement.as_ref()),
+        )
     }
 
     /// The kubelet's holder of the GPU at `t`, if any.
@@ -497,7 +496,9 @@ impl World {
             refs.entry(g.host.as_str()).or_default().push(GpuRef {
                 index: g.inv.index,
                 uuid: g.inv.uuid.clone(),
-                pod: g.pod().map(|(ns, pod)| (ns.to_string(), pod.to_string())),
+                pod: g
+                    .pod()
+                    .map(|p| (p.namespace.to_string(), p.pod.to_string())),
             });
         }
         let mut joined: HashMap<i64, Candidates> = HashMap::new();
