@@ -93,8 +93,15 @@ fn start_kubelet(
         Kubelet::On => true,
     };
     tracing::info!(socket = %socket.display(), "reading GPU allocations from the kubelet");
-    match crate::attribution::kubelet::watch::spawn(socket.clone(), required, stop.clone()) {
-        Ok(view) => Some(view),
+    use crate::attribution::kubelet::watch::{self, FIRST_ANSWER_WAIT};
+    match watch::spawn(socket.clone(), required, stop.clone()) {
+        Ok(view) => {
+            // Once, before the first tick: the first samples and alerts carry their pods.
+            if !view.wait_first_answer(FIRST_ANSWER_WAIT) {
+                tracing::warn!(socket = %socket.display(), wait = ?FIRST_ANSWER_WAIT, "the kubelet has not answered yet; sampling starts, pod labels follow when it answers");
+            }
+            Some(view)
+        }
         Err(e) => {
             tracing::error!(error = %e, "cannot start the kubelet client; pods come from cgroups only");
             None

@@ -246,3 +246,86 @@ impl Ticker for SimTicker {
         true
     }
 }
+
+/// The scenario's pods served on a pod-resources socket in a temporary directory; ends
+/// (and removes the directory) when dropped.
+pub struct SimKubelet {
+    pub socket: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for SimKubelet {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+impl SimKubelet {
+    /// Points `config` at this kubelet (`[kubernetes] enabled = true`, its socket).
+    pub fn configure(&self, config: &mut crate::config::Config) {
+        config.kubernetes.enabled = crate::config::Kubelet::On;
+        config.kubernetes.pod_resources_socket = self.socket.clone();
+    }
+}
+
+impl SimGpus {
+    /// The scenario's `[[pod]]`s served the way a kubelet serves them (the pod-resources
+    /// API on a unix socket, bound before this returns); `None` when it declares no pods.
+    pub fn serve_pods(&self) -> std::io::Result<Option<SimKubelet>> {
+        let scenario = &self.scenario;
+        use crate::attribution::kubelet::{proto, server};
+        if scenario.pods().is_empty() {
+            return Ok(None);
+        }
+        let pods = server::PodList::default();
+        pods.set(proto::ListPodResourcesResponse {
+            pod_resources: scenario
+                .pods()
+                .iter()
+                .map(|p| proto::PodResources {
+                    name: p.name.clone(),
+                    namespace: p.namespace.clone(),
+                    containers: vec![proto::ContainerResources {
+                        name: p.container.clone(),
+                        devices: vec![proto::ContainerDevices {
+                            resource_name: "nvidia.com/gpu".into(),
+                            device_ids: p
+                                .gpus
+                                .iter()
+                                .map(|&g| scenario.gpu(g).uuid.clone())
+                                .collect(),
+                        }],
+                    }],
+                })
+                .collect(),
+        });
+        let dir = tempfile::Builder::new()
+            .prefix("gpuwatch-kubelet-")
+            .tempdir()?;
+        let socket = dir.path().join("kubelet.sock");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        // Bind before returning, so the daemon finds the socket at start.
+        let listener = rt.block_on(async { tokio::net::UnixListener::bind(&socket) })?;
+        std::thread::Builder::new()
+            .name("gpuwatch-sim-kubelet".into())
+            .spawn(move || {
+                let r = rt.block_on(server::serve_listener(listener, pods, async {
+                    let _ = rx.await;
+                }));
+                if let Err(e) = r {
+                    tracing::warn!(error = %e, "the simulated kubelet stopped");
+                }
+            })?;
+        Ok(Some(SimKubelet {
+            socket,
+            _dir: dir,
+            stop: Some(tx),
+        }))
+    }
+}

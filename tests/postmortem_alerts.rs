@@ -100,6 +100,9 @@ fn demo_db(dir: &Path) -> PathBuf {
     };
     config.http.enabled = false;
     config.notify = Config::load(&notify).expect("notify config").notify;
+    // The demo's pods, from a kubelet as in `gpuwatch demo` (the llama job's series join by pod).
+    let kubelet = sim.serve_pods().expect("serve pods").expect("pods");
+    kubelet.configure(&mut config);
     let start_ms = (chrono::Utc::now().timestamp() - 2 * 3600) * 1000;
     daemon::run(
         DaemonParts {
@@ -298,8 +301,8 @@ fn alerts_and_incidents_of_a_demo_run() {
     );
     let procs = inc["processes"].as_array().expect("processes");
     assert!(!procs.is_empty());
-    // The demo's job runs in a containerd pod (its cgroup says so); this run has no kubelet
-    // to name the pod: the container is known, the pod's name is not (null, not guessed).
+    // The demo's job runs in a containerd pod (its cgroup says so: runtime, container id, pod
+    // UID); the pod's name comes from the kubelet's allocation of the GPU.
     assert_eq!(procs[0]["runtime"], "containerd", "{}", procs[0]);
     assert_eq!(
         procs[0]["container_id"].as_str().map(str::len),
@@ -307,7 +310,13 @@ fn alerts_and_incidents_of_a_demo_run() {
         "{}",
         procs[0]
     );
-    assert!(procs[0]["pod"].is_null(), "{}", procs[0]);
+    assert_eq!(procs[0]["pod"], "llama-70b-ft-0", "{}", procs[0]);
+    assert_eq!(procs[0]["namespace"], "research", "{}", procs[0]);
+    assert_eq!(
+        inc["alert"]["labels"]["pod"], "llama-70b-ft-0",
+        "{}",
+        inc["alert"]
+    );
 
     let text = ok_stdout(&gpuwatch(&["incident", &id.to_string()], &db));
     let order: Vec<usize> = [

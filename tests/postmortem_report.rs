@@ -185,6 +185,55 @@ fn report_for_an_alert_highlights_it_and_shades_its_span() {
     );
 }
 
+/// Where the work ran: the kubelet's pods in the overview, the alert's pod in the alert
+/// tables, each process's pod or Slurm job in the process table.
+#[test]
+fn a_report_says_which_pod_or_job_held_each_gpu() {
+    let alert = all_alerts()
+        .into_iter()
+        .find(|a| a.rule == "training_hang")
+        .expect("the demo's llama job hangs");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("hang.html");
+    let out = report(&["--alert", &alert.id.to_string()], &file);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        html.contains("<th>Held by (kubelet)</th>"),
+        "overview column"
+    );
+    assert!(
+        html.contains("<td class=\"wrap\">research/llama-70b-ft-0 (trainer)</td></tr>"),
+        "GPU 0 and 1 are the llama pod's"
+    );
+    assert!(
+        html.contains(
+            "<tr><th>Runs in</th><td colspan=\"3\">research/llama-70b-ft-0 (trainer)</td></tr>"
+        ),
+        "the alert names its pod"
+    );
+    let window = dir.path().join("window.html");
+    let out = report(&["--since", "1d"], &window);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&window).unwrap();
+    assert!(
+        html.contains("<td>slurm:4242</td>"),
+        "GPU 3's process is Slurm job 4242's"
+    );
+    assert!(
+        html.contains("<td>dev/notebook-bob (jupyter)</td>"),
+        "GPU 2's process runs in the notebook pod"
+    );
+}
+
 #[test]
 fn report_for_a_window_has_events_and_all_alerts() {
     let alerts = all_alerts();

@@ -133,15 +133,14 @@ pub fn run(args: DemoArgs) -> Result<(), Failure> {
 
     // The scenario's pods, served the way a kubelet serves them: the daemon asks over the
     // pod-resources socket, exactly as on a Kubernetes node.
-    let _kubelet = match serve_pods(scenario) {
+    let _kubelet = match sim.serve_pods() {
         Ok(Some(k)) => {
             println!(
                 "kubelet: {} simulated pods on {}\n",
                 scenario.pods().len(),
                 k.socket.display()
             );
-            config.kubernetes.enabled = crate::config::Kubelet::On;
-            config.kubernetes.pod_resources_socket = k.socket.clone();
+            k.configure(&mut config);
             Some(k)
         }
         Ok(None) => None,
@@ -368,74 +367,4 @@ impl LiveView {
         rows.sort_by_key(|r| r.inventory.index);
         rows
     }
-}
-
-/// The scenario's pods served on a pod-resources socket in a temporary directory; ends
-/// (and removes the directory) when dropped.
-struct DemoKubelet {
-    socket: std::path::PathBuf,
-    _dir: tempfile::TempDir,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl Drop for DemoKubelet {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-    }
-}
-
-fn serve_pods(scenario: &gpuwatch_sim::Scenario) -> std::io::Result<Option<DemoKubelet>> {
-    use crate::attribution::kubelet::{proto, server};
-    if scenario.pods().is_empty() {
-        return Ok(None);
-    }
-    let pods = server::PodList::default();
-    pods.set(proto::ListPodResourcesResponse {
-        pod_resources: scenario
-            .pods()
-            .iter()
-            .map(|p| proto::PodResources {
-                name: p.name.clone(),
-                namespace: p.namespace.clone(),
-                containers: vec![proto::ContainerResources {
-                    name: p.container.clone(),
-                    devices: vec![proto::ContainerDevices {
-                        resource_name: "nvidia.com/gpu".into(),
-                        device_ids: p
-                            .gpus
-                            .iter()
-                            .map(|&g| scenario.gpu(g).uuid.clone())
-                            .collect(),
-                    }],
-                }],
-            })
-            .collect(),
-    });
-    let dir = tempfile::Builder::new()
-        .prefix("gpuwatch-kubelet-")
-        .tempdir()?;
-    let socket = dir.path().join("kubelet.sock");
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    // Bind before returning, so the daemon finds the socket at start.
-    let listener = rt.block_on(async { tokio::net::UnixListener::bind(&socket) })?;
-    std::thread::Builder::new()
-        .name("gpuwatch-demo-kubelet".into())
-        .spawn(move || {
-            let r = rt.block_on(server::serve_listener(listener, pods, async {
-                let _ = rx.await;
-            }));
-            if let Err(e) = r {
-                tracing::warn!(error = %e, "the demo's kubelet stopped");
-            }
-        })?;
-    Ok(Some(DemoKubelet {
-        socket,
-        _dir: dir,
-        stop: Some(tx),
-    }))
 }

@@ -18,7 +18,8 @@ use serde_json::{Value, json};
 
 use crate::model::TsMs;
 use crate::store::{self, history, incident as q, window};
-use crate::training::{GpuRef, Join, gpus_for_series};
+use crate::training::GpuRef;
+use crate::training::join::{Choice, SeriesRef, choose};
 
 mod text;
 
@@ -206,7 +207,7 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
     let observed =
         q::process_observation(&conn, alert.gpu_id, before_from, end).with_context(ctx)?;
     let events = q::events(&conn, alert.gpu_id, before_from, end).with_context(ctx)?;
-    let training = training(&conn, &alert, before_from, start, end).with_context(ctx)?;
+    let training = training(&conn, &alert, &procs, (before_from, start, end)).with_context(ctx)?;
 
     let out = match args.format {
         Format::Json => {
@@ -269,35 +270,67 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The training series of the alert's host that the join rules give to its GPU.
+/// The training series the rules read for the alert's GPU (the evaluator's chooser, with
+/// the pods the kubelet said held the host's GPUs when the alert began, else the one pod the
+/// GPU's processes ran in); where the choice is ambiguous, every candidate.
 fn training(
     conn: &Connection,
     alert: &q::AlertRow,
-    before_from: TsMs,
-    start: TsMs,
-    end: TsMs,
+    procs: &[q::WindowProcess],
+    (before_from, start, end): (TsMs, TsMs, TsMs),
 ) -> Result<Vec<Training>, store::StoreError> {
+    let held = history::holders(conn, start - 1, start)?;
     let gpus: Vec<GpuRef> = history::gpus(conn, Some(&alert.host))?
         .into_iter()
-        .map(|g| GpuRef {
-            index: g.inventory.index,
-            uuid: g.inventory.uuid,
-            pod: None,
+        .map(|g| {
+            let holder = held
+                .iter()
+                .filter(|h| h.gpu_id == g.gpu_id && h.from_ms <= start)
+                .map(|h| (h.holder.namespace.clone(), h.holder.pod.clone()))
+                .next_back();
+            let own = (g.gpu_id == alert.gpu_id)
+                .then(|| {
+                    crate::attribution::shared_pod(
+                        procs.iter().filter_map(|p| p.placement.as_ref()),
+                    )
+                    .map(|p| (p.namespace.to_string(), p.pod.to_string()))
+                })
+                .flatten();
+            GpuRef {
+                index: g.inventory.index,
+                uuid: g.inventory.uuid,
+                pod: holder.or(own),
+            }
         })
         .collect();
+    let series: Vec<history::TrainingSeriesRow> = history::training_series(conn)?
+        .into_iter()
+        .filter(|s| s.host == alert.host)
+        .collect();
+    let refs: Vec<SeriesRef> = series
+        .iter()
+        .map(|s| SeriesRef {
+            id: s.series_id,
+            name: &s.name,
+            labels: &s.labels,
+        })
+        .collect();
+    let mut ids: Vec<i64> = Vec::new();
+    if let Some(c) = alert.gpu_index.and_then(|i| {
+        choose(&refs, &gpus)
+            .into_iter()
+            .find(|c| i64::from(c.index) == i)
+    }) {
+        for choice in [c.step, c.loss] {
+            match choice {
+                Choice::Joined { series, .. } => ids.push(series),
+                Choice::Ambiguous { series } => ids.extend(series),
+                Choice::Waiting { .. } | Choice::Nothing => {}
+            }
+        }
+    }
     let mut out = Vec::new();
-    for s in history::training_series(conn)? {
-        if s.host != alert.host {
-            continue;
-        }
-        let mine = match (gpus_for_series(&s.labels, &gpus), alert.gpu_index) {
-            (Join::All, _) => true,
-            (Join::Gpus(ix), Some(i)) => ix.iter().any(|g| i64::from(*g) == i),
-            _ => false,
-        };
-        if !mine {
-            continue;
-        }
+    for s in series.into_iter().filter(|s| ids.contains(&s.series_id)) {
         let before = q::training_points(conn, s.series_id, before_from, start - 1)?;
         let during = q::training_points(conn, s.series_id, start, end)?;
         if before.is_empty() && during.is_empty() {

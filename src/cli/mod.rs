@@ -22,6 +22,7 @@ mod rules_test;
 mod run;
 mod silence;
 mod status;
+mod status_training;
 pub mod timearg;
 
 use std::path::PathBuf;

@@ -33,6 +33,7 @@ pub fn run(args: StatusArgs) -> Result<(), Failure> {
     let errors = store::read::metric_error_summary(&conn, args.host.as_deref())?;
     let stale = cfg.http.stall_after.as_millis() as i64;
     let delivery = delivery(&conn, &cfg, now)?;
+    let joins = super::status_training::Joins::read(&conn, &rows)?;
     match args.format {
         Format::Table if rows.is_empty() => {
             println!("no GPUs recorded in {} yet", cfg.database.display());
@@ -40,6 +41,7 @@ pub fn run(args: StatusArgs) -> Result<(), Failure> {
         }
         Format::Table => {
             print!("{}", format::table(&rows, stale));
+            print!("{}", joins.table());
             if !errors.is_empty() {
                 println!("\nNVML reads failing (counted, logged once):");
                 for e in &errors {
@@ -58,7 +60,8 @@ pub fn run(args: StatusArgs) -> Result<(), Failure> {
         }
         Format::Json => {
             let mut v = format::json(&rows, stale);
-            for gpu in v.as_array_mut().into_iter().flatten() {
+            // format::json writes one object per row, in order.
+            for (gpu, row) in v.as_array_mut().into_iter().flatten().zip(&rows) {
                 let failing: Vec<serde_json::Value> = errors
                     .iter()
                     .filter(|e| gpu["uuid"] == e.error.gpu_uuid.as_str())
@@ -73,6 +76,7 @@ pub fn run(args: StatusArgs) -> Result<(), Failure> {
                     })
                     .collect();
                 gpu["read_errors"] = serde_json::Value::Array(failing);
+                gpu["training"] = joins.json(&row.host, row.inventory.index);
             }
             let out = serde_json::json!({ "gpus": v, "notify": delivery });
             println!("{out}");

@@ -133,7 +133,7 @@ pub fn render(d: &ReportData) -> Result<String, ReportError> {
 }
 
 fn overview(o: &mut String, d: &ReportData) {
-    o.push_str("<section><h2>Overview</h2><table><tr><th>GPU</th><th>Host</th><th>Name</th><th>UUID</th><th>Memory</th><th>Power limit</th></tr>\n");
+    o.push_str("<section><h2>Overview</h2><table><tr><th>GPU</th><th>Host</th><th>Name</th><th>UUID</th><th>Memory</th><th>Power limit</th><th>Held by (kubelet)</th></tr>\n");
     for g in &d.gpus {
         let cls = if d.focus_gpu() == Some(g.gpu_id) {
             " class=\"focus\""
@@ -142,7 +142,7 @@ fn overview(o: &mut String, d: &ReportData) {
         };
         let _ = writeln!(
             o,
-            "<tr{cls}><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
+            "<tr{cls}><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td class=\"wrap\">{}</td></tr>",
             g.inventory.index,
             esc(&g.host),
             esc(g.inventory.name.as_deref().unwrap_or("-")),
@@ -156,6 +156,7 @@ fn overview(o: &mut String, d: &ReportData) {
             g.inventory
                 .power_limit_mw
                 .map_or("-".into(), |w| format!("{:.0} W", f64::from(w) / 1000.0)),
+            esc(&held_by(d, g.gpu_id)),
         );
     }
     let src = match d.source {
@@ -175,6 +176,60 @@ fn overview(o: &mut String, d: &ReportData) {
     );
 }
 
+/// The pods the kubelet allocated a GPU to during the window, with when each began: "-" when
+/// none is known (no kubelet, or the GPU was not allocated).
+fn held_by(d: &ReportData, gpu_id: i64) -> String {
+    let held: Vec<String> = d
+        .holders
+        .iter()
+        .filter(|h| h.gpu_id == gpu_id)
+        .map(|h| {
+            let since = if h.from_ms > d.from_ms {
+                format!(" from {}", utc(h.from_ms))
+            } else {
+                String::new()
+            };
+            let until = match h.to_ms {
+                Some(t) if t < d.to_ms => format!(" until {}", utc(t)),
+                _ => String::new(),
+            };
+            format!(
+                "{}/{} ({}){since}{until}",
+                h.holder.namespace, h.holder.pod, h.holder.container
+            )
+        })
+        .collect();
+    if held.is_empty() {
+        "-".into()
+    } else {
+        held.join("; ")
+    }
+}
+
+/// Where an alert's work ran, from its placement labels: `namespace/pod`, `slurm:JOB`, or
+/// "-" when they are not known.
+fn runs_in_labels(labels: &std::collections::BTreeMap<String, String>) -> String {
+    let placement = crate::model::Placement {
+        pod: labels.get("pod").cloned(),
+        namespace: labels.get("namespace").cloned(),
+        slurm_job: labels.get("slurm_job").and_then(|j| j.parse().ok()),
+        ..crate::model::Placement::default()
+    };
+    runs_in(
+        Some(&placement),
+        labels.get("container").map(String::as_str),
+    )
+}
+
+/// `namespace/pod (container)`, `slurm:JOB`, or "-".
+fn runs_in(p: Option<&crate::model::Placement>, container: Option<&str>) -> String {
+    match (p.and_then(crate::model::Placement::short), container) {
+        (Some(at), Some(c)) if p.is_some_and(|p| p.pod.is_some()) => format!("{at} ({c})"),
+        (Some(at), _) => at,
+        (None, _) => "-".into(),
+    }
+}
+
 fn focus(o: &mut String, d: &ReportData, a: &AlertSpan) {
     let sev = a.severity.as_deref().unwrap_or("-");
     let _ = writeln!(
@@ -183,6 +238,7 @@ fn focus(o: &mut String, d: &ReportData, a: &AlertSpan) {
          <tr><th>State</th><td>{}</td><th>GPU</th><td>{} <code>{}</code></td></tr>\
          <tr><th>Active since (UTC)</th><td>{}</td><th>Fired</th><td>{}</td></tr>\
          <tr><th>Resolved</th><td>{}</td><th>Duration</th><td>{}</td></tr>\
+         <tr><th>Runs in</th><td colspan=\"3\">{}</td></tr>\
          <tr><th>Summary</th><td colspan=\"3\" class=\"wrap\">{}</td></tr></table></section>",
         a.id,
         esc(sev),
@@ -195,6 +251,7 @@ fn focus(o: &mut String, d: &ReportData, a: &AlertSpan) {
         opt_utc(a.fired_ms),
         opt_utc(a.resolved_ms),
         duration(a.end_ms() - a.active_since_ms),
+        esc(&runs_in_labels(&a.labels)),
         esc(a.summary.as_deref().unwrap_or("-")),
     );
 }
@@ -205,7 +262,7 @@ fn alerts(o: &mut String, d: &ReportData) {
         o.push_str("<p class=\"muted\">No alert was active in this window.</p></section>\n");
         return;
     }
-    o.push_str("<table><tr><th>#</th><th>Rule</th><th>Severity</th><th>State</th><th>GPU</th><th>Active since (UTC)</th><th>Fired</th><th>Resolved</th><th>Duration</th><th>Summary</th></tr>\n");
+    o.push_str("<table><tr><th>#</th><th>Rule</th><th>Severity</th><th>State</th><th>GPU</th><th>Runs in</th><th>Active since (UTC)</th><th>Fired</th><th>Resolved</th><th>Duration</th><th>Summary</th></tr>\n");
     for a in &d.alerts {
         let cls = if d.focus.as_ref().is_some_and(|f| f.id == a.id) {
             " class=\"focus\""
@@ -215,13 +272,14 @@ fn alerts(o: &mut String, d: &ReportData) {
         let sev = a.severity.as_deref().unwrap_or("-");
         let _ = writeln!(
             o,
-            "<tr{cls}><td>{}</td><td>{}</td><td class=\"sev-{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"wrap\">{}</td></tr>",
+            "<tr{cls}><td>{}</td><td>{}</td><td class=\"sev-{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"wrap\">{}</td></tr>",
             a.id,
             esc(&a.rule),
             esc(sev),
             esc(sev),
             esc(&a.state),
             esc(&d.gpu_label(a.gpu_id)),
+            esc(&runs_in_labels(&a.labels)),
             utc(a.active_since_ms),
             opt_utc(a.fired_ms),
             opt_utc(a.resolved_ms),
@@ -254,15 +312,19 @@ fn processes(o: &mut String, d: &ReportData) {
         o.push_str("</section>\n");
         return;
     }
-    o.push_str("<table><tr><th>GPU</th><th>PID</th><th>User</th><th>Name</th><th>Command line (redacted)</th><th>Max memory</th><th>First seen (UTC)</th><th>Last seen</th></tr>\n");
+    o.push_str("<table><tr><th>GPU</th><th>PID</th><th>User</th><th>Name</th><th>Runs in</th><th>Command line (redacted)</th><th>Max memory</th><th>First seen (UTC)</th><th>Last seen</th></tr>\n");
     for p in &d.processes {
         let _ = writeln!(
             o,
-            "<tr><td>{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td><td class=\"wrap\"><code>{}</code></td><td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"wrap\"><code>{}</code></td><td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
             esc(&d.gpu_label(p.gpu_id)),
             p.pid,
             esc(p.user.as_deref().unwrap_or("-")),
             esc(p.name.as_deref().unwrap_or("-")),
+            esc(&runs_in(
+                p.placement.as_ref(),
+                p.placement.as_ref().and_then(|x| x.container.as_deref())
+            )),
             esc(p.cmdline.as_deref().unwrap_or("-")),
             p.max_mem_bytes.map_or("-".into(), |b| format!(
                 "{:.2} GiB",

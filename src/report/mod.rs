@@ -19,7 +19,7 @@ pub use html::render;
 
 use crate::model::TsMs;
 use crate::store::StoreError;
-use crate::store::history::GpuRow;
+use crate::store::history::{self, GpuRow, HolderRow};
 use crate::store::postmortem::{self, AlertSpan, EventSpan, ProcessSpan, TrainingLine};
 use crate::store::window::{self, Series, Source, WindowMetric};
 
@@ -76,6 +76,8 @@ pub struct ReportData {
     pub process_observation: (u64, u64),
     pub events: Vec<EventSpan>,
     pub training: Vec<TrainingLine>,
+    /// Who the kubelet said held these GPUs during the window (pod allocations).
+    pub holders: Vec<HolderRow>,
 }
 
 /// The window of an alert's report: its span, [`CONTEXT_BEFORE_MS`] (or its length, when
@@ -154,6 +156,10 @@ pub fn gather(
         processes: postmortem::processes_in(conn, &ids, from_ms, to_ms, MAX_ROWS)?,
         events: postmortem::events_in(conn, &ids, from_ms, to_ms, MAX_ROWS)?,
         training: postmortem::training_in(conn, &ids, from_ms, to_ms, step_ms)?,
+        holders: history::holders(conn, from_ms - 1, to_ms)?
+            .into_iter()
+            .filter(|h| ids.contains(&h.gpu_id))
+            .collect(),
         gpus,
         from_ms,
         to_ms,

@@ -65,10 +65,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "placement",
         sql: include_str!("../../migrations/0009_placement.sql"),
     },
+    Migration {
+        version: 10,
+        name: "alert_labels",
+        sql: include_str!("../../migrations/0010_alert_labels.sql"),
+    },
 ];
 
 /// The schema version this binary writes and reads.
-pub const LATEST_VERSION: u32 = 9;
+pub const LATEST_VERSION: u32 = 10;
 
 /// The schema version of the database (`PRAGMA user_version`; 0 for an empty file).
 pub fn schema_version(conn: &Connection) -> Result<u32, StoreError> {

@@ -4,11 +4,13 @@
 //! Invariants: only reads; every query is bounded by the window (a time-first index range)
 //! and aggregates in SQL; NULL stays `None`.
 
+use std::collections::BTreeMap;
+
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::StoreError;
-use super::read::u64_col;
-use crate::model::TsMs;
+use super::read::{PLACEMENT_COLUMNS, placement_from_row, u64_col};
+use crate::model::{Placement, TsMs};
 
 /// One alert episode (a row of the private `alert_state` table, as the `alerts` view shows it).
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +33,8 @@ pub struct AlertSpan {
     /// The last time the evaluator saved this alert (the end of a live alert, so far).
     pub updated_ms: TsMs,
     pub summary: Option<String>,
+    /// The labels its receivers were given (placement included); empty when not stored.
+    pub labels: BTreeMap<String, String>,
 }
 
 impl AlertSpan {
@@ -42,8 +46,8 @@ impl AlertSpan {
 
 const ALERT_COLS: &str =
     "a.id, a.rule, a.state, a.severity, a.scope, a.gpu_id, h.name, g.gpu_index,
-    g.uuid, p.pid, a.active_since_ms, a.fired_ms, a.resolved_ms, a.updated_ms, a.summary
-    FROM alert_state a JOIN gpus g ON g.id = a.gpu_id JOIN hosts h ON h.id = g.host_id
+    g.uuid, p.pid, a.active_since_ms, a.fired_ms, a.resolved_ms, a.updated_ms, a.summary,
+    a.labels_json FROM alert_state a JOIN gpus g ON g.id = a.gpu_id JOIN hosts h ON h.id = g.host_id
     LEFT JOIN processes p ON p.id = a.process_id";
 
 fn alert_from_row(r: &Row<'_>) -> rusqlite::Result<AlertSpan> {
@@ -63,6 +67,10 @@ fn alert_from_row(r: &Row<'_>) -> rusqlite::Result<AlertSpan> {
         resolved_ms: r.get(12)?,
         updated_ms: r.get(13)?,
         summary: r.get(14)?,
+        labels: r
+            .get::<_, Option<String>>(15)?
+            .and_then(|j| serde_json::from_str(&j).ok())
+            .unwrap_or_default(),
     })
 }
 
@@ -108,6 +116,8 @@ pub struct ProcessSpan {
     pub max_mem_bytes: Option<u64>,
     pub first_ms: TsMs,
     pub last_ms: TsMs,
+    /// Where it ran (container, pod, Slurm job); `None` when not resolved.
+    pub placement: Option<Placement>,
 }
 
 /// The processes on `gpu_ids` in `[from_ms, to_ms]`, by first sighting; at most `limit`.
@@ -120,7 +130,7 @@ pub fn processes_in(
 ) -> Result<Vec<ProcessSpan>, StoreError> {
     let mut stmt = conn.prepare(&format!(
         "SELECT ps.gpu_id, p.pid, p.start_time_ms, p.name, p.user, p.cmdline,
-           max(ps.used_mem_bytes), min(ps.ts_ms), max(ps.ts_ms)
+           max(ps.used_mem_bytes), min(ps.ts_ms), max(ps.ts_ms), {PLACEMENT_COLUMNS}
          FROM process_samples ps JOIN processes p ON p.id = ps.process_id
          WHERE ps.ts_ms >= ?1 AND ps.ts_ms <= ?2 AND ps.gpu_id IN ({})
          GROUP BY ps.gpu_id, ps.process_id
@@ -138,6 +148,7 @@ pub fn processes_in(
             max_mem_bytes: u64_col(r, 6)?,
             first_ms: r.get(7)?,
             last_ms: r.get(8)?,
+            placement: placement_from_row(r, 9)?,
         })
     })?;
     Ok(rows.collect::<Result<_, _>>()?)

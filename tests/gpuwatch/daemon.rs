@@ -1,4 +1,5 @@
-//! The daemon in-process on a simulated clock: the demo scenario end to end into SQLite.
+//! The daemon in-process on a simulated clock: the demo scenario (with its kubelet) end to
+//! end into SQLite.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -28,6 +29,13 @@ fn the_demo_scenario_lands_in_the_store() {
     };
     config.http.enabled = false;
     config.sample_deadline = Duration::from_secs(2);
+    // The scenario's pods, from a kubelet on a socket, as in the demo: the llama job's
+    // training series are pod-labelled and join their GPUs through the pod.
+    let kubelet = sim
+        .serve_pods()
+        .expect("serve pods")
+        .expect("the demo declares pods");
+    kubelet.configure(&mut config);
     let handle = nvml::init(Some(&sim.library_path())).expect("init");
     let live: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let sink = live.clone();

@@ -12,6 +12,12 @@ use std::time::{Duration, Instant};
 
 use super::slack_server::SlackServer;
 
+/// The UUIDs of the rig's two GPUs.
+pub const UUIDS: [&str; 2] = [
+    "GPU-5a7f9c2e-1b3d-4e6f-8a9b-0c1d2e3f4a5b",
+    "GPU-6b8fad3f-2c4e-4f70-9bac-1d2e3f4a5b6c",
+];
+
 /// Two GPUs busy for the first `busy` seconds of wall-clock time, then idle.
 pub fn scenario(busy_s: u32) -> String {
     format!(
@@ -21,6 +27,7 @@ name = "notify"
 duration = "1h"
 [[gpu]]
 model = "H100-SXM-80GB"
+uuid = "{}"
 [[gpu.timeline]]
 to = "{busy_s}s"
 util_gpu = 90
@@ -29,13 +36,15 @@ from = "{busy_s}s"
 util_gpu = 0
 [[gpu]]
 model = "H100-SXM-80GB"
+uuid = "{}"
 [[gpu.timeline]]
 to = "{busy_s}s"
 util_gpu = 90
 [[gpu.timeline]]
 from = "{busy_s}s"
 util_gpu = 0
-"#
+"#,
+        UUIDS[0], UUIDS[1]
     )
 }
 

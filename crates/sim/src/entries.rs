@@ -286,6 +286,23 @@ impl Ctx {
                 noise: r.noise,
             })
         });
+        let mut labels = Vec::new();
+        if let Some(l) = &t.labels {
+            for (k, v) in l.get_ref() {
+                let valid = !k.is_empty()
+                    && !k.starts_with(|c: char| c.is_ascii_digit())
+                    && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                if !valid || k.starts_with("__") || k == "gpu" || k == "job" {
+                    p.at(
+                        Some(l.span()),
+                        format!(
+                            "label `{k}`: a label name is [a-zA-Z_][a-zA-Z0-9_]*, not `__`-prefixed, and not `gpu` or `job` (set by `per_gpu` and `job`)"
+                        ),
+                    );
+                }
+                labels.push((k.clone(), v.clone()));
+            }
+        }
         let spec = TrainingSpec {
             job: t.job.get_ref().clone(),
             gpus,
@@ -293,6 +310,7 @@ impl Ctx {
             end_tick: end,
             steps_per_sec: rate.max(0.0),
             per_gpu: t.per_gpu,
+            labels,
             stalls,
         };
         Some(TrainingJob::new(spec, self.tick_ms, loss, self.seed, i))

@@ -176,6 +176,9 @@ pub struct RawTraining {
     pub steps_per_sec: Spanned<f64>,
     #[serde(default)]
     pub per_gpu: bool,
+    /// Extra labels on every series of the job (e.g. `pod`, `namespace`).
+    #[serde(default)]
+    pub labels: Option<Spanned<std::collections::BTreeMap<String, String>>>,
     pub loss: Option<Spanned<RawLoss>>,
     #[serde(default)]
     pub stall: Vec<Spanned<RawStall>>,

@@ -443,6 +443,44 @@ kind = "hang"
 }
 
 #[test]
+fn training_labels_are_added_and_reserved_names_refused() {
+    let s = parse(
+        r#"[[gpu]]
+model = "H100-SXM-80GB"
+[[training]]
+job = "gpt"
+gpus = [0]
+steps_per_sec = 1
+labels = { pod = "gpt-0", namespace = "research" }
+"#,
+    );
+    let v = s.training_at(5);
+    let labels: Vec<(&str, &str)> = v[0]
+        .labels
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        labels,
+        [("job", "gpt"), ("namespace", "research"), ("pod", "gpt-0")]
+    );
+    let e = error_of(
+        r#"[[gpu]]
+model = "H100-SXM-80GB"
+[[training]]
+job = "gpt"
+gpus = [0]
+steps_per_sec = 1
+labels = { gpu = "1" }
+"#,
+    );
+    assert!(
+        e.starts_with("bad.toml:7:10:") && e.contains("label `gpu`"),
+        "{e}"
+    );
+}
+
+#[test]
 fn training_gaps_and_restarts() {
     let s = parse(
         r#"[[gpu]]

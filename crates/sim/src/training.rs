@@ -138,7 +138,9 @@ impl TrainingJob {
         let step = self.step_at(tick);
         let job = ("job".to_string(), self.spec.job.clone());
         let mut out = Vec::new();
-        let mut push = |labels: Vec<(String, String)>, gpu: Option<usize>| {
+        let mut push = |mut labels: Vec<(String, String)>, gpu: Option<usize>| {
+            labels.extend(self.spec.labels.iter().cloned());
+            labels.sort();
             out.push(TrainingValue {
                 name: "training_step".into(),
                 labels: labels.clone(),
@@ -179,6 +181,7 @@ mod tests {
             end_tick: Some(1000),
             steps_per_sec: 2.0,
             per_gpu,
+            labels: Vec::new(),
             stalls,
         };
         let loss = Loss {
@@ -232,6 +235,17 @@ mod tests {
         assert_eq!(v[1].name, "training_loss");
         let expected = 1.0 + 3.0 * (-0.2f64).exp();
         assert!((v[1].value - expected).abs() < 1e-12);
+        let mut pod = job(vec![], false);
+        pod.spec.labels = vec![
+            ("pod".into(), "llm-0".into()),
+            ("namespace".into(), "research".into()),
+        ];
+        let labels: Vec<String> = pod.values_at(20)[0]
+            .labels
+            .iter()
+            .map(|(k, _)| k.clone())
+            .collect();
+        assert_eq!(labels, ["job", "namespace", "pod"], "sorted by key");
         let single = job(vec![], false).values_at(20);
         assert_eq!(single.len(), 2);
         assert_eq!(single[0].labels, vec![("job".into(), "j".into())]);

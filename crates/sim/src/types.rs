@@ -203,5 +203,7 @@ pub struct TrainingSpec {
     pub end_tick: Option<u64>,
     pub steps_per_sec: f64,
     pub per_gpu: bool,
+    /// Extra labels of every series (never `gpu` or `job`).
+    pub labels: Vec<(String, String)>,
     pub stalls: Vec<Stall>,
 }

@@ -310,6 +310,12 @@ impl Engine {
                     }),
                 };
                 inst.evaluated_at = t;
+                // Until it is reported, an alert is about its target as known now (a pod
+                // the kubelet named since it became pending); once reported, its labels
+                // stay what the receivers were told, so that its resolution matches.
+                if !inst.reported {
+                    inst.subject = subject_of(target, rule.scope);
+                }
                 let before = inst.state;
                 let severity = match &rule.critical {
                     Some(c) if matches!(ctx.eval(c, target), Ok(Some(v)) if v != 0.0) => {
@@ -419,7 +425,7 @@ impl Engine {
                 continue;
             };
             let rule = self.rules.iter().find(|r| *r.name == *key.rule);
-            self.saves.push(saved(&key, inst, rule.map(|r| r.scope)));
+            self.saves.push(saved(&key, inst, rule));
         }
         // Forget instances that are over (after rendering their resolved message).
         self.alerts.retain(|_, i| i.state.phase != Phase::Inactive);
@@ -501,20 +507,7 @@ impl Engine {
                 }
             }
         };
-        let mut labels = rule.labels.clone();
-        labels.insert("host".into(), s.host.clone());
-        if let Some(g) = s.gpu {
-            labels.insert("gpu".into(), g.to_string());
-        }
-        if let Some(u) = &s.uuid {
-            labels.insert("uuid".into(), u.clone());
-        }
-        if let Some(p) = s.pid {
-            labels.insert("pid".into(), p.to_string());
-        }
-        for (k, v) in s.placement_labels() {
-            labels.insert(k.into(), v);
-        }
+        let labels = s.labels(&rule.labels);
         let mut metrics = Vec::new();
         rule.condition.metrics(&mut metrics);
         let mut summary = rule.summary.render(&vars);

@@ -177,8 +177,14 @@ pub(super) fn removed(
 }
 
 /// The persisted form of an instance.
-pub(super) fn saved(key: &AlertKey, inst: &Instance, scope: Option<Scope>) -> SavedAlert {
+/// The persisted form of an instance; `rule` is `None` for a rule no longer configured.
+pub(super) fn saved(
+    key: &AlertKey,
+    inst: &Instance,
+    rule: Option<&crate::rules::rule::Rule>,
+) -> SavedAlert {
     let st = &inst.state;
+    let scope = rule.map(|r| r.scope);
     SavedAlert {
         rule: key.rule.to_string(),
         gpu_id: key.gpu_id,
@@ -202,6 +208,11 @@ pub(super) fn saved(key: &AlertKey, inst: &Instance, scope: Option<Scope>) -> Sa
         last_true_ms: st.last_true,
         kept_since_ms: st.kept_since,
         summary: inst.fired_summary.clone(),
-        labels_json: None,
+        // The labels receivers were (or will be) given; `None` keeps the stored ones.
+        labels_json: rule.map(|r| {
+            let labels: Vec<(String, String)> =
+                inst.subject.labels(&r.labels).into_iter().collect();
+            crate::store::labels_json(&labels)
+        }),
     }
 }

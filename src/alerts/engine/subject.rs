@@ -30,6 +30,29 @@ pub struct Subject {
 }
 
 impl Subject {
+    /// An alert's labels: the rule's own, then `host`, `gpu`, `uuid`, `pid` and the known
+    /// placement labels (which win over a rule label of the same name).
+    pub fn labels(
+        &self,
+        rule_labels: &std::collections::BTreeMap<String, String>,
+    ) -> std::collections::BTreeMap<String, String> {
+        let mut labels = rule_labels.clone();
+        labels.insert("host".into(), self.host.clone());
+        if let Some(g) = self.gpu {
+            labels.insert("gpu".into(), g.to_string());
+        }
+        if let Some(u) = &self.uuid {
+            labels.insert("uuid".into(), u.clone());
+        }
+        if let Some(p) = self.pid {
+            labels.insert("pid".into(), p.to_string());
+        }
+        for (k, v) in self.placement_labels() {
+            labels.insert(k.into(), v);
+        }
+        labels
+    }
+
     /// The placement labels that are known (`pod`, `namespace`, `container`,
     /// `container_id`, `slurm_job`).
     pub fn placement_labels(&self) -> Vec<(&'static str, String)> {

@@ -156,3 +156,62 @@ fn a_missing_socket_says_where_and_what_to_mount() {
     assert!(matches!(e, KubeletError::Permission(_)), "{e}");
     assert!(e.to_string().contains("pod-resources"), "{e}");
 }
+
+/// The watcher publishes the kubelet's answer, and a start waits for the first one at most
+/// its bound: at once when it answers or the socket is missing, the bound when it hangs.
+#[test]
+fn a_start_waits_for_the_first_answer_within_its_bound() {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stop = Arc::new(AtomicBool::new(false));
+
+    let missing =
+        super::watch::spawn(dir.path().join("absent.sock"), true, stop.clone()).expect("spawn");
+    assert!(
+        missing.wait_first_answer(Duration::from_secs(10)),
+        "a failure settles too"
+    );
+    assert_eq!(missing.changed_since(&mut 0), None);
+
+    let sock = dir.path().join("kubelet.sock");
+    let pods = PodList::default();
+    pods.set(list(vec![pod(
+        "llm-ft-7",
+        "research",
+        "trainer",
+        "nvidia.com/gpu",
+        &[GPU0],
+    )]));
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let listener = rt
+        .block_on(async { tokio::net::UnixListener::bind(&sock) })
+        .expect("bind");
+    let serving = rt.spawn(server::serve_listener(listener, pods.clone(), async {
+        let _ = stop_rx.await;
+    }));
+    let view = super::watch::spawn(sock.clone(), true, stop.clone()).expect("spawn");
+    let start = std::time::Instant::now();
+    assert!(view.wait_first_answer(Duration::from_secs(10)));
+    assert!(start.elapsed() < Duration::from_secs(5));
+    let a = view.changed_since(&mut 0).expect("published");
+    assert_eq!(a[GPU0].pod, "llm-ft-7");
+
+    pods.set_delay(Some(Duration::from_secs(30)));
+    let hung = super::watch::spawn(sock, true, stop.clone()).expect("spawn");
+    let start = std::time::Instant::now();
+    assert!(
+        !hung.wait_first_answer(Duration::from_millis(300)),
+        "still waiting"
+    );
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    pods.set_delay(None);
+    let _ = stop_tx.send(());
+    rt.block_on(serving).expect("join").expect("served");
+}

@@ -3,13 +3,14 @@
 //! the newest answer for the sampling thread to pick up between ticks.
 //!
 //! Invariants: the sampling thread never waits for the kubelet (it reads the published
-//! answer, or nothing); one refresh at a time, each within its deadline, at most one poke
+//! answer, or nothing) — except once, before its first tick, at most [`FIRST_ANSWER_WAIT`],
+//! so that the first samples and alerts after a start already carry their pods; one refresh at a time, each within its deadline, at most one poke
 //! per `MIN_POKE_GAP`; a failure is logged when it starts and when it ends, not every
 //! refresh; with `enabled = "auto"` a node without the socket is silent.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::{Allocations, allocations, client};
@@ -19,18 +20,23 @@ pub const REFRESH: Duration = Duration::from_secs(30);
 /// The deadline of one `List` call.
 pub const DEADLINE: Duration = Duration::from_secs(5);
 const MIN_POKE_GAP: Duration = Duration::from_secs(5);
+/// How long a start waits for the kubelet's first answer (or failure) before sampling.
+pub const FIRST_ANSWER_WAIT: Duration = Duration::from_secs(2);
 
 /// What the thread publishes: the allocations of the newest successful refresh, numbered.
 #[derive(Debug, Default)]
 struct Published {
     version: u64,
     allocations: Allocations,
+    /// The first `List` has finished (answered or failed).
+    settled: bool,
 }
 
 /// The sampling thread's side.
 #[derive(Debug, Clone)]
 pub struct KubeletView {
     published: Arc<Mutex<Published>>,
+    settled: Arc<Condvar>,
     poke: Arc<tokio::sync::Notify>,
 }
 
@@ -47,6 +53,30 @@ impl KubeletView {
         })
     }
 
+    /// Waits until the first `List` has finished, at most `timeout`; true when it has.
+    pub fn wait_first_answer(&self, timeout: Duration) -> bool {
+        let p = self
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (p, _) = self
+            .settled
+            .wait_timeout_while(p, timeout, |p| !p.settled)
+            .unwrap_or_else(PoisonError::into_inner);
+        p.settled
+    }
+
+    fn settle(&self) {
+        let mut p = self
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !p.settled {
+            p.settled = true;
+            self.settled.notify_all();
+        }
+    }
+
     /// Asks for a refresh now (rate-limited by the thread).
     pub fn poke(&self) {
         self.poke.notify_one();
@@ -57,6 +87,7 @@ impl KubeletView {
     pub(crate) fn detached() -> Self {
         Self {
             published: Arc::default(),
+            settled: Arc::default(),
             poke: Arc::new(tokio::sync::Notify::new()),
         }
     }
@@ -81,6 +112,7 @@ pub fn spawn(
 ) -> std::io::Result<KubeletView> {
     let view = KubeletView {
         published: Arc::default(),
+        settled: Arc::default(),
         poke: Arc::new(tokio::sync::Notify::new()),
     };
     let v = view.clone();
@@ -91,6 +123,7 @@ pub fn spawn(
                 Ok(rt) => rt,
                 Err(e) => {
                     tracing::error!(error = %e, "cannot start the kubelet client; pods come from cgroups only");
+                    v.settle();
                     return;
                 }
             };
@@ -130,6 +163,7 @@ async fn run(socket: PathBuf, required: bool, stop: Arc<AtomicBool>, view: Kubel
                 failing = Some(text);
             }
         }
+        view.settle();
         // Until the next refresh or a poke (a stop pokes too; the thread is not joined).
         let _ = tokio::time::timeout(REFRESH, view.poke.notified()).await;
     }

@@ -16,7 +16,7 @@ use rusqlite::Connection;
 use crate::model::{GpuHolder, GpuInventory, GpuSample, Placement, SampleStatus, TsMs};
 use crate::rules::ast::Metric;
 use crate::store::{StoreError, history};
-use crate::training::join::{GpuRef, Join, gpus_for_series};
+use crate::training::join::{GpuRef, SeriesRef, choose};
 
 use super::needs::{Need, Needs};
 use super::series::Series;
@@ -156,7 +156,8 @@ pub struct TrainingSeries {
 
 /// Training series that may join a GPU: (step naming it, step host-wide, loss naming it,
 /// loss host-wide).
-type Candidates = (Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>);
+/// A GPU's training series: (step, loss).
+type StepLoss = (Option<i64>, Option<i64>);
 
 #[derive(Debug, Default)]
 pub struct World {
@@ -488,49 +489,41 @@ impl World {
         Ok(())
     }
 
-    /// Joins training series to GPUs: a series naming the GPU wins; else the host's single
-    /// unlabelled series of that role; several unlabelled ones are ambiguous (no join).
+    /// Joins training series to GPUs: the one chooser (`training::join::choose`) per host.
     fn join_training(&mut self) {
-        let mut refs: HashMap<&str, Vec<GpuRef>> = HashMap::new();
+        let mut hosts: BTreeMap<&str, (Vec<GpuRef>, Vec<i64>)> = BTreeMap::new();
         for g in self.gpus.values() {
-            refs.entry(g.host.as_str()).or_default().push(GpuRef {
+            let (refs, ids) = hosts.entry(g.host.as_str()).or_default();
+            refs.push(GpuRef {
                 index: g.inv.index,
                 uuid: g.inv.uuid.clone(),
                 pod: g
                     .pod()
                     .map(|p| (p.namespace.to_string(), p.pod.to_string())),
             });
+            ids.push(g.gpu_id);
         }
-        let mut joined: HashMap<i64, Candidates> = HashMap::new();
-        for (id, t) in &self.training {
-            let Some(host_gpus) = refs.get(t.host.as_str()) else {
-                continue;
-            };
-            let is_step = matches!(t.name.as_str(), "training_step" | "training_step_total");
-            let join = gpus_for_series(&t.labels, host_gpus);
-            for g in self.gpus.values().filter(|g| g.host == t.host) {
-                let e = joined.entry(g.gpu_id).or_default();
-                let (specific, all) = if is_step {
-                    (&mut e.0, &mut e.1)
-                } else {
-                    (&mut e.2, &mut e.3)
-                };
-                match &join {
-                    Join::Gpus(ix) if ix.contains(&g.inv.index) => specific.push(*id),
-                    Join::All => all.push(*id),
-                    _ => {}
-                }
+        // (GPU id, (step series, loss series)).
+        let mut chosen: Vec<(i64, StepLoss)> = Vec::new();
+        for (host, (refs, ids)) in &hosts {
+            let series: Vec<SeriesRef> = self
+                .training
+                .iter()
+                .filter(|(_, t)| t.host == *host)
+                .map(|(id, t)| SeriesRef {
+                    id: *id,
+                    name: &t.name,
+                    labels: &t.labels,
+                })
+                .collect();
+            for (c, gpu_id) in choose(&series, refs).into_iter().zip(ids) {
+                chosen.push((*gpu_id, (c.step.series(), c.loss.series())));
             }
         }
-        let pick = |specific: &[i64], all: &[i64]| match (specific, all) {
-            ([one, ..], _) => Some(*one),
-            ([], [one]) => Some(*one),
-            _ => None,
-        };
-        for g in self.gpus.values_mut() {
-            g.training = joined
-                .get(&g.gpu_id)
-                .map_or((None, None), |(s, sa, l, la)| (pick(s, sa), pick(l, la)));
+        for (gpu_id, t) in chosen {
+            if let Some(g) = self.gpus.get_mut(&gpu_id) {
+                g.training = t;
+            }
         }
     }
 }

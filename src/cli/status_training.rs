@@ -1,0 +1,126 @@
+//! `status`'s training section: which stored training series each GPU's rules read, and why
+//! (the rule evaluator's own chooser, `training::join::choose`, over the same labels and the
+//! pods `status` shows).
+//!
+//! Invariant: a host without any training series shows nothing (JSON `training: null`), not
+//! "no series"; a GPU whose series cannot be chosen says why, never a guessed series.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use crate::store::StoreError;
+use crate::store::history::{self, TrainingSeriesRow};
+use crate::store::read::GpuStatusRow;
+use crate::training::join::{Choice, GpuChoice, GpuRef, SeriesRef, choose};
+
+/// The choices for every GPU of `rows`, per host.
+pub struct Joins {
+    series: Vec<TrainingSeriesRow>,
+    /// (host, GPU index) → the GPU as the join saw it and what it chose.
+    chosen: BTreeMap<(String, u32), (GpuRef, GpuChoice)>,
+}
+
+impl Joins {
+    pub fn read(conn: &rusqlite::Connection, rows: &[GpuStatusRow]) -> Result<Joins, StoreError> {
+        let series = history::training_series(conn)?;
+        let mut chosen = BTreeMap::new();
+        let hosts: std::collections::BTreeSet<&str> =
+            rows.iter().map(|r| r.host.as_str()).collect();
+        for host in hosts {
+            let refs: Vec<GpuRef> = rows
+                .iter()
+                .filter(|r| r.host == host)
+                .map(|r| GpuRef {
+                    index: r.inventory.index,
+                    uuid: r.inventory.uuid.clone(),
+                    pod: r
+                        .pod()
+                        .map(|(pod, ns, _)| (ns.to_string(), pod.to_string())),
+                })
+                .collect();
+            let of_host = refs_of(&series, host);
+            if of_host.is_empty() {
+                continue;
+            }
+            for (g, c) in refs.iter().zip(choose(&of_host, &refs)) {
+                chosen.insert((host.to_string(), g.index), (g.clone(), c));
+            }
+        }
+        Ok(Joins { series, chosen })
+    }
+
+    /// A GPU's `training` object: `{"step": …, "loss": …}`, or null when its host has no
+    /// training series.
+    pub fn json(&self, host: &str, index: u32) -> Value {
+        let Some((g, c)) = self.chosen.get(&(host.to_string(), index)) else {
+            return Value::Null;
+        };
+        let all = refs_of(&self.series, host);
+        let one = |choice: &Choice| {
+            let s = choice
+                .series()
+                .and_then(|id| all.iter().find(|s| s.id == id));
+            json!({
+                "series": s.map(SeriesRef::display),
+                "series_id": choice.series(),
+                "by": match choice {
+                    Choice::Joined { basis, .. } => Some(basis.name()),
+                    _ => None,
+                },
+                "why": choice.why(g, &all),
+            })
+        };
+        json!({ "step": one(&c.step), "loss": one(&c.loss) })
+    }
+
+    /// The table section: one line per GPU and role, empty when no host has training series.
+    pub fn table(&self) -> String {
+        if self.chosen.is_empty() {
+            return String::new();
+        }
+        let multi_host = self
+            .chosen
+            .keys()
+            .map(|(h, _)| h)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            > 1;
+        let mut out = String::from("\nTraining series the rules read:\n");
+        for ((host, index), (g, c)) in &self.chosen {
+            let all = refs_of(&self.series, host);
+            let gpu = if multi_host {
+                format!("{host} GPU {index}")
+            } else {
+                format!("GPU {index}")
+            };
+            if c.step == Choice::Nothing && c.loss == Choice::Nothing {
+                out.push_str(&format!("  {gpu}: no training series applies\n"));
+                continue;
+            }
+            for (role, choice) in [("step", &c.step), ("loss", &c.loss)] {
+                let shown = choice
+                    .series()
+                    .and_then(|id| all.iter().find(|s| s.id == id))
+                    .map_or_else(|| "-".to_string(), SeriesRef::display);
+                out.push_str(&format!(
+                    "  {gpu} {role}: {shown}: {}\n",
+                    choice.why(g, &all)
+                ));
+            }
+        }
+        out
+    }
+}
+
+fn refs_of<'a>(series: &'a [TrainingSeriesRow], host: &str) -> Vec<SeriesRef<'a>> {
+    series
+        .iter()
+        .filter(|s| s.host == host)
+        .map(|s| SeriesRef {
+            id: s.series_id,
+            name: &s.name,
+            labels: &s.labels,
+        })
+        .collect()
+}
