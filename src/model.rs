@@ -137,7 +137,8 @@ pub struct ProcessInfo {
     pub user: Option<String>,
     /// Where the process runs (container, pod, Slurm job); `None` when its cgroup could not
     /// be read (another PID namespace, exited, simulated): unknown, not "on the host".
-    pub placement: Option<Placement>,
+    /// Shared: every tick's sample of the process carries the one resolved placement.
+    pub placement: Option<std::sync::Arc<Placement>>,
 }
 
 /// A process's container, Kubernetes pod and Slurm job, from its cgroup (and, for a pod's

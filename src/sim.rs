@@ -120,7 +120,8 @@ impl SimGpus {
                         placement: p
                             .cgroup
                             .as_deref()
-                            .and_then(crate::attribution::placement::from_cgroup),
+                            .and_then(crate::attribution::placement::from_cgroup)
+                            .map(std::sync::Arc::new),
                     };
                     (p.pid, info)
                 })

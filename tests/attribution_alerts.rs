@@ -36,7 +36,7 @@ fn build(db: &Path) {
                 pid: 4242,
                 start_time_ms: T0 - 1000,
                 name: Some("python".into()),
-                placement: Some(placed.clone()),
+                placement: Some(std::sync::Arc::new(placed.clone())),
                 ..ProcessInfo::default()
             },
             used_mem_bytes: Some(1 << 30),

@@ -192,8 +192,8 @@ fn placements_are_stored_read_back_and_unknown_stays_null() {
         proc_sample(T0, &uuid, 2, T0 - 10, Some(1)),
         proc_sample(T0, &uuid, 3, T0 - 10, Some(1)),
     ];
-    procs[0].process.placement = Some(placed.clone());
-    procs[1].process.placement = Some(job.clone());
+    procs[0].process.placement = Some(std::sync::Arc::new(placed.clone()));
+    procs[1].process.placement = Some(std::sync::Arc::new(job.clone()));
     b.processes = procs;
     st.write_tick(&b).unwrap();
 

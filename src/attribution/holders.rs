@@ -7,8 +7,9 @@
 //! is poked once per new process on a GPU it has no allocation for, not every tick.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
-use crate::model::{GpuAllocation, GpuHolder, TickBatch, TsMs};
+use crate::model::{GpuAllocation, GpuHolder, Placement, TickBatch, TsMs};
 
 use super::kubelet::Allocations;
 use super::kubelet::watch::KubeletView;
@@ -22,6 +23,9 @@ pub struct Holders {
     written: HashMap<String, Option<GpuHolder>>,
     /// Processes already seen (pid, start time).
     known: HashSet<(u32, TsMs)>,
+    /// Pod-UID processes named from their GPU's holder: the holder and the named placement
+    /// (shared by every tick's sample, built once).
+    named: HashMap<(u32, TsMs), (GpuHolder, Arc<Placement>)>,
 }
 
 impl Holders {
@@ -63,11 +67,23 @@ impl Holders {
                 && pl.pod_uid.is_some()
                 && pl.pod.is_none()
             {
-                pl.pod = Some(h.pod.clone());
-                pl.namespace = Some(h.namespace.clone());
-                pl.container = Some(h.container.clone());
+                let (_, named) = match self.named.get(&key) {
+                    Some(e) if e.0 == *h => e,
+                    _ => {
+                        let named = Placement {
+                            pod: Some(h.pod.clone()),
+                            namespace: Some(h.namespace.clone()),
+                            container: Some(h.container.clone()),
+                            ..(**pl).clone()
+                        };
+                        self.named.insert(key, (h.clone(), Arc::new(named)));
+                        &self.named[&key]
+                    }
+                };
+                *pl = named.clone();
             }
         }
+
         self.known.clear();
         self.known.extend(
             batch
@@ -75,6 +91,9 @@ impl Holders {
                 .iter()
                 .map(|p| (p.process.pid, p.process.start_time_ms)),
         );
+        if !self.named.is_empty() {
+            self.named.retain(|k, _| self.known.contains(k));
+        }
         if poke {
             view.poke();
         }
@@ -95,7 +114,7 @@ mod tests {
             process: ProcessInfo {
                 pid,
                 start_time_ms: 1,
-                placement,
+                placement: placement.map(Arc::new),
                 ..ProcessInfo::default()
             },
             used_mem_bytes: None,
@@ -153,12 +172,12 @@ mod tests {
         );
         let pl = |b: &TickBatch, k: usize| b.processes[k].process.placement.clone();
         assert_eq!(
-            pl(&b, 0).and_then(|p| p.pod),
+            pl(&b, 0).and_then(|p| p.pod.clone()),
             Some("llm-ft-7".into()),
             "its GPU's pod"
         );
         assert_eq!(
-            pl(&b, 1).and_then(|p| p.pod),
+            pl(&b, 1).and_then(|p| p.pod.clone()),
             None,
             "GPU-1 is allocated to no pod"
         );

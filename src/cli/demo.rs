@@ -358,7 +358,7 @@ impl LiveView {
                         name: p.process.name.clone(),
                         user: p.process.user.clone(),
                         used_mem_bytes: p.used_mem_bytes,
-                        placement: p.process.placement.clone(),
+                        placement: p.process.placement.as_deref().cloned(),
                     })
                     .collect(),
                 holder: None,

@@ -85,7 +85,15 @@ pub struct ProcResolver {
     users: HashMap<u32, Option<String>>,
     /// PIDs /proc does not show (another PID namespace): not looked up again until this time.
     missing: HashMap<u32, std::time::Instant>,
+    /// `/proc/PID/stat` kept open per cached process: each tick re-reads it with one `pread`
+    /// (no path walk, open or close). A procfs file stays bound to the process it was opened
+    /// for: once that process is gone the read fails (even if the PID was reused), and the
+    /// path is opened again.
+    stat_files: HashMap<u32, fs::File>,
 }
+
+/// The most `/proc/PID/stat` files kept open.
+const MAX_OPEN_STAT_FILES: usize = 4096;
 
 /// How long a PID that /proc does not show is not looked up again.
 const MISSING_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
@@ -130,6 +138,7 @@ impl ProcResolver {
             overrides,
             users: HashMap::new(),
             missing: HashMap::new(),
+            stat_files: HashMap::new(),
         }
     }
 
@@ -152,6 +161,7 @@ impl ProcResolver {
         }
         let Some(start) = self.start_time_ms(pid) else {
             self.cache.remove(&pid);
+            self.stat_files.remove(&pid);
             self.missing
                 .insert(pid, std::time::Instant::now() + MISSING_RETRY);
             return unknown;
@@ -171,12 +181,44 @@ impl ProcResolver {
     pub fn retain(&mut self, live: &[u32]) {
         self.cache.retain(|pid, _| live.contains(pid));
         self.missing.retain(|pid, _| live.contains(pid));
+        self.stat_files.retain(|pid, _| live.contains(pid));
     }
 
-    fn start_time_ms(&self, pid: u32) -> Option<i64> {
-        let stat = fs::read_to_string(self.root.join(pid.to_string()).join("stat")).ok()?;
+    /// The start time of the process `pid` is now, from its `stat` file: through the file
+    /// kept open for it while that still reads, else by path (a new process, or none).
+    fn start_time_ms(&mut self, pid: u32) -> Option<i64> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 1024];
+        if let Some(f) = self.stat_files.get(&pid) {
+            if let Ok(n) = f.read_at(&mut buf, 0)
+                && n > 0
+                && n < buf.len()
+                && let Some(start) = self.parse_start(&buf[..n])
+            {
+                return Some(start);
+            }
+            self.stat_files.remove(&pid);
+        }
+        let f = fs::File::open(self.root.join(pid.to_string()).join("stat")).ok()?;
+        let n = f.read_at(&mut buf, 0).ok()?;
+        let start = if n < buf.len() {
+            self.parse_start(&buf[..n])?
+        } else {
+            // Longer than the buffer (an unusually long command name): read it whole.
+            let mut all = Vec::new();
+            std::io::Read::read_to_end(&mut &f, &mut all).ok()?;
+            self.parse_start(&all)?
+        };
+        if self.stat_files.len() < MAX_OPEN_STAT_FILES {
+            self.stat_files.insert(pid, f);
+        }
+        Some(start)
+    }
+
+    /// The start time in a `stat` file's contents.
+    fn parse_start(&self, stat: &[u8]) -> Option<i64> {
         // The command name is in parentheses and may contain spaces or ')': split after the last ')'.
-        let rest = &stat[stat.rfind(')')? + 1..];
+        let rest = std::str::from_utf8(&stat[stat.iter().rposition(|&b| b == b')')? + 1..]).ok()?;
         // Fields after ")" start at field 3 (state); starttime is field 22.
         let start_ticks: i64 = rest.split_whitespace().nth(19)?.parse().ok()?;
         Some(self.boot_time_ms + start_ticks * 1000 / self.ticks_per_sec)
@@ -208,7 +250,7 @@ impl ProcResolver {
             name,
             cmdline,
             user,
-            placement,
+            placement: placement.map(std::sync::Arc::new),
         }
     }
 
@@ -275,6 +317,35 @@ mod tests {
         assert!(info.user.is_some());
         let now = chrono::Utc::now().timestamp_millis();
         assert!(info.start_time_ms > now - 60_000 && info.start_time_ms <= now + 1000);
+    }
+
+    /// A process's `stat` stays open between ticks; once the process has exited and been
+    /// reaped, that file no longer reads and the PID is unknown (not the old process).
+    #[test]
+    fn an_exited_process_is_not_kept_alive_by_its_open_stat_file() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        let mut r = resolver();
+        let first = r.resolve(pid);
+        assert!(first.start_time_ms > 0);
+        assert!(r.stat_files.contains_key(&pid), "kept open");
+        assert_eq!(
+            r.resolve(pid),
+            first,
+            "the same process, from the open file"
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+        let gone = r.resolve(pid);
+        assert_eq!(
+            (gone.start_time_ms, gone.name.as_deref()),
+            (0, None),
+            "{gone:?}"
+        );
+        assert!(!r.stat_files.contains_key(&pid));
     }
 
     /// The host's /proc mounted elsewhere (`[processes] proc_root`): a container's process
