@@ -215,3 +215,53 @@ fn a_start_waits_for_the_first_answer_within_its_bound() {
     let _ = stop_tx.send(());
     rt.block_on(serving).expect("join").expect("served");
 }
+
+/// The watcher's session keeps its connection across calls (a moved pod shows on the same
+/// connection) and connects again after the kubelet restarts.
+#[test]
+fn a_session_survives_a_kubelet_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("kubelet.sock");
+    let pods = PodList::default();
+    pods.set(list(vec![pod(
+        "llm-ft-7",
+        "research",
+        "trainer",
+        "nvidia.com/gpu",
+        &[GPU0],
+    )]));
+    rt().block_on(async {
+        let start = |pods: PodList| {
+            let sock = sock.clone();
+            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+            let listener = tokio::net::UnixListener::bind(&sock).expect("bind");
+            let serving = tokio::spawn(server::serve_listener(listener, pods, async {
+                let _ = rx.await;
+            }));
+            (tx, serving)
+        };
+        let mut s = client::Session::new(&sock);
+        let (stop, serving) = start(pods.clone());
+        let a = allocations(&s.list(Duration::from_secs(5)).await.expect("list"));
+        assert_eq!(a[GPU0].pod, "llm-ft-7");
+        pods.set(list(vec![pod(
+            "llm-ft-8",
+            "research",
+            "trainer",
+            "nvidia.com/gpu",
+            &[GPU0],
+        )]));
+        let a = allocations(&s.list(Duration::from_secs(5)).await.expect("list"));
+        assert_eq!(a[GPU0].pod, "llm-ft-8", "the same session sees the change");
+
+        let _ = stop.send(());
+        serving.await.expect("join").expect("served");
+        std::fs::remove_file(&sock).expect("the old socket");
+        assert!(s.list(Duration::from_secs(2)).await.is_err(), "down");
+        let (stop, serving) = start(pods.clone());
+        let a = allocations(&s.list(Duration::from_secs(5)).await.expect("after restart"));
+        assert_eq!(a[GPU0].pod, "llm-ft-8");
+        let _ = stop.send(());
+        serving.await.expect("join").expect("served");
+    });
+}

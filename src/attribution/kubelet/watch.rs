@@ -136,13 +136,14 @@ async fn run(socket: PathBuf, required: bool, stop: Arc<AtomicBool>, view: Kubel
     let mut failing: Option<String> = None;
     let mut last_call: Option<Instant> = None;
     let mut last: Option<Allocations> = None;
+    let mut session = client::Session::new(&socket);
     while !stop.load(Ordering::Relaxed) {
         if let Some(t) = last_call {
             let gap = MIN_POKE_GAP.saturating_sub(t.elapsed());
             tokio::time::sleep(gap).await;
         }
         last_call = Some(Instant::now());
-        match client::list(&socket, DEADLINE).await {
+        match session.list(DEADLINE).await {
             Ok(resp) => {
                 if failing.take().is_some() {
                     tracing::info!(socket = %socket.display(), "the kubelet answers again");
