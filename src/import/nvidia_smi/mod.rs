@@ -111,6 +111,87 @@ pub struct Summary {
     pub rollup_time: std::time::Duration,
 }
 
+/// What the parsing thread learnt from the files.
+struct Parsed {
+    registry: registry::Registry,
+    files: Vec<FileSummary>,
+    bad_lines: Vec<BadLine>,
+    ignored: BTreeSet<String>,
+}
+
+/// Reads every file in order, sending its rows to `tx` in batches; `read_bytes` counts the
+/// bytes read (for the progress bar).
+fn parse_files(
+    files: &[PathBuf],
+    opts: &Options,
+    fixed: Option<&fields::Layout>,
+    mut stored: std::collections::HashMap<String, Vec<crate::store::import::StoredGpu>>,
+    tx: std::sync::mpsc::SyncSender<Vec<reader::Staged>>,
+    read_bytes: &std::sync::atomic::AtomicU64,
+) -> Result<Parsed, SmiError> {
+    let mut out = Parsed {
+        registry: registry::Registry::default(),
+        files: Vec::new(),
+        bad_lines: Vec::new(),
+        ignored: BTreeSet::new(),
+    };
+    let mut queue = reader::StageQueue::new(tx);
+    let mut clock = values::Clock::new(opts.zone.clone());
+    for path in files {
+        let shown = path.display().to_string();
+        let io = |source| SmiError::Io {
+            path: shown.clone(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let mut input = std::io::BufReader::with_capacity(1 << 20, file);
+        let host_name = host_of(opts, path);
+        let host = out.registry.host(&host_name, || {
+            Ok(stored.remove(&host_name).unwrap_or_default())
+        })?;
+        if fixed.is_some_and(|l| l.kind == fields::SectionKind::Apps) {
+            out.registry.saw_apps(host);
+        }
+        let mut fr = reader::FileReader {
+            path: shown.clone(),
+            host,
+            layout: fixed.cloned(),
+            fixed: fixed.is_some(),
+            clock: &mut clock,
+            last_ts: None,
+            rows: 0,
+            ignored: Vec::new(),
+        };
+        let mut bad_here = 0;
+        let mut sinks = reader::Sinks {
+            staging: &mut queue,
+            registry: &mut out.registry,
+        };
+        let bad_lines = &mut out.bad_lines;
+        fr.read(
+            &mut input,
+            &mut sinks,
+            opts.strict,
+            &mut |b| {
+                bad_here += 1;
+                bad_lines.push(b);
+            },
+            &mut |n| {
+                read_bytes.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            },
+        )?;
+        out.ignored.extend(fr.ignored);
+        out.files.push(FileSummary {
+            path: shown,
+            host: host_name,
+            rows: fr.rows,
+            bad_lines: bad_here,
+        });
+    }
+    queue.flush()?;
+    Ok(out)
+}
+
 /// The host of a file's rows when no `--host` is given: the file stem, or `imported`.
 pub fn default_host(path: &Path) -> String {
     path.file_stem()
@@ -146,59 +227,70 @@ pub fn import(
     if let Some(l) = &fixed {
         ignored.extend(l.ignored.iter().cloned());
     }
-    let mut registry = registry::Registry::default();
-    let mut clock = values::Clock::new(opts.zone.clone());
+    // The GPUs the database already has, per host of the files: read here, because the
+    // parsing thread has no connection.
+    let mut stored = std::collections::HashMap::new();
+    for path in files {
+        if let std::collections::hash_map::Entry::Vacant(e) = stored.entry(host_of(opts, path)) {
+            let gpus = store.stored_gpus(e.key())?;
+            e.insert(gpus);
+        }
+    }
     let started = std::time::Instant::now();
     let mut staging = store.stage_import()?;
-    for path in files {
-        let shown = path.display().to_string();
-        let io = |source| SmiError::Io {
-            path: shown.clone(),
-            source,
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
-        let mut input = std::io::BufReader::with_capacity(1 << 20, file);
-        let host_name = host_of(opts, path);
-        let host = registry.host(&host_name, || store.stored_gpus(&host_name))?;
-        if fixed
-            .as_ref()
-            .is_some_and(|l| l.kind == fields::SectionKind::Apps)
-        {
-            registry.saw_apps(host);
+    let read_bytes = std::sync::atomic::AtomicU64::new(0);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<reader::Staged>>(4);
+    // Parsing (one thread) overlaps the inserts into the staging tables (this thread, which
+    // owns the connection).
+    let (parsed, staged) = std::thread::scope(|scope| {
+        let parser = std::thread::Builder::new()
+            .name("gpuwatch-import-parse".into())
+            .spawn_scoped(scope, || {
+                parse_files(files, opts, fixed.as_ref(), stored, tx, &read_bytes)
+            })
+            .map_err(|e| SmiError::Usage(format!("cannot start the parsing thread: {e}")))?;
+        let mut reported = 0;
+        let mut staged: Result<(), StoreError> = Ok(());
+        for batch in &rx {
+            for row in batch {
+                let r = match row {
+                    reader::Staged::Sample(id, s) => staging.sample(id, &s),
+                    reader::Staged::App {
+                        ts_ms,
+                        gpu_ref,
+                        proc,
+                        used_mem_bytes,
+                    } => staging.process_sample(ts_ms, gpu_ref, proc, used_mem_bytes),
+                };
+                if let Err(e) = r {
+                    staged = Err(e);
+                    break;
+                }
+            }
+            if staged.is_err() {
+                break;
+            }
+            let now = read_bytes.load(std::sync::atomic::Ordering::Relaxed);
+            progress(now - reported);
+            reported = now;
         }
-        let mut fr = reader::FileReader {
-            path: shown.clone(),
-            host,
-            layout: fixed.clone(),
-            fixed: fixed.is_some(),
-            clock: &mut clock,
-            last_ts: None,
-            rows: 0,
-            ignored: Vec::new(),
+        // A failed insert closes the channel: the parser stops at its next batch.
+        drop(rx);
+        let parsed = match parser.join() {
+            Ok(p) => p,
+            Err(panic) => std::panic::resume_unwind(panic),
         };
-        let mut bad_here = 0;
-        let mut sinks = reader::Sinks {
-            staging: &mut staging,
-            registry: &mut registry,
-        };
-        fr.read(
-            &mut input,
-            &mut sinks,
-            opts.strict,
-            &mut |b| {
-                bad_here += 1;
-                summary.bad_lines.push(b);
-            },
-            progress,
-        )?;
-        ignored.extend(fr.ignored);
-        summary.files.push(FileSummary {
-            path: shown,
-            host: host_name,
-            rows: fr.rows,
-            bad_lines: bad_here,
-        });
-    }
+        let now = read_bytes.load(std::sync::atomic::Ordering::Relaxed);
+        progress(now - reported);
+        Ok::<_, SmiError>((parsed, staged))
+    })?;
+    // The staging side's own error first: the parser only saw the channel close.
+    staged?;
+    let parsed = parsed?;
+    let registry = parsed.registry;
+    summary.files = parsed.files;
+    summary.bad_lines = parsed.bad_lines;
+    ignored.extend(parsed.ignored);
     let (plan, unresolved) = registry.plan();
     if opts.strict
         && let Some(u) = unresolved.first()

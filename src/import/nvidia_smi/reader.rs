@@ -20,7 +20,6 @@ use super::values::{self as v, Clock, Unit};
 use super::{BadLine, SmiError};
 use crate::model::{GpuSample, TsMs};
 use crate::store::StoreError;
-use crate::store::import::Staging;
 
 const MIB: f64 = 1_048_576.0;
 
@@ -51,9 +50,63 @@ pub struct FileReader<'a> {
     pub ignored: Vec<String>,
 }
 
+/// A row for the staging tables, parsed. Samples are nearly every row: kept inline (a box
+/// would cost an allocation per row), the smaller process rows pay the difference.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum Staged {
+    /// A sample of importer-local GPU `.0`.
+    Sample(usize, GpuSample),
+    App {
+        ts_ms: TsMs,
+        gpu_ref: usize,
+        proc: usize,
+        used_mem_bytes: Option<u64>,
+    },
+}
+
+/// Rows per batch handed to the staging side.
+pub const BATCH: usize = 4096;
+
+/// Parsed rows on their way to the thread that stages them, in batches (parsing and the
+/// SQLite inserts overlap). A closed channel means staging failed: the read stops, and the
+/// staging side reports its own error.
+pub struct StageQueue {
+    rows: Vec<Staged>,
+    tx: std::sync::mpsc::SyncSender<Vec<Staged>>,
+}
+
+impl StageQueue {
+    pub fn new(tx: std::sync::mpsc::SyncSender<Vec<Staged>>) -> Self {
+        Self {
+            rows: Vec::with_capacity(BATCH),
+            tx,
+        }
+    }
+
+    fn push(&mut self, row: Staged) -> Result<(), RowError> {
+        self.rows.push(row);
+        if self.rows.len() >= BATCH {
+            self.flush().map_err(RowError::Store)?;
+        }
+        Ok(())
+    }
+
+    /// Hands over the rows queued so far.
+    pub fn flush(&mut self) -> Result<(), StoreError> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        let rows = std::mem::replace(&mut self.rows, Vec::with_capacity(BATCH));
+        self.tx
+            .send(rows)
+            .map_err(|_| StoreError::Config("import staging stopped".into()))
+    }
+}
+
 /// Where the rows go.
-pub struct Sinks<'s, 'c> {
-    pub staging: &'s mut Staging<'c>,
+pub struct Sinks<'s> {
+    pub staging: &'s mut StageQueue,
     pub registry: &'s mut Registry,
 }
 
@@ -62,7 +115,7 @@ impl FileReader<'_> {
     pub fn read(
         &mut self,
         input: &mut impl BufRead,
-        sinks: &mut Sinks<'_, '_>,
+        sinks: &mut Sinks<'_>,
         strict: bool,
         bad: &mut dyn FnMut(BadLine),
         progress: &mut dyn FnMut(u64),
@@ -119,12 +172,7 @@ impl FileReader<'_> {
         Ok(())
     }
 
-    fn line(
-        &mut self,
-        line: &str,
-        line_no: u64,
-        sinks: &mut Sinks<'_, '_>,
-    ) -> Result<(), RowError> {
+    fn line(&mut self, line: &str, line_no: u64, sinks: &mut Sinks<'_>) -> Result<(), RowError> {
         if line.is_empty() || line.starts_with('#') {
             return Ok(());
         }
@@ -162,7 +210,7 @@ impl FileReader<'_> {
         layout: &Layout,
         line: &str,
         line_no: u64,
-        sinks: &mut Sinks<'_, '_>,
+        sinks: &mut Sinks<'_>,
     ) -> Result<(), RowError> {
         let mut cells: Vec<&str> = line.split(',').map(str::trim).collect();
         let n = layout.names.len();
@@ -224,10 +272,12 @@ impl FileReader<'_> {
                     .registry
                     .gpu_ref(self.host, uuid, bus, || format!("{path}:{line_no}"));
                 let proc = sinks.registry.process(self.host, pid, name, ts);
-                sinks
-                    .staging
-                    .process_sample(ts, gref, proc, used)
-                    .map_err(RowError::Store)?;
+                sinks.staging.push(Staged::App {
+                    ts_ms: ts,
+                    gpu_ref: gref,
+                    proc,
+                    used_mem_bytes: used,
+                })?;
             }
         }
         if get(Target::Timestamp).is_some() {
@@ -243,7 +293,7 @@ impl FileReader<'_> {
         cells: &[&str],
         ts: TsMs,
         uuid: Option<&str>,
-        sinks: &mut Sinks<'_, '_>,
+        sinks: &mut Sinks<'_>,
         ctx: impl Fn(Target, String) -> String,
     ) -> Result<(), RowError> {
         let get = |t: Target| layout.col(t).map(|c| cells[c]);
@@ -336,7 +386,8 @@ impl FileReader<'_> {
 
         // Everything parsed: only now touch the registry and the staging tables.
         let id = sinks.registry.gpu(self.host, uuid, index, ts);
-        sinks.staging.sample(id, &sample).map_err(RowError::Store)?;
+        let mem_total = sample.mem_total_bytes;
+        sinks.staging.push(Staged::Sample(id, sample))?;
         let acc = &mut sinks.registry.gpus[id];
         acc.sampled(ts);
         if let (Some(t), Some(m)) = (temp, margin) {
@@ -359,7 +410,7 @@ impl FileReader<'_> {
                 *slot = v;
             }
         }
-        keep(&mut inv.memory_total_bytes, sample.mem_total_bytes);
+        keep(&mut inv.memory_total_bytes, mem_total);
         keep(&mut inv.power_limit_mw, inv_power);
         keep(&mut inv.power_limit_min_mw, power_min);
         keep(&mut inv.power_limit_max_mw, power_max);
