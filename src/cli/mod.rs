@@ -48,8 +48,13 @@ pub mod exit {
 )]
 pub struct Cli {
     /// Log filter (error, warn, info, debug, trace or a tracing filter); also RUST_LOG.
+    /// Default: info for `run`, warnings only for one-shot commands, errors for `demo`.
     #[arg(long, global = true, value_name = "FILTER")]
     pub log: Option<String>,
+    /// Log line format: text (colour only on a terminal) or json (one object per line);
+    /// `run` also reads `[log] format` from its config.
+    #[arg(long, global = true, value_enum, value_name = "FORMAT")]
+    pub log_format: Option<crate::config::LogFormat>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -158,13 +163,17 @@ pub fn fail(code: i32, error: impl Into<anyhow::Error>) -> Failure {
 /// Parses the command line, runs the command, prints errors; returns the exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
-    init_logging(
-        cli.log.as_deref(),
-        matches!(
-            cli.command,
-            Command::Demo(_) | Command::Rules(_) | Command::Notify(_) | Command::Silence(_)
-        ),
-    );
+    let default = match &cli.command {
+        Command::Run(_) => "info",
+        Command::Demo(_) => "error",
+        _ => "warn",
+    };
+    let format = cli.log_format.or_else(|| match &cli.command {
+        // The daemon's own `[log] format` (a broken config is reported by `run` itself).
+        Command::Run(a) => a.config.load().ok().map(|c| c.log_format),
+        _ => None,
+    });
+    init_logging(cli.log.as_deref(), default, format.unwrap_or_default());
     let result = match cli.command {
         Command::Run(a) => run::run(a),
         Command::Status(a) => status::run(a),
@@ -194,17 +203,24 @@ pub fn main() -> i32 {
     }
 }
 
-fn init_logging(filter: Option<&str>, quiet_default: bool) {
+/// Logs to stderr: `filter` (else `RUST_LOG`, else `default`), as text — coloured only when
+/// stderr is a terminal and `NO_COLOR` is unset — or as JSON lines.
+fn init_logging(filter: Option<&str>, default: &str, format: crate::config::LogFormat) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
-    let default = if quiet_default { "error" } else { "info" };
     let filter = filter
         .map(str::to_string)
         .or_else(|| std::env::var("RUST_LOG").ok())
         .unwrap_or_else(|| default.to_string());
     let env = EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(env)
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
+        .with_target(false);
+    let _ = match format {
+        crate::config::LogFormat::Json => builder.json().with_current_span(false).try_init(),
+        crate::config::LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
+            .try_init(),
+    };
 }

@@ -57,6 +57,18 @@ pub struct Config {
     pub rules: RulesConfig,
     /// Receivers, routes and delivery timing (no receivers: alerts are only logged).
     pub notify: NotifyConfig,
+    /// `[log] format`: how the daemon writes its log lines (`--log-format` wins).
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Lines for people (colour only on a terminal) and the journal.
+    #[default]
+    Text,
+    /// One JSON object per line (time, level, message, fields), for log shippers.
+    Json,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -144,6 +156,7 @@ impl Default for Config {
                 files: Vec::new(),
                 eval_interval: None,
             },
+            log_format: LogFormat::Text,
         }
     }
 }

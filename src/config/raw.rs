@@ -11,7 +11,7 @@ use toml::Spanned;
 use super::error::{ConfigError, ConfigErrors};
 use super::notify::RawNotify;
 use super::prometheus::RawPrometheus;
-use super::{Config, HttpConfig, Kubelet, KubernetesConfig, ProcessesConfig};
+use super::{Config, HttpConfig, Kubelet, KubernetesConfig, LogFormat, ProcessesConfig};
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -36,6 +36,14 @@ pub struct RawConfig {
     rules: RawRules,
     #[serde(default)]
     notify: RawNotify,
+    #[serde(default)]
+    log: RawLog,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLog {
+    format: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -285,6 +293,19 @@ impl RawConfig {
                 d.kubernetes.enabled
             }
         };
+        let log_format = match self.log.format.as_ref().map(|v| (v.span(), v.get_ref())) {
+            None => d.log_format,
+            Some((_, w)) if w == "text" => LogFormat::Text,
+            Some((_, w)) if w == "json" => LogFormat::Json,
+            Some((span, w)) => {
+                c.error(
+                    span,
+                    format!("`log.format` = {w:?} is not a log format"),
+                    "use \"text\" (lines for people and the journal) or \"json\" (one object per line, for log shippers)",
+                );
+                d.log_format
+            }
+        };
         let stall_after = c.duration(
             "http.stall_after",
             &self.http.stall_after,
@@ -343,6 +364,7 @@ impl RawConfig {
             },
             prometheus,
             notify,
+            log_format,
             rules: super::RulesConfig {
                 default_rules: self.rules.default_rules.unwrap_or(true),
                 eval_interval,

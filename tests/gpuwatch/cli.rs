@@ -579,3 +579,80 @@ fn a_missing_kubelet_is_one_warning_and_sampling_goes_on() {
         "{err}"
     );
 }
+
+/// Logs fit where they go: a one-shot command prints its answer and no INFO lines (schema
+/// migrations and the like); a daemon's log to a file or pipe has no colour codes; with
+/// `[log] format = "json"` every line is one JSON object; a bad format is a config error
+/// with its place.
+#[test]
+fn one_shot_commands_are_quiet_and_daemon_logs_fit_a_file_or_a_shipper() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("import.db");
+    let o = gpuwatch()
+        .args(["import", "nvidia-smi", "--tz", "UTC", "--db"])
+        .arg(&db)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/import/units.csv"
+        ))
+        .output()
+        .expect("import");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "",
+        "a one-shot command logs only warnings"
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("imported"));
+
+    let sim = sim(WALL_SCENARIO);
+    // Text to a pipe: no ANSI colour codes.
+    let text_db = dir.path().join("text.db");
+    let mut d = start_daemon(&sim.library_path(), &text_db, free_port(), "");
+    wait_for("samples", Duration::from_secs(20), || {
+        status_json(&text_db).filter(|v| v["gpus"].as_array().is_some_and(|g| g.len() == 2))
+    });
+    let err = d.stop();
+    assert!(err.contains("INFO") && err.contains("sampling"), "{err}");
+    assert!(
+        !err.contains('\u{1b}'),
+        "colour codes in a piped log: {err:?}"
+    );
+
+    // JSON lines from the config's [log] format.
+    let json_db = dir.path().join("json.db");
+    let mut d = start_daemon(
+        &sim.library_path(),
+        &json_db,
+        free_port(),
+        "[log]\nformat = \"json\"\n",
+    );
+    wait_for("samples", Duration::from_secs(20), || {
+        status_json(&json_db).filter(|v| v["gpus"].as_array().is_some_and(|g| g.len() == 2))
+    });
+    let err = d.stop();
+    let lines: Vec<serde_json::Value> = err
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["level"] == "INFO" && l["fields"]["message"] == "sampling"),
+        "{err}"
+    );
+
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(&cfg, "[log]\nformat = \"xml\"\n").expect("config");
+    let o = gpuwatch()
+        .args(["run", "--check", "--config"])
+        .arg(&cfg)
+        .output()
+        .expect("run --check");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("bad.toml:2:10") && err.contains("`log.format` = \"xml\""),
+        "{err}"
+    );
+}
