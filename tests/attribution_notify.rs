@@ -3,6 +3,7 @@
 //! names the pod; a silence on one namespace (`silence add --match namespace=research`) keeps
 //! that pod's GPU out of Slack while the other pod's alert goes out; `status` shows the pods.
 
+mod attribution_support;
 #[path = "notify_support/daemon_rig.rs"]
 mod daemon_rig;
 #[path = "notify_support/slack_server.rs"]
@@ -10,8 +11,8 @@ mod slack_server;
 
 use std::time::Duration;
 
-use daemon_rig::{UUIDS, slack_toml, tempdir_rig, wait_for};
-use gpuwatch::attribution::kubelet::{proto, server};
+use daemon_rig::{slack_toml, tempdir_rig, wait_for};
+use gpuwatch::attribution::kubelet::server;
 use slack_server::SlackServer;
 
 /// The rig's rule, held for a few seconds (the kubelet's first answer comes after the first
@@ -25,33 +26,13 @@ for = "3s"
 summary = "GPU {gpu} busy"
 "#;
 
-fn pods() -> proto::ListPodResourcesResponse {
-    let pod = |name: &str, ns: &str, uuid: &str| proto::PodResources {
-        name: name.into(),
-        namespace: ns.into(),
-        containers: vec![proto::ContainerResources {
-            name: "trainer".into(),
-            devices: vec![proto::ContainerDevices {
-                resource_name: "nvidia.com/gpu".into(),
-                device_ids: vec![uuid.into()],
-            }],
-        }],
-    };
-    proto::ListPodResourcesResponse {
-        pod_resources: vec![
-            pod("llm-ft-7", "research", UUIDS[0]),
-            pod("eval-3", "prod-eval", UUIDS[1]),
-        ],
-    }
-}
-
 #[test]
 fn slack_names_the_pod_and_a_namespace_silence_keeps_its_gpu_quiet() {
     let slack = SlackServer::start();
     let kube_dir = tempfile::tempdir().expect("tempdir");
     let sock = kube_dir.path().join("kubelet.sock");
     let list = server::PodList::default();
-    list.set(pods());
+    list.set(attribution_support::two_pods());
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let serving = rt.spawn({

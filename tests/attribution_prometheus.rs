@@ -5,13 +5,15 @@
 //! labelled with the pod, and not on the GPU of the pod that keeps stepping. `status` says
 //! which series each GPU's rules read and why.
 
+mod attribution_support;
 mod training_support;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use gpuwatch::attribution::kubelet::{proto, server};
+use attribution_support::UUIDS;
+use gpuwatch::attribution::kubelet::server;
 use gpuwatch::config::{Config, Kubelet};
 use gpuwatch::daemon::{self, DaemonParts};
 use gpuwatch::model::TrainingWrite;
@@ -24,10 +26,6 @@ use training_support::{HOST, Prometheus, backfill, config, require_tools};
 const SCRAPE_S: i64 = 15;
 const MINUTES: i64 = 50;
 const HANG: (i64, i64) = (30 * 60, 45 * 60);
-const UUIDS: [&str; 2] = [
-    "GPU-5a7f9c2e-1b3d-4e6f-8a9b-0c1d2e3f4a5b",
-    "GPU-6b8fad3f-2c4e-4f70-9bac-1d2e3f4a5b6c",
-];
 
 /// Two H100s training (one process each, holding 60 GB); from 30:00 to 45:00 both at 100 %
 /// and ~90 W (what a hang looks like).
@@ -73,26 +71,6 @@ fn steps(t0_s: i64) -> String {
     out
 }
 
-fn pods() -> proto::ListPodResourcesResponse {
-    let pod = |name: &str, ns: &str, uuid: &str| proto::PodResources {
-        name: name.into(),
-        namespace: ns.into(),
-        containers: vec![proto::ContainerResources {
-            name: "trainer".into(),
-            devices: vec![proto::ContainerDevices {
-                resource_name: "nvidia.com/gpu".into(),
-                device_ids: vec![uuid.into()],
-            }],
-        }],
-    };
-    proto::ListPodResourcesResponse {
-        pod_resources: vec![
-            pod("llm-ft-7", "research", UUIDS[0]),
-            pod("eval-3", "prod-eval", UUIDS[1]),
-        ],
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_labelled_series_joins_the_pods_gpu_and_its_hang_names_the_pod() {
     require_tools();
@@ -107,7 +85,7 @@ async fn a_pod_labelled_series_joins_the_pods_gpu_and_its_hang_names_the_pod() {
     // The kubelet, on a unix socket in the temp dir.
     let sock = dir.path().join("kubelet.sock");
     let list = server::PodList::default();
-    list.set(pods());
+    list.set(attribution_support::two_pods());
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn({
         let (sock, list) = (sock.clone(), list.clone());

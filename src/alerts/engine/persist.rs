@@ -140,20 +140,8 @@ pub(super) fn removed(
     active_since: Option<TsMs>,
     fired_at: Option<TsMs>,
 ) -> Transition {
-    let mut labels = BTreeMap::new();
-    labels.insert("host".to_string(), subject.host.clone());
-    if let Some(g) = subject.gpu {
-        labels.insert("gpu".into(), g.to_string());
-    }
-    if let Some(u) = &subject.uuid {
-        labels.insert("uuid".into(), u.clone());
-    }
-    if let Some(p) = subject.pid {
-        labels.insert("pid".into(), p.to_string());
-    }
-    for (k, v) in subject.placement_labels() {
-        labels.insert(k.into(), v);
-    }
+    // The rule (and its own labels) is gone: the identity and placement labels remain.
+    let labels = subject.labels(&BTreeMap::new());
     Transition {
         at,
         state: "resolved",
