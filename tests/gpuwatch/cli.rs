@@ -656,3 +656,93 @@ fn one_shot_commands_are_quiet_and_daemon_logs_fit_a_file_or_a_shipper() {
         "{err}"
     );
 }
+
+/// A kubelet socket gpuwatch may not open: one warning naming the socket and what to mount,
+/// sampling goes on, no GPU gets a pod. Root opens any socket, so as root (CI) the daemon
+/// runs as `nobody` (setpriv) against a socket of mode 0600; otherwise the socket's mode is
+/// 0000 for its owner.
+#[test]
+fn a_kubelet_socket_without_permission_is_one_warning_and_sampling_goes_on() {
+    use gpuwatch::attribution::kubelet::{proto, server};
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod")
+    };
+    let sim = sim(KUBE_SCENARIO);
+    let dir = tempfile::tempdir().expect("tempdir");
+    // What the daemon reads and writes, open to another user.
+    mode(dir.path(), 0o777);
+    mode(sim.dir(), 0o755);
+    let bin = dir.path().join("gpuwatch");
+    std::fs::copy(env!("CARGO_BIN_EXE_gpuwatch"), &bin).expect("copy the binary");
+    mode(&bin, 0o755);
+
+    let kube = dir.path().join("kubelet");
+    std::fs::create_dir(&kube).expect("mkdir");
+    mode(&kube, 0o755);
+    let sock = kube.join("kubelet.sock");
+    let pods = server::PodList::default();
+    pods.set(proto::ListPodResourcesResponse::default());
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let listener = rt
+        .block_on(async { tokio::net::UnixListener::bind(&sock) })
+        .expect("bind");
+    let serving = rt.spawn(server::serve_listener(listener, pods, async {
+        let _ = stop_rx.await;
+    }));
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    mode(&sock, if root { 0o600 } else { 0o000 });
+
+    let db = dir.path().join("g.db");
+    let cfg = dir.path().join("g.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "host = \"testhost\"\ndatabase = \"{}\"\nnvml_library = \"{}\"\ninterval = \"200ms\"\n\
+             [http]\nenabled = false\n[kubernetes]\nenabled = true\npod_resources_socket = \"{}\"\n",
+            db.display(),
+            sim.library_path().display(),
+            sock.display()
+        ),
+    )
+    .expect("config");
+    mode(&cfg, 0o644);
+    let mut cmd = if root {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&bin);
+        c
+    } else {
+        Command::new(&bin)
+    };
+    let child = cmd
+        .env_remove("RUST_LOG")
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the daemon (setpriv is util-linux's)");
+    let mut d = Daemon(child);
+    let gpus = wait_for("samples", Duration::from_secs(20), || {
+        let gpus = status_json(&db)?["gpus"].as_array()?.clone();
+        (gpus.len() == 2).then_some(gpus)
+    });
+    assert!(gpus.iter().all(|g| g["pod"].is_null()), "{gpus:?}");
+    let err = d.stop();
+    let warnings: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("kubelet"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(
+        warnings[0].contains("permission denied on")
+            && warnings[0].contains("kubelet/kubelet.sock")
+            && warnings[0].contains("mount /var/lib/kubelet/pod-resources"),
+        "{err}"
+    );
+    let _ = stop_tx.send(());
+    rt.block_on(serving).expect("join").expect("served");
+}
