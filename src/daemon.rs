@@ -73,13 +73,13 @@ pub struct RunSummary {
     pub http_addr: Option<std::net::SocketAddr>,
 }
 
-/// Runs until `stop` is set or the ticker ends. Blocks the calling thread.
 /// The kubelet watcher, when `[kubernetes] enabled` asks for it (`"auto"`: when the
 /// pod-resources socket exists at start).
 fn start_kubelet(
     config: &Config,
     stop: &Arc<AtomicBool>,
 ) -> Option<crate::attribution::kubelet::watch::KubeletView> {
+    use crate::attribution::kubelet::watch::{self, FIRST_ANSWER_WAIT};
     use crate::config::Kubelet;
     let k = &config.kubernetes;
     let socket = &k.pod_resources_socket;
@@ -93,7 +93,6 @@ fn start_kubelet(
         Kubelet::On => true,
     };
     tracing::info!(socket = %socket.display(), "reading GPU allocations from the kubelet");
-    use crate::attribution::kubelet::watch::{self, FIRST_ANSWER_WAIT};
     match watch::spawn(socket.clone(), required, stop.clone()) {
         Ok(view) => {
             // Once, before the first tick: the first samples and alerts carry their pods.
@@ -109,6 +108,7 @@ fn start_kubelet(
     }
 }
 
+/// Runs until `stop` is set or the ticker ends. Blocks the calling thread.
 pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, DaemonError> {
     let DaemonParts {
         config,

@@ -8,20 +8,17 @@
 mod attribution_support;
 mod training_support;
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use attribution_support::UUIDS;
 use gpuwatch::attribution::kubelet::server;
-use gpuwatch::config::{Config, Kubelet};
-use gpuwatch::daemon::{self, DaemonParts};
-use gpuwatch::model::TrainingWrite;
-use gpuwatch::sampler::nvml;
+use gpuwatch::config::Kubelet;
 use gpuwatch::sim::{SimGpus, find_fake_library};
-use gpuwatch::store;
 use gpuwatch::training::TrainingFetcher;
-use training_support::{HOST, Prometheus, backfill, config, require_tools};
+use training_support::{
+    HOST, Prometheus, backfill, config, replay_jsonl, require_tools, sample_on_sim_clock,
+    sim_daemon_config, store_training,
+};
 
 const SCRAPE_S: i64 = 15;
 const MINUTES: i64 = 50;
@@ -104,8 +101,8 @@ async fn a_pod_labelled_series_joins_the_pods_gpu_and_its_hang_names_the_pod() {
     }
     assert!(sock.exists(), "the kubelet socket did not appear");
 
-    // The daemon samples the 50 minutes on the simulated clock (600× real time: its kubelet
-    // thread's first answer arrives within the first simulated seconds), asking for pods.
+    // The daemon samples the 50 minutes on the simulated clock, asking the kubelet for pods
+    // (it waits for the kubelet's first answer before its first tick).
     let sim = SimGpus::prepare(
         &find_fake_library().expect("fake NVML built"),
         &gpus(),
@@ -113,32 +110,10 @@ async fn a_pod_labelled_series_joins_the_pods_gpu_and_its_hang_names_the_pod() {
     )
     .expect("scenario");
     let db = dir.path().join("g.db");
-    let mut cfg = Config {
-        host: HOST.into(),
-        database: db.clone(),
-        ..Config::default()
-    };
-    cfg.http.enabled = false;
-    cfg.sample_deadline = Duration::from_secs(2);
+    let mut cfg = sim_daemon_config(&db);
     cfg.kubernetes.enabled = Kubelet::On;
     cfg.kubernetes.pod_resources_socket = sock.clone();
-    gpuwatch::attribution::kubelet::client::list(&sock, Duration::from_secs(5))
-        .await
-        .expect("the kubelet answers");
-    let parts = DaemonParts {
-        config: cfg,
-        rules: Vec::new(),
-        alert_sink: None,
-        reload: None,
-        nvml: nvml::init(Some(&sim.library_path())).expect("init"),
-        ticker: Box::new(sim.ticker(t0, 600.0, None).expect("ticker")),
-        overrides: sim.process_overrides(t0),
-        observer: None,
-    };
-    tokio::task::spawn_blocking(move || daemon::run(parts, Arc::new(AtomicBool::new(false))))
-        .await
-        .expect("join")
-        .expect("daemon");
+    sample_on_sim_clock(cfg, &sim, t0).await;
     let _ = stop_tx.send(());
     serving.await.expect("join").expect("served");
 
@@ -152,33 +127,20 @@ async fn a_pod_labelled_series_joins_the_pods_gpu_and_its_hang_names_the_pod() {
             .all(|p| p.labels.iter().any(|(k, _)| k == "pod")),
         "the series keep their pod labels"
     );
-    let mut st = store::open(&db, &store::StoreConfig::new(HOST)).expect("open");
-    st.write_training(&TrainingWrite {
-        points,
-        sources: Vec::new(),
-    })
-    .expect("write");
-    drop(st);
+    store_training(&db, points);
 
     // replay: the hang on GPU 0 only, with its pod's labels.
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
-        .args(["replay", "--format", "jsonl", "--db"])
-        .arg(&db)
-        .output()
-        .expect("replay");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let out = String::from_utf8_lossy(&o.stdout);
-    let hangs: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("jsonl"))
+    let lines = replay_jsonl(&db);
+    let hangs: Vec<&serde_json::Value> = lines
+        .iter()
         .filter(|v| v["rule"] == "training_hang" && v["state"] == "firing")
         .collect();
     assert_eq!(
         hangs.len(),
         1,
-        "one hang, on the stalled pod's GPU: {hangs:?}"
+        "one hang, on the stalled pod's GPU: {lines:?}"
     );
-    let h = &hangs[0];
+    let h = hangs[0];
     assert_eq!(h["gpu"], 0, "{h}");
     assert_eq!(h["labels"]["pod"], "llm-ft-7", "{h}");
     assert_eq!(h["labels"]["namespace"], "research", "{h}");

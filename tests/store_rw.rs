@@ -204,10 +204,12 @@ fn placements_are_stored_read_back_and_unknown_stays_null() {
         .map(|p| p.placement.clone())
         .collect();
     assert_eq!(got, vec![Some(placed), Some(job), None]);
+    let pod = rows[0]
+        .pod()
+        .expect("the one pod among the GPU's processes holds it");
     assert_eq!(
-        read::holder(&rows[0].processes),
-        Some(("llm-ft-7", "research", Some("trainer"))),
-        "the one pod among the GPU's processes holds it"
+        (pod.pod, pod.namespace, pod.container),
+        ("llm-ft-7", "research", Some("trainer"))
     );
     let conn = st.conn();
     let view = |sql: &str| count(conn, sql);

@@ -7,19 +7,15 @@
 
 mod training_support;
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-use std::time::Duration;
-
 use gpuwatch::alerts::engine::{Engine, EngineOptions};
-use gpuwatch::config::Config;
-use gpuwatch::daemon::{self, DaemonParts};
 use gpuwatch::model::TrainingWrite;
-use gpuwatch::sampler::nvml;
 use gpuwatch::sim::{SimGpus, find_fake_library};
 use gpuwatch::store;
 use gpuwatch::training::TrainingFetcher;
-use training_support::{HOST, Prometheus, backfill, config, require_tools};
+use training_support::{
+    HOST, Prometheus, backfill, config, replay_jsonl, require_tools, sample_on_sim_clock,
+    sim_daemon_config, store_training,
+};
 
 const SCRAPE_S: i64 = 15;
 const MINUTES: i64 = 50;
@@ -99,51 +95,16 @@ async fn a_hang_seen_through_prometheus_is_found_and_an_outage_is_not_a_hang() {
     )
     .expect("scenario");
     let db = dir.path().join("g.db");
-    let mut cfg = Config {
-        host: HOST.into(),
-        database: db.clone(),
-        ..Config::default()
-    };
-    cfg.http.enabled = false;
-    cfg.sample_deadline = Duration::from_secs(2);
-    let parts = DaemonParts {
-        config: cfg,
-        rules: Vec::new(),
-        alert_sink: None,
-        reload: None,
-        nvml: nvml::init(Some(&sim.library_path())).expect("init"),
-        ticker: Box::new(sim.ticker(t0, f64::INFINITY, None).expect("ticker")),
-        overrides: sim.process_overrides(t0),
-        observer: None,
-    };
-    tokio::task::spawn_blocking(move || daemon::run(parts, Arc::new(AtomicBool::new(false))))
-        .await
-        .expect("join")
-        .expect("daemon");
+    sample_on_sim_clock(sim_daemon_config(&db), &sim, t0).await;
 
     // The training series of that range, through the fetcher, into the store.
     let fetcher = TrainingFetcher::new(&config(&prom.url()), HOST).expect("fetcher");
     let points = fetcher.fetch_range(t0, t_end).await.expect("fetch");
     assert!(points.len() > 300, "{} points", points.len());
-    let mut st = store::open(&db, &store::StoreConfig::new(HOST)).expect("open");
-    st.write_training(&TrainingWrite {
-        points,
-        sources: Vec::new(),
-    })
-    .expect("write");
-    drop(st);
+    store_training(&db, points);
 
     // replay: the hang on both GPUs, a few minutes in, resolved when steps resume.
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
-        .args(["replay", "--format", "jsonl", "--db"])
-        .arg(&db)
-        .output()
-        .expect("replay");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("jsonl"))
-        .collect();
+    let lines = replay_jsonl(&db);
     let at = |v: &serde_json::Value| {
         let ms = chrono::DateTime::parse_from_rfc3339(v["at"].as_str().expect("at"))
             .expect("time")

@@ -45,6 +45,17 @@ pub fn shared_pod<'a>(
     Some(shared)
 }
 
+impl crate::model::GpuHolder {
+    /// The pod the kubelet allocated the GPU to, with its container.
+    pub fn as_shared_pod(&self) -> SharedPod<'_> {
+        SharedPod {
+            namespace: &self.namespace,
+            pod: &self.pod,
+            container: Some(&self.container),
+        }
+    }
+}
+
 /// The one Slurm job all of the processes that name a job name; `None` when none or several.
 pub fn shared_slurm_job<'a>(placements: impl IntoIterator<Item = &'a Placement>) -> Option<u64> {
     let mut jobs = placements.into_iter().filter_map(|p| p.slurm_job);

@@ -176,12 +176,11 @@ pub fn run(args: DemoArgs) -> Result<(), Failure> {
                     ),
                     _ => "RESOLVED".to_string(),
                 };
-                let at = match (tr.labels.get("namespace"), tr.labels.get("pod")) {
-                    (Some(ns), Some(pod)) => format!(" [pod {ns}/{pod}]"),
-                    _ => tr
-                        .labels
-                        .get("slurm_job")
-                        .map_or_else(String::new, |j| format!(" [Slurm job {j}]")),
+                let words = crate::notify::text::placement_words(&tr.labels);
+                let at = if words.is_empty() {
+                    String::new()
+                } else {
+                    format!(" [{}]", words.join(" · "))
                 };
                 println!(
                     "[{:02}:{:02}:{:02}] {mark} {} ({}): {}{at}",

@@ -216,9 +216,9 @@ pub fn json(rows: &[GpuStatusRow], stale_after_ms: i64) -> Value {
                     // null: the process list was not observed (unknown, not none).
                     "process_count": s.and_then(|s| s.process_count),
                     // The pod holding the GPU (null when unknown or several).
-                    "pod": holder.map(|h| h.0),
-                    "namespace": holder.map(|h| h.1),
-                    "container": holder.and_then(|h| h.2),
+                    "pod": holder.map(|h| h.pod),
+                    "namespace": holder.map(|h| h.namespace),
+                    "container": holder.and_then(|h| h.container),
                     "processes": r.processes.iter().map(process_json).collect::<Vec<_>>(),
                 })
             })

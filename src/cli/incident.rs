@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use crate::model::TsMs;
 use crate::store::{self, history, incident as q, window};
 use crate::training::GpuRef;
-use crate::training::join::{Choice, SeriesRef, choose};
+use crate::training::join::{Choice, choose};
 
 mod text;
 
@@ -303,18 +303,8 @@ fn training(
             }
         })
         .collect();
-    let series: Vec<history::TrainingSeriesRow> = history::training_series(conn)?
-        .into_iter()
-        .filter(|s| s.host == alert.host)
-        .collect();
-    let refs: Vec<SeriesRef> = series
-        .iter()
-        .map(|s| SeriesRef {
-            id: s.series_id,
-            name: &s.name,
-            labels: &s.labels,
-        })
-        .collect();
+    let series = history::training_series(conn)?;
+    let refs = super::status_training::series_refs(&series, &alert.host);
     let mut ids: Vec<i64> = Vec::new();
     if let Some(c) = alert.gpu_index.and_then(|i| {
         choose(&refs, &gpus)

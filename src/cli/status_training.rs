@@ -36,10 +36,10 @@ impl Joins {
                     uuid: r.inventory.uuid.clone(),
                     pod: r
                         .pod()
-                        .map(|(pod, ns, _)| (ns.to_string(), pod.to_string())),
+                        .map(|p| (p.namespace.to_string(), p.pod.to_string())),
                 })
                 .collect();
-            let of_host = refs_of(&series, host);
+            let of_host = series_refs(&series, host);
             if of_host.is_empty() {
                 continue;
             }
@@ -56,13 +56,10 @@ impl Joins {
         let Some((g, c)) = self.chosen.get(&(host.to_string(), index)) else {
             return Value::Null;
         };
-        let all = refs_of(&self.series, host);
+        let all = series_refs(&self.series, host);
         let one = |choice: &Choice| {
-            let s = choice
-                .series()
-                .and_then(|id| all.iter().find(|s| s.id == id));
             json!({
-                "series": s.map(SeriesRef::display),
+                "series": shown(choice, &all),
                 "series_id": choice.series(),
                 "by": match choice {
                     Choice::Joined { basis, .. } => Some(basis.name()),
@@ -88,7 +85,7 @@ impl Joins {
             > 1;
         let mut out = String::from("\nTraining series the rules read:\n");
         for ((host, index), (g, c)) in &self.chosen {
-            let all = refs_of(&self.series, host);
+            let all = series_refs(&self.series, host);
             let gpu = if multi_host {
                 format!("{host} GPU {index}")
             } else {
@@ -99,12 +96,9 @@ impl Joins {
                 continue;
             }
             for (role, choice) in [("step", &c.step), ("loss", &c.loss)] {
-                let shown = choice
-                    .series()
-                    .and_then(|id| all.iter().find(|s| s.id == id))
-                    .map_or_else(|| "-".to_string(), SeriesRef::display);
                 out.push_str(&format!(
-                    "  {gpu} {role}: {shown}: {}\n",
+                    "  {gpu} {role}: {}: {}\n",
+                    shown(choice, &all).as_deref().unwrap_or("-"),
                     choice.why(g, &all)
                 ));
             }
@@ -113,7 +107,14 @@ impl Joins {
     }
 }
 
-fn refs_of<'a>(series: &'a [TrainingSeriesRow], host: &str) -> Vec<SeriesRef<'a>> {
+/// The chosen series as PromQL would write it (`None`: no series was chosen).
+fn shown(choice: &Choice, all: &[SeriesRef]) -> Option<String> {
+    let id = choice.series()?;
+    all.iter().find(|s| s.id == id).map(SeriesRef::display)
+}
+
+/// The stored series of `host`, as the chooser takes them (`status` and `incident`).
+pub(super) fn series_refs<'a>(series: &'a [TrainingSeriesRow], host: &str) -> Vec<SeriesRef<'a>> {
     series
         .iter()
         .filter(|s| s.host == host)

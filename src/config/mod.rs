@@ -32,6 +32,10 @@ use std::time::Duration;
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/gpuwatch/gpuwatch.toml";
 /// Default database location.
 pub const DEFAULT_DATABASE: &str = "/var/lib/gpuwatch/gpuwatch.db";
+/// `[processes] proc_root`: the host's procfs.
+pub const DEFAULT_PROC_ROOT: &str = "/proc";
+/// `[kubernetes] pod_logs_dir`: the kubelet's pod log directories.
+pub const DEFAULT_POD_LOGS_DIR: &str = "/var/log/pods";
 
 /// The validated configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -137,12 +141,12 @@ impl Default for Config {
             processes: ProcessesConfig {
                 enabled: true,
                 redact_patterns: Vec::new(),
-                proc_root: PathBuf::from("/proc"),
+                proc_root: PathBuf::from(DEFAULT_PROC_ROOT),
             },
             kubernetes: KubernetesConfig {
                 enabled: Kubelet::Auto,
                 pod_resources_socket: PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"),
-                pod_logs_dir: PathBuf::from("/var/log/pods"),
+                pod_logs_dir: PathBuf::from(DEFAULT_POD_LOGS_DIR),
             },
             http: HttpConfig {
                 enabled: true,

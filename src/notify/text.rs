@@ -80,20 +80,29 @@ pub fn subject(a: &AlertMsg) -> String {
         }
         parts.push(p);
     }
-    if let Some(pod) = a.labels.get("pod") {
-        let mut p = match a.labels.get("namespace") {
+    parts.extend(placement_words(&a.labels));
+    parts.join(" · ")
+}
+
+/// Where an alert's work runs, from its placement labels: `pod research/llm-7 (container
+/// trainer)`, `Slurm job 4242`; nothing for labels that are not known. Messages and the
+/// demo's alert lines say it this way.
+pub fn placement_words(labels: &std::collections::BTreeMap<String, String>) -> Vec<String> {
+    let mut parts = Vec::new();
+    if let Some(pod) = labels.get("pod") {
+        let mut p = match labels.get("namespace") {
             Some(ns) => format!("pod {ns}/{pod}"),
             None => format!("pod {pod}"),
         };
-        if let Some(c) = a.labels.get("container") {
+        if let Some(c) = labels.get("container") {
             p.push_str(&format!(" (container {c})"));
         }
         parts.push(p);
     }
-    if let Some(job) = a.labels.get("slurm_job") {
+    if let Some(job) = labels.get("slurm_job") {
         parts.push(format!("Slurm job {job}"));
     }
-    parts.join(" · ")
+    parts
 }
 
 /// "firing for 12m 3s since 2026-11-30 18:02:11 UTC" / "resolved after 40m".

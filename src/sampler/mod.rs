@@ -62,8 +62,8 @@ impl Default for SamplerConfig {
             processes: true,
             redact_patterns: Vec::new(),
             startup_timeout: Duration::from_secs(10),
-            proc_root: PathBuf::from("/proc"),
-            pod_logs_dir: PathBuf::from("/var/log/pods"),
+            proc_root: PathBuf::from(crate::config::DEFAULT_PROC_ROOT),
+            pod_logs_dir: PathBuf::from(crate::config::DEFAULT_POD_LOGS_DIR),
         }
     }
 }

@@ -104,8 +104,8 @@ impl ProcResolver {
         Self::with_roots(
             redactor,
             overrides,
-            Path::new("/proc"),
-            Path::new("/var/log/pods"),
+            Path::new(crate::config::DEFAULT_PROC_ROOT),
+            Path::new(crate::config::DEFAULT_POD_LOGS_DIR),
         )
     }
 

@@ -9,7 +9,9 @@
 use rusqlite::{Connection, params};
 
 use super::StoreError;
-use super::read::{PLACEMENT_COLUMNS, placement_from_row, sample_from_row, u64_col};
+use super::read::{
+    PLACEMENT_COLUMNS, holder_from_row, placement_from_row, sample_from_row, u64_col,
+};
 use super::rows::sample_metric_columns;
 use crate::model::{GpuHolder, GpuInventory, GpuSample, Placement, TsMs};
 
@@ -256,12 +258,7 @@ pub fn holders(
             gpu_id: r.get(0)?,
             from_ms: r.get(1)?,
             to_ms: r.get(2)?,
-            holder: GpuHolder {
-                pod: r.get(3)?,
-                namespace: r.get(4)?,
-                container: r.get(5)?,
-                resource: r.get(6)?,
-            },
+            holder: holder_from_row(r, 3)?,
         })
     })?;
     Ok(rows.collect::<Result<_, _>>()?)

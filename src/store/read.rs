@@ -41,15 +41,13 @@ pub struct GpuStatusRow {
 
 impl GpuStatusRow {
     /// The pod holding the GPU: the kubelet's allocation, else the one pod its processes
-    /// belong to.
-    pub fn pod(&self) -> Option<(&str, &str, Option<&str>)> {
+    /// belong to (the rule the evaluator's `Gpu::pod` follows too).
+    pub fn pod(&self) -> Option<crate::attribution::SharedPod<'_>> {
         match &self.holder {
-            Some(h) => Some((
-                h.pod.as_str(),
-                h.namespace.as_str(),
-                Some(h.container.as_str()),
-            )),
-            None => holder(&self.processes),
+            Some(h) => Some(h.as_shared_pod()),
+            None => crate::attribution::shared_pod(
+                self.processes.iter().filter_map(|p| p.placement.as_ref()),
+            ),
         }
     }
 }
@@ -66,11 +64,14 @@ pub struct GpuProcessRow {
     pub placement: Option<Placement>,
 }
 
-/// The pod that holds a GPU, from its processes (see [`crate::attribution::shared_pod`]):
-/// `(pod, namespace, container)`.
-pub fn holder(procs: &[GpuProcessRow]) -> Option<(&str, &str, Option<&str>)> {
-    crate::attribution::shared_pod(procs.iter().filter_map(|p| p.placement.as_ref()))
-        .map(|p| (p.pod, p.namespace, p.container))
+/// A [`GpuHolder`] from `pod, namespace, container, resource` columns starting at `at`.
+pub(crate) fn holder_from_row(r: &Row, at: usize) -> rusqlite::Result<GpuHolder> {
+    Ok(GpuHolder {
+        pod: r.get(at)?,
+        namespace: r.get(at + 1)?,
+        container: r.get(at + 2)?,
+        resource: r.get(at + 3)?,
+    })
 }
 
 /// The `processes` placement columns, in this order, after the columns a query selects first.
@@ -229,14 +230,7 @@ pub fn latest_per_gpu(
     let mut out = Vec::with_capacity(gpus.len());
     for (mut row, gpu_id, last_sample_ms) in gpus {
         row.holder = held
-            .query_row(params![gpu_id], |r| {
-                Ok(GpuHolder {
-                    pod: r.get(0)?,
-                    namespace: r.get(1)?,
-                    container: r.get(2)?,
-                    resource: r.get(3)?,
-                })
-            })
+            .query_row(params![gpu_id], |r| holder_from_row(r, 0))
             .optional()?;
         if let Some(ts) = last_sample_ms {
             let uuid = row.inventory.uuid.clone();

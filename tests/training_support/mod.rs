@@ -389,3 +389,65 @@ impl Drop for Prometheus {
         self.stop();
     }
 }
+
+/// A daemon configuration on host [`HOST`] writing to `db`: no HTTP, and a 2 s sampling
+/// deadline (the simulated clock below runs as fast as the machine).
+pub fn sim_daemon_config(db: &Path) -> gpuwatch::config::Config {
+    let mut cfg = gpuwatch::config::Config {
+        host: HOST.into(),
+        database: db.to_path_buf(),
+        ..gpuwatch::config::Config::default()
+    };
+    cfg.http.enabled = false;
+    cfg.sample_deadline = Duration::from_secs(2);
+    cfg
+}
+
+/// Runs the daemon (no rules) over `sim`'s whole scenario from `t0` on the simulated clock.
+pub async fn sample_on_sim_clock(
+    cfg: gpuwatch::config::Config,
+    sim: &gpuwatch::sim::SimGpus,
+    t0: i64,
+) {
+    use gpuwatch::daemon::{self, DaemonParts};
+    let parts = DaemonParts {
+        config: cfg,
+        rules: Vec::new(),
+        alert_sink: None,
+        reload: None,
+        nvml: gpuwatch::sampler::nvml::init(Some(&sim.library_path())).expect("init"),
+        ticker: Box::new(sim.ticker(t0, f64::INFINITY, None).expect("ticker")),
+        overrides: sim.process_overrides(t0),
+        observer: None,
+    };
+    tokio::task::spawn_blocking(move || {
+        daemon::run(parts, Arc::new(std::sync::atomic::AtomicBool::new(false)))
+    })
+    .await
+    .expect("join")
+    .expect("daemon");
+}
+
+/// Stores fetched training points in `db` (as the daemon's training thread does).
+pub fn store_training(db: &Path, points: Vec<gpuwatch::model::TrainingPoint>) {
+    let mut st = store::open(db, &StoreConfig::new(HOST)).expect("open");
+    st.write_training(&gpuwatch::model::TrainingWrite {
+        points,
+        sources: Vec::new(),
+    })
+    .expect("write");
+}
+
+/// Every transition `gpuwatch replay --format jsonl` reports for `db`.
+pub fn replay_jsonl(db: &Path) -> Vec<serde_json::Value> {
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .args(["replay", "--format", "jsonl", "--db"])
+        .arg(db)
+        .output()
+        .expect("replay");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("jsonl"))
+        .collect()
+}

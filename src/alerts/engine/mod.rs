@@ -304,7 +304,8 @@ impl Engine {
                     None => self.alerts.entry(key.clone()).or_insert_with(|| Instance {
                         state: AlertState::default(),
                         reported: false,
-                        subject: subject_of(target, rule.scope),
+                        // Set just below, as for every instance not reported yet.
+                        subject: Subject::default(),
                         evaluated_at: t,
                         fired_summary: None,
                     }),

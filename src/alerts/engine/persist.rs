@@ -164,7 +164,6 @@ pub(super) fn removed(
     }
 }
 
-/// The persisted form of an instance.
 /// The persisted form of an instance; `rule` is `None` for a rule no longer configured.
 pub(super) fn saved(
     key: &AlertKey,

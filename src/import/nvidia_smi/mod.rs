@@ -146,9 +146,9 @@ fn parse_files(
         let file = std::fs::File::open(path).map_err(io)?;
         let mut input = std::io::BufReader::with_capacity(1 << 20, file);
         let host_name = host_of(opts, path);
-        let host = out.registry.host(&host_name, || {
-            Ok(stored.remove(&host_name).unwrap_or_default())
-        })?;
+        let host = out
+            .registry
+            .host(&host_name, || stored.remove(&host_name).unwrap_or_default());
         if fixed.is_some_and(|l| l.kind == fields::SectionKind::Apps) {
             out.registry.saw_apps(host);
         }

@@ -20,7 +20,6 @@
 use std::collections::HashMap;
 
 use crate::model::{GpuInventory, TsMs};
-use crate::store::StoreError;
 use crate::store::import::{ImportGpu, ImportPlan, ImportProcess, StoredGpu};
 
 /// True for a uuid that carries no identity (all zeros, as collectors mask them).
@@ -118,20 +117,17 @@ impl Registry {
         }
     }
 
-    /// The id of host `name`; `stored` lists what the database already holds for it.
-    pub fn host(
-        &mut self,
-        name: &str,
-        stored: impl FnOnce() -> Result<Vec<StoredGpu>, StoreError>,
-    ) -> Result<usize, StoreError> {
+    /// The id of host `name`; `stored` lists what the database already holds for it (asked
+    /// only for a host not seen yet).
+    pub fn host(&mut self, name: &str, stored: impl FnOnce() -> Vec<StoredGpu>) -> usize {
         if let Some(i) = self.hosts.iter().position(|h| h == name) {
-            return Ok(i);
+            return i;
         }
-        self.stored.push(stored()?);
+        self.stored.push(stored());
         self.hosts.push(name.to_string());
         self.by_uuid.push(HashMap::new());
         self.by_index.push(HashMap::new());
-        Ok(self.hosts.len() - 1)
+        self.hosts.len() - 1
     }
 
     fn new_gpu(&mut self, host: usize, uuid: String, index: Option<u32>, ts: TsMs) -> usize {
@@ -387,7 +383,7 @@ mod tests {
     #[test]
     fn identity_by_uuid_or_index() {
         let mut r = Registry::default();
-        let h = r.host("a", || Ok(Vec::new())).unwrap();
+        let h = r.host("a", Vec::new);
         let masked = "GPU-00000000-0000-0000-0000-000000000000";
         let g0 = r.gpu(h, Some(masked), Some(0), 1);
         let g1 = r.gpu(h, Some(masked), Some(1), 1);
@@ -396,7 +392,7 @@ mod tests {
         assert_eq!(r.gpus[g1].gpu.inventory.uuid, "index-1");
         let real = r.gpu(h, Some("GPU-abc"), Some(0), 3);
         assert_ne!(real, g0);
-        let b = r.host("b", || Ok(Vec::new())).unwrap();
+        let b = r.host("b", Vec::new);
         assert_ne!(r.gpu(b, Some(masked), Some(0), 1), g0);
     }
 }

@@ -87,11 +87,7 @@ impl Gpu {
     /// one pod its placed processes run in.
     pub fn pod(&self) -> Option<crate::attribution::SharedPod<'_>> {
         if let Some(h) = self.last_ts.and_then(|t| self.holder_at(t)) {
-            return Some(crate::attribution::SharedPod {
-                namespace: &h.namespace,
-                pod: &h.pod,
-                container: Some(&h.container),
-            });
+            return Some(h.as_shared_pod());
         }
         crate::attribution::shared_pod(self.procs.values().filter_map(|p| p.placement.as_ref()))
     }
@@ -154,8 +150,6 @@ pub struct TrainingSeries {
     pub points: Tracked,
 }
 
-/// Training series that may join a GPU: (step naming it, step host-wide, loss naming it,
-/// loss host-wide).
 /// A GPU's training series: (step, loss).
 type StepLoss = (Option<i64>, Option<i64>);
 
