@@ -45,6 +45,8 @@ pub enum DaemonError {
     Training(#[from] crate::training::FetchError),
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
+    #[error("{0} (set [http] token_env or token_file to a readable token)")]
+    Token(String),
 }
 
 /// Called with every batch after it was handed to the writer (the demo prints from it).
@@ -130,6 +132,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         },
     )?;
     let writer = store::WriterHandle::spawn(store).map_err(DaemonError::Thread)?;
+    let health = Health::new(config.http.stall_after);
     let eval_stop = Arc::new(AtomicBool::new(false));
     // The rules thread wakes the sender when it queued notifications (no polling).
     let outbox_bell = Arc::new(tokio::sync::Notify::new());
@@ -154,6 +157,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
                     reload,
                     router: crate::notify::route::Router::new(&config.notify),
                     wake: Some(Box::new(move || bell.notify_one())),
+                    health: Some(health.clone()),
                 },
             )
             .map_err(DaemonError::Thread)?,
@@ -174,7 +178,6 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         wall_clock: !ticker.simulated(),
     })
     .map_err(DaemonError::Thread)?;
-    let health = Health::new(config.http.stall_after);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -190,13 +193,14 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
             .block_on(crate::http::bind(addr))
             .map_err(|source| DaemonError::Listen { addr, source })?;
         summary.http_addr = listener.local_addr().ok();
-        tracing::info!(addr = ?summary.http_addr, "serving /healthz");
-        let h = health.clone();
+        let api = crate::http::Api::new(health.clone(), Arc::new(config.clone()))
+            .map_err(DaemonError::Token)?;
+        tracing::info!(addr = ?summary.http_addr, "serving /metrics, /api/v1 and the live page");
         runtime.spawn(async move {
             let shutdown = async {
                 let _ = http_stop_rx.await;
             };
-            if let Err(e) = crate::http::serve(listener, h, shutdown).await {
+            if let Err(e) = crate::http::serve(listener, api, shutdown).await {
                 tracing::error!(error = %e, "HTTP server failed");
             }
         });
@@ -238,6 +242,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         overrides,
     )?;
     summary.gpus = sampler.gpu_count();
+    health.set_xid_watch(sampler.xid_watch());
     let mut holders = crate::attribution::holders::Holders::new(start_kubelet(&config, &stop));
     health
         .gpus
@@ -245,6 +250,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     tracing::info!(gpus = sampler.gpu_count(), interval = ?ticker.interval(), db = %config.database.display(), "sampling");
 
     while let Some(tick) = ticker.next(&stop) {
+        let started = std::time::Instant::now();
         let mut batch = sampler.tick(tick.ts_ms);
         batch.training = tick.training;
         holders.apply(&mut batch);
@@ -275,6 +281,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         if writer.send_tick(batch, ticker.interval()).is_err() {
             health.write_errors.fetch_add(1, Ordering::Relaxed);
         }
+        health.tick_seconds.observe(started.elapsed());
         health.tick_done(tick.ts_ms, batch_progress);
         summary.ticks += 1;
     }

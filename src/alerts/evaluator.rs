@@ -55,6 +55,8 @@ pub struct Outputs {
     pub router: Router,
     /// Wakes the sender when notifications were queued.
     pub wake: Option<Wake>,
+    /// Where each wake-up's duration is recorded (`/metrics`).
+    pub health: Option<Arc<crate::http::Health>>,
 }
 
 /// Where a [`Live`] path's transitions go.
@@ -227,6 +229,7 @@ pub fn spawn(
         reload,
         router,
         wake,
+        health,
     } = outputs;
     std::thread::Builder::new().name("gpuwatch-rules".into()).spawn(move || {
         // The rules thread reads the newest pages only: a 1 MB page cache, not SQLite's 2 MB.
@@ -251,7 +254,11 @@ pub fn spawn(
                 live.reload(&conn, &r.load, &stop);
             }
             if let Some(limit) = upto {
+                let started = std::time::Instant::now();
                 live.catch_up(&conn, limit, &stop);
+                if let Some(h) = &health {
+                    h.eval_seconds.observe(started.elapsed());
+                }
             }
             if stopping {
                 return;

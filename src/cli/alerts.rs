@@ -53,35 +53,52 @@ pub struct AlertsArgs {
 
 pub fn run(args: AlertsArgs) -> Result<(), Failure> {
     let cfg = args.config.load().map_err(|e| fail(exit::USAGE, e))?;
+    let conn = store::open_read_only(&cfg.database)?;
+    let out = output(&args, &conn, chrono::Utc::now().timestamp_millis()).map_err(|f| {
+        if f.code == exit::USAGE {
+            f
+        } else {
+            fail(
+                f.code,
+                f.error
+                    .context(format!("reading alerts from {}", cfg.database.display())),
+            )
+        }
+    })?;
+    print!("{out}");
+    Ok(())
+}
+
+/// The output of `alerts` for `args` (`--format json` is also `GET /api/v1/alerts`).
+pub fn output(
+    args: &AlertsArgs,
+    conn: &rusqlite::Connection,
+    now: TsMs,
+) -> Result<String, Failure> {
     let r = &args.range;
     let range = if r.since.is_none() && r.from.is_none() && r.to.is_none() {
         None
     } else {
-        let now = chrono::Utc::now().timestamp_millis();
         Some(
             r.resolve(now, Duration::from_secs(86_400))
                 .map_err(|e| fail(exit::USAGE, anyhow::anyhow!(e)))?,
         )
     };
-    let conn = store::open_read_only(&cfg.database)?;
     let filter = AlertFilter {
         range,
         rule: args.rule.clone(),
         state: args.state.map(|s| state_name(s).to_string()),
         host: args.host.clone(),
     };
-    let rows = store::incident::alerts(&conn, &filter)
-        .with_context(|| format!("reading alerts from {}", cfg.database.display()))?;
-    let out = match args.format {
+    let rows = store::incident::alerts(conn, &filter)?;
+    Ok(match args.format {
         Format::Json => {
             let list: Vec<Value> = rows.iter().map(alert_json).collect();
             serde_json::to_string_pretty(&list).context("rendering JSON")? + "\n"
         }
         Format::Table if rows.is_empty() => "no alerts match\n".to_string(),
         Format::Table => table(&rows),
-    };
-    print!("{out}");
-    Ok(())
+    })
 }
 
 fn state_name(s: StateArg) -> &'static str {

@@ -129,14 +129,26 @@ pub fn select_gpus(all: &[GpuRow], wanted: &[String]) -> Result<Vec<GpuRow>, Str
 const MAX_POINTS: usize = 5_000_000;
 
 pub fn run(args: HistoryArgs) -> Result<(), Failure> {
-    let metrics = window::resolve_metrics(&args.metric)
+    window::resolve_metrics(&args.metric)
         .map_err(|e| fail(exit::USAGE, anyhow!("--metric: {e}")))?;
     let cfg = args.config.load().map_err(|e| fail(exit::USAGE, e))?;
     let conn = store::open_read_only(&cfg.database)?;
+    print!("{}", output(&args, &conn, crate::clock::now_ms())?);
+    Ok(())
+}
+
+/// The output of `history` for `args` (`--format json` is also `GET /api/v1/history`).
+pub fn output(
+    args: &HistoryArgs,
+    conn: &rusqlite::Connection,
+    now_ms: i64,
+) -> Result<String, Failure> {
+    let metrics = window::resolve_metrics(&args.metric)
+        .map_err(|e| fail(exit::USAGE, anyhow!("--metric: {e}")))?;
     let host = args.host.as_deref();
-    let now = store::read::last_sample_ts(&conn, host)?
+    let now = store::read::last_sample_ts(conn, host)?
         .unwrap_or(0)
-        .max(crate::clock::now_ms());
+        .max(now_ms);
     let (from, to) = args
         .range
         .resolve(now, Duration::from_secs(3600))
@@ -148,12 +160,12 @@ pub fn run(args: HistoryArgs) -> Result<(), Failure> {
         Some(d) => d.as_millis() as i64,
         None => nice_step(to - from, 60),
     };
-    let gpus = select_gpus(&store::history::gpus(&conn, host)?, &args.gpu)
+    let gpus = select_gpus(&store::history::gpus(conn, host)?, &args.gpu)
         .map_err(|e| fail(exit::USAGE, anyhow!(e)))?;
     let source = match args.source {
         SourceArg::Auto => {
             let ids: Vec<i64> = gpus.iter().map(|g| g.gpu_id).collect();
-            Source::choose(&conn, &ids, from, to, step)?
+            Source::choose(conn, &ids, from, to, step)?
         }
         SourceArg::Raw => Source::Raw,
         SourceArg::Rollups if step % 60_000 != 0 => {
@@ -184,7 +196,7 @@ pub fn run(args: HistoryArgs) -> Result<(), Failure> {
             ),
         ));
     }
-    let series = window::series(&conn, &ids, &metrics, from, to, step, source)?;
+    let series = window::series(conn, &ids, &metrics, from, to, step, source)?;
     let h = History {
         gpus: &gpus,
         series: &series,
@@ -193,14 +205,12 @@ pub fn run(args: HistoryArgs) -> Result<(), Failure> {
         step,
         source,
     };
-    let text = match args.format {
+    Ok(match args.format {
         Format::Table => h.table(),
         Format::Csv => h.csv(),
         Format::Json => h.json(),
         Format::Chart => h.chart(100),
-    };
-    print!("{text}");
-    Ok(())
+    })
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 
 mod alerts;
 mod demo;
+pub mod docs;
 mod export;
 mod format;
 mod history;

@@ -29,17 +29,20 @@ pub fn run(args: StatusArgs) -> Result<(), Failure> {
     let cfg = args.config.load().map_err(|e| fail(exit::USAGE, e))?;
     let conn = store::open_read_only(&cfg.database)?;
     let now = now_ms();
-    let rows = store::read::latest_per_gpu(&conn, args.host.as_deref(), now)?;
-    let errors = store::read::metric_error_summary(&conn, args.host.as_deref())?;
-    let stale = cfg.http.stall_after.as_millis() as i64;
-    let delivery = delivery(&conn, &cfg, now)?;
-    let joins = super::status_training::Joins::read(&conn, &rows)?;
+    let host = args.host.as_deref();
     match args.format {
-        Format::Table if rows.is_empty() => {
-            println!("no GPUs recorded in {} yet", cfg.database.display());
-            print_delivery(&delivery, now);
-        }
+        Format::Json => println!("{}", document(&conn, &cfg, host, now)?),
         Format::Table => {
+            let rows = store::read::latest_per_gpu(&conn, host, now)?;
+            let delivery = delivery(&conn, &cfg, now)?;
+            if rows.is_empty() {
+                println!("no GPUs recorded in {} yet", cfg.database.display());
+                print_delivery(&delivery, now);
+                return Ok(());
+            }
+            let errors = store::read::metric_error_summary(&conn, host)?;
+            let joins = super::status_training::Joins::read(&conn, &rows)?;
+            let stale = cfg.http.stall_after.as_millis() as i64;
             print!("{}", format::table(&rows, stale));
             print!("{}", joins.table());
             if !errors.is_empty() {
@@ -58,31 +61,42 @@ pub fn run(args: StatusArgs) -> Result<(), Failure> {
             }
             print_delivery(&delivery, now);
         }
-        Format::Json => {
-            let mut v = format::json(&rows, stale);
-            // format::json writes one object per row, in order.
-            for (gpu, row) in v.as_array_mut().into_iter().flatten().zip(&rows) {
-                let failing: Vec<serde_json::Value> = errors
-                    .iter()
-                    .filter(|e| gpu["uuid"] == e.error.gpu_uuid.as_str())
-                    .map(|e| {
-                        serde_json::json!({
-                            "metric": e.error.metric,
-                            "error": e.error.error,
-                            "count": e.error.count,
-                            "first_ms": e.error.first_ms,
-                            "last_ms": e.error.last_ms,
-                        })
-                    })
-                    .collect();
-                gpu["read_errors"] = serde_json::Value::Array(failing);
-                gpu["training"] = joins.json(&row.host, row.inventory.index);
-            }
-            let out = serde_json::json!({ "gpus": v, "notify": delivery });
-            println!("{out}");
-        }
     }
     Ok(())
+}
+
+/// `status --format json` and `GET /api/v1/status`: `{"gpus": [...], "notify": {...}}`.
+pub fn document(
+    conn: &rusqlite::Connection,
+    cfg: &crate::config::Config,
+    host: Option<&str>,
+    now: i64,
+) -> Result<serde_json::Value, store::StoreError> {
+    let rows = store::read::latest_per_gpu(conn, host, now)?;
+    let errors = store::read::metric_error_summary(conn, host)?;
+    let stale = cfg.http.stall_after.as_millis() as i64;
+    let delivery = delivery(conn, cfg, now)?;
+    let joins = super::status_training::Joins::read(conn, &rows)?;
+    let mut v = format::json(&rows, stale);
+    // format::json writes one object per row, in order.
+    for (gpu, row) in v.as_array_mut().into_iter().flatten().zip(&rows) {
+        let failing: Vec<serde_json::Value> = errors
+            .iter()
+            .filter(|e| gpu["uuid"] == e.error.gpu_uuid.as_str())
+            .map(|e| {
+                serde_json::json!({
+                    "metric": e.error.metric,
+                    "error": e.error.error,
+                    "count": e.error.count,
+                    "first_ms": e.error.first_ms,
+                    "last_ms": e.error.last_ms,
+                })
+            })
+            .collect();
+        gpu["read_errors"] = serde_json::Value::Array(failing);
+        gpu["training"] = joins.json(&row.host, row.inventory.index);
+    }
+    Ok(serde_json::json!({ "gpus": v, "notify": delivery }))
 }
 
 /// Alert delivery as `status` shows it: per receiver, and the silences in force.
@@ -106,7 +120,7 @@ fn delivery(
     conn: &rusqlite::Connection,
     cfg: &crate::config::Config,
     now: i64,
-) -> Result<Delivery, Failure> {
+) -> Result<Delivery, store::StoreError> {
     let mut rows = store::outbox::backlog(conn)?;
     for r in &cfg.notify.receivers {
         if !rows.iter().any(|b| b.receiver == r.name) {

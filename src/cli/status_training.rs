@@ -71,6 +71,18 @@ impl Joins {
         json!({ "step": one(&c.step), "loss": one(&c.loss) })
     }
 
+    /// The (step, loss) series the GPU's rules read, when they could be chosen.
+    pub fn chosen(&self, host: &str, index: u32) -> (Option<i64>, Option<i64>) {
+        self.chosen
+            .get(&(host.to_string(), index))
+            .map_or((None, None), |(_, c)| (c.step.series(), c.loss.series()))
+    }
+
+    /// A stored series by id: its name and labels.
+    pub fn series(&self, id: i64) -> Option<&TrainingSeriesRow> {
+        self.series.iter().find(|s| s.series_id == id)
+    }
+
     /// The table section: one line per GPU and role, empty when no host has training series.
     pub fn table(&self) -> String {
         if self.chosen.is_empty() {

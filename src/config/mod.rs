@@ -124,6 +124,22 @@ pub struct HttpConfig {
     pub listen: SocketAddr,
     /// `/healthz` reports unhealthy when no tick completed for this long.
     pub stall_after: Duration,
+    /// The names `/metrics` gives the GPU metrics.
+    pub metrics_names: MetricNames,
+    /// The bearer token every request but `/healthz` must carry (required when `listen` is
+    /// not a loopback address).
+    pub token: Option<SecretSource>,
+    /// `/metrics` answers without the token (for scrapers that cannot send one).
+    pub public_metrics: bool,
+}
+
+/// `[http] metrics_names`: dcgm-exporter's names and labels (NVIDIA's dashboard works
+/// unchanged), or gpuwatch's own in base units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MetricNames {
+    #[default]
+    Dcgm,
+    Gpuwatch,
 }
 
 impl Default for Config {
@@ -152,6 +168,9 @@ impl Default for Config {
                 enabled: true,
                 listen: SocketAddr::from(([127, 0, 0, 1], 9835)),
                 stall_after: Duration::from_secs(10),
+                metrics_names: MetricNames::Dcgm,
+                token: None,
+                public_metrics: false,
             },
             prometheus: None,
             notify: NotifyConfig::default(),

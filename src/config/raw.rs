@@ -94,6 +94,11 @@ struct RawHttp {
     enabled: Option<bool>,
     listen: Option<Spanned<String>>,
     stall_after: Option<Spanned<String>>,
+    metrics_names: Option<Spanned<String>>,
+    token: Option<Spanned<String>>,
+    token_env: Option<Spanned<String>>,
+    token_file: Option<Spanned<String>>,
+    public_metrics: Option<bool>,
 }
 
 /// Collects errors while compiling.
@@ -274,6 +279,55 @@ impl RawConfig {
                 }
             },
         };
+        let metrics_names = match self
+            .http
+            .metrics_names
+            .as_ref()
+            .map(|v| (v.span(), v.get_ref()))
+        {
+            None => d.http.metrics_names,
+            Some((_, w)) if w == "dcgm" => super::MetricNames::Dcgm,
+            Some((_, w)) if w == "gpuwatch" => super::MetricNames::Gpuwatch,
+            Some((span, w)) => {
+                c.error(
+                    span,
+                    format!("`http.metrics_names` = {w:?} is not a naming"),
+                    "use \"dcgm\" (dcgm-exporter's names: NVIDIA's Grafana dashboard works unchanged) or \"gpuwatch\" (gpuwatch_gpu_* in base units)",
+                );
+                d.http.metrics_names
+            }
+        };
+        if let Some(t) = &self.http.token {
+            c.error(
+                t.span(),
+                "`http.token` would put a secret in the config file".into(),
+                "use token_env = \"VAR\" or token_file = \"PATH\" instead",
+            );
+        }
+        let token = super::prometheus::secret(
+            &mut c,
+            "http.token",
+            &self.http.token_env,
+            &self.http.token_file,
+        )
+        .map(|(_, s)| s);
+        if self.http.enabled != Some(false)
+            && !listen.ip().is_loopback()
+            && token.is_none()
+            && self.http.token.is_none()
+        {
+            let span = self.http.listen.as_ref().map(|v| v.span());
+            let msg = format!(
+                "`http.listen` = \"{listen}\" serves the API beyond this machine without a token"
+            );
+            let hint = "set token_env = \"VAR\" or token_file = \"PATH\" (clients send `Authorization: Bearer <token>`), or listen on 127.0.0.1";
+            match span {
+                Some(span) => c.error(span, msg, hint),
+                None => c
+                    .errors
+                    .push(ConfigError::at(c.origin, c.text, None, msg).with_hint(hint)),
+            }
+        }
         let kubelet = match self
             .kubernetes
             .enabled
@@ -361,6 +415,9 @@ impl RawConfig {
                 enabled: self.http.enabled.unwrap_or(true),
                 listen,
                 stall_after,
+                metrics_names,
+                token,
+                public_metrics: self.http.public_metrics.unwrap_or(false),
             },
             prometheus,
             notify,

@@ -1,102 +1,127 @@
-//! The HTTP listener: `/healthz` now; `/metrics` and `/api` arrive with later issues.
+//! The HTTP listener: `/healthz`, `/metrics` (dcgm-exporter-compatible, see [`metrics`]),
+//! the read-only JSON API (`/api/v1/status`, `/api/v1/alerts`, `/api/v1/history`: the CLI's
+//! `--format json` documents, rendered by the same functions, [`crate::cli::docs`]) and the
+//! live page at `/`.
 //!
-//! Invariants: binds 127.0.0.1 unless configured otherwise; handlers only read shared
-//! atomics (never the database or NVML), so a slow driver or a busy writer cannot make the
-//! health check hang; shutdown is a future passed in by the caller.
+//! Invariants: binds 127.0.0.1 unless configured otherwise, and beyond loopback the config
+//! refuses to load without a token; with a token every route but `/healthz` and the page's
+//! static HTML (which holds no data) needs `Authorization: Bearer <token>` (`/metrics`
+//! too, unless `public_metrics`); `/healthz` only reads atomics (never the database or NVML)
+//! so a slow driver or a busy writer cannot make it hang; the other routes read the store
+//! on the blocking pool through read-only connections (WAL: they never block the writer);
+//! shutdown is a future passed in by the caller.
+
+mod health;
+pub mod metrics;
+mod page;
+pub mod telemetry;
 
 use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Json};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
+use rusqlite::Connection;
 use serde_json::json;
 
+pub use health::Health;
+
 use crate::clock::now_ms;
+use crate::config::{Config, SecretSource};
+use crate::notify::secret;
 
-/// What the sampling thread publishes for the health check.
-#[derive(Debug)]
-pub struct Health {
-    started_ms: i64,
-    stall_after_ms: i64,
-    /// Wall time of the last completed tick (0 = none yet).
-    last_tick_wall_ms: AtomicI64,
-    /// Time (sample time) of the last completed tick.
-    last_tick_ts_ms: AtomicI64,
-    /// Wall time of the last tick in which some GPU was sampled (or every GPU is lost).
-    last_progress_wall_ms: AtomicI64,
-    pub ticks: AtomicU64,
-    pub gpus: AtomicU32,
-    pub gpus_lost: AtomicU32,
-    pub gaps: AtomicU64,
-    pub write_errors: AtomicU64,
+/// Everything the routes share.
+pub struct Api {
+    health: Arc<Health>,
+    cfg: Arc<Config>,
+    token: Option<SecretSource>,
+    scraper: Mutex<metrics::Scraper>,
+    /// The API's kept read-only connection (`None` until the first request, or after an
+    /// error).
+    reader: Mutex<Option<Connection>>,
 }
 
-impl Health {
-    pub fn new(stall_after: Duration) -> Arc<Self> {
-        Arc::new(Self {
-            started_ms: now_ms(),
-            stall_after_ms: stall_after.as_millis() as i64,
-            last_tick_wall_ms: AtomicI64::new(0),
-            last_tick_ts_ms: AtomicI64::new(0),
-            last_progress_wall_ms: AtomicI64::new(0),
-            ticks: AtomicU64::new(0),
-            gpus: AtomicU32::new(0),
-            gpus_lost: AtomicU32::new(0),
-            gaps: AtomicU64::new(0),
-            write_errors: AtomicU64::new(0),
-        })
-    }
-
-    /// Called by the sampling thread after each tick. `progress`: some GPU was sampled, or
-    /// there is nothing left to sample (no GPUs, or all lost) — a tick in which every GPU
-    /// missed its deadline is no progress.
-    pub fn tick_done(&self, ts_ms: i64, progress: bool) {
-        let now = now_ms();
-        self.last_tick_wall_ms.store(now, Ordering::Relaxed);
-        if progress {
-            self.last_progress_wall_ms.store(now, Ordering::Relaxed);
+impl Api {
+    /// Checks that the token (if any) can be read now: a daemon that could not check
+    /// requests must not start.
+    pub fn new(health: Arc<Health>, cfg: Arc<Config>) -> Result<Arc<Api>, String> {
+        let token = cfg.http.token.clone();
+        if let Some(t) = &token {
+            secret::read("HTTP API token", t)?;
         }
-        self.last_tick_ts_ms.store(ts_ms, Ordering::Relaxed);
-        self.ticks.fetch_add(1, Ordering::Relaxed);
+        Ok(Arc::new(Api {
+            health,
+            cfg,
+            token,
+            scraper: Mutex::new(metrics::Scraper::default()),
+            reader: Mutex::new(None),
+        }))
     }
 
-    /// (healthy, JSON body).
-    pub fn report(&self) -> (bool, serde_json::Value) {
-        let now = now_ms();
-        let age = |t: i64| (t != 0).then(|| now - t);
-        let tick_age = age(self.last_tick_wall_ms.load(Ordering::Relaxed));
-        let progress_age = age(self.last_progress_wall_ms.load(Ordering::Relaxed));
-        let fresh = |a: Option<i64>| {
-            a.map_or(now - self.started_ms < self.stall_after_ms, |a| {
-                a < self.stall_after_ms
-            })
+    /// `Some`: the response to send instead (401).
+    fn denial(&self, headers: &HeaderMap) -> Option<Response> {
+        let source = self.token.as_ref()?;
+        let denied = |why: &str| {
+            let mut r = (StatusCode::UNAUTHORIZED, Json(json!({ "error": why }))).into_response();
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"gpuwatch\""),
+            );
+            r
         };
-        let healthy = fresh(tick_age) && fresh(progress_age);
-        let secs = |a: Option<i64>| a.map(|a| a as f64 / 1000.0);
-        let body = json!({
-            "status": if healthy { "ok" } else { "stalled" },
-            "last_tick_age_seconds": secs(tick_age),
-            "last_sampled_age_seconds": secs(progress_age),
-            "last_sample_ts_ms": match self.last_tick_ts_ms.load(Ordering::Relaxed) { 0 => None, t => Some(t) },
-            "stall_after_seconds": self.stall_after_ms as f64 / 1000.0,
-            "ticks": self.ticks.load(Ordering::Relaxed),
-            "gpus": self.gpus.load(Ordering::Relaxed),
-            "gpus_lost": self.gpus_lost.load(Ordering::Relaxed),
-            "gaps": self.gaps.load(Ordering::Relaxed),
-            "store_write_errors": self.write_errors.load(Ordering::Relaxed),
-        });
-        (healthy, body)
+        // Read each time: a rotated token file takes effect without a restart.
+        let expected = match secret::read("HTTP API token", source) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the HTTP token; refusing requests");
+                return Some(denied("the server cannot read its token"));
+            }
+        };
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        match given {
+            None => Some(denied("send Authorization: Bearer <token>")),
+            Some(g) if equal_time(g.as_bytes(), expected.expose().as_bytes()) => None,
+            Some(_) => Some(denied("wrong token")),
+        }
+    }
+
+    /// Runs `f` with the kept read-only connection (opened on first use, dropped after an
+    /// error so that the next request starts clean).
+    fn with_reader<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, crate::cli::Failure>,
+    ) -> Result<T, crate::cli::Failure> {
+        let mut guard = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        let conn = match guard.take() {
+            Some(c) => c,
+            None => crate::store::open_daemon_reader(&self.cfg.database)?,
+        };
+        let out = f(&conn);
+        if out.as_ref().is_ok()
+            || out
+                .as_ref()
+                .is_err_and(|e| e.code == crate::cli::exit::USAGE)
+        {
+            *guard = Some(conn);
+        }
+        out
     }
 }
 
-async fn healthz(State(h): State<Arc<Health>>) -> impl IntoResponse {
-    let (ok, body) = h.report();
+/// Compares without an early exit (the token's length is not secret).
+fn equal_time(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn healthz(State(api): State<Arc<Api>>) -> impl IntoResponse {
+    let (ok, body) = api.health.report();
     let code = if ok {
         StatusCode::OK
     } else {
@@ -105,52 +130,128 @@ async fn healthz(State(h): State<Arc<Health>>) -> impl IntoResponse {
     (code, Json(body))
 }
 
-pub fn router(health: Arc<Health>) -> Router {
+async fn scrape(State(api): State<Arc<Api>>, headers: HeaderMap) -> Response {
+    if !api.cfg.http.public_metrics
+        && let Some(r) = api.denial(&headers)
+    {
+        return r;
+    }
+    let format =
+        metrics::expo::Format::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
+    let a = api.clone();
+    let answer = tokio::task::spawn_blocking(move || {
+        let mut s = a.scraper.lock().unwrap_or_else(|p| p.into_inner());
+        s.scrape(&a.cfg, &a.health, now_ms(), format)
+    })
+    .await;
+    match answer {
+        Ok(Ok(text)) => ([(header::CONTENT_TYPE, format.content_type())], text).into_response(),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "a /metrics scrape could not read the database");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot read the database: {e}\n"),
+            )
+                .into_response()
+        }
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
+}
+
+/// Runs one API document on the blocking pool; usage errors are 400 with their message.
+async fn document(
+    api: Arc<Api>,
+    headers: HeaderMap,
+    render: impl FnOnce(&Api, &Connection) -> Result<String, crate::cli::Failure> + Send + 'static,
+) -> Response {
+    if let Some(r) = api.denial(&headers) {
+        return r;
+    }
+    let a = api.clone();
+    let answer = tokio::task::spawn_blocking(move || a.with_reader(|c| render(&a, c))).await;
+    let json_type = [(header::CONTENT_TYPE, "application/json")];
+    match answer {
+        Ok(Ok(text)) => (json_type, text).into_response(),
+        Ok(Err(f)) => {
+            let code = if f.code == crate::cli::exit::USAGE {
+                StatusCode::BAD_REQUEST
+            } else {
+                StatusCode::INTERNAL_SERVER_ERROR
+            };
+            let body = json!({ "error": format!("{:#}", f.error) });
+            (code, Json(body)).into_response()
+        }
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(json!({ "error": e.to_string() })),
+        )
+            .into_response(),
+    }
+}
+
+async fn status(State(api): State<Arc<Api>>, headers: HeaderMap) -> Response {
+    document(api, headers, |a, c| {
+        let v = crate::cli::docs::status(c, &a.cfg, Some(&a.cfg.host), now_ms())?;
+        Ok(v.to_string())
+    })
+    .await
+}
+
+async fn alerts(
+    State(api): State<Arc<Api>>,
+    headers: HeaderMap,
+    Query(q): Query<Vec<(String, String)>>,
+) -> Response {
+    document(api, headers, move |_, c| {
+        crate::cli::docs::alerts(&q, c, now_ms())
+    })
+    .await
+}
+
+async fn history(
+    State(api): State<Arc<Api>>,
+    headers: HeaderMap,
+    Query(q): Query<Vec<(String, String)>>,
+) -> Response {
+    document(api, headers, move |_, c| {
+        crate::cli::docs::history(&q, c, now_ms())
+    })
+    .await
+}
+
+pub fn router(api: Arc<Api>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
-        .with_state(health)
+        .route("/metrics", get(scrape))
+        .route("/api/v1/status", get(status))
+        .route("/api/v1/alerts", get(alerts))
+        .route("/api/v1/history", get(history))
+        .route("/", get(page::page))
+        .with_state(api)
 }
 
 /// Binds `addr` (errors come back before serving starts, so the caller can report them).
-pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+pub async fn bind(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(addr).await
 }
 
 /// Serves until `shutdown` completes.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    health: Arc<Health>,
+    api: Arc<Api>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(health))
+    axum::serve(listener, router(api))
         .with_graceful_shutdown(shutdown)
         .await
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
-    fn healthy_while_ticks_sample_something() {
-        let h = Health::new(Duration::from_millis(300));
-        assert!(h.report().0, "starting up counts as healthy");
-        h.tick_done(1, true);
-        assert!(h.report().0);
-        std::thread::sleep(Duration::from_millis(350));
-        let (ok, body) = h.report();
-        assert!(!ok, "no tick for longer than stall_after");
-        assert_eq!(body["status"], "stalled");
-    }
-
-    #[test]
-    fn ticks_without_any_sample_are_a_stall() {
-        let h = Health::new(Duration::from_millis(300));
-        h.tick_done(1, true);
-        std::thread::sleep(Duration::from_millis(350));
-        h.tick_done(2, false);
-        assert!(!h.report().0, "ticks run but every GPU misses its deadline");
-        h.tick_done(3, true);
-        assert!(h.report().0);
+    fn token_comparison() {
+        assert!(super::equal_time(b"abc", b"abc"));
+        assert!(!super::equal_time(b"abc", b"abd"));
+        assert!(!super::equal_time(b"abc", b"abcd"));
     }
 }

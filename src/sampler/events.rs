@@ -18,6 +18,7 @@ use nvml_wrapper::error::NvmlError;
 use crate::model::Event;
 
 use super::nvml::error_text;
+use crate::http::telemetry::XidWatch;
 
 /// Spawns the event thread for `count` GPUs. Events are sent with `ts_ms` = 0: the
 /// coordinator stamps them with the tick that picks them up.
@@ -26,13 +27,18 @@ pub fn spawn(
     count: u32,
     stop: Arc<AtomicBool>,
     out: Sender<Event>,
+    watch: Arc<XidWatch>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("gpuwatch-nvml-events".into())
-        .spawn(move || run(&nvml, count, &stop, &out))
+        .spawn(move || {
+            run(&nvml, count, &stop, &out, &watch);
+            // However it ended, no XID arrives any more.
+            watch.set(Vec::new());
+        })
 }
 
-fn run(nvml: &Nvml, count: u32, stop: &AtomicBool, out: &Sender<Event>) {
+fn run(nvml: &Nvml, count: u32, stop: &AtomicBool, out: &Sender<Event>, watch: &XidWatch) {
     let wanted = EventTypes::CRITICAL_XID_ERROR;
     let mut good: Vec<u32> = Vec::new();
     for index in 0..count {
@@ -78,6 +84,7 @@ fn run(nvml: &Nvml, count: u32, stop: &AtomicBool, out: &Sender<Event>) {
     if good.is_empty() {
         return;
     }
+    watch.set(good.clone());
     while !stop.load(Ordering::Relaxed) {
         match set.wait(10_000) {
             Ok(ev) => {

@@ -91,6 +91,7 @@ pub struct Sampler {
     slots: Vec<Slot>,
     responses: Mailbox,
     events: Receiver<Event>,
+    xid_watch: Arc<crate::http::telemetry::XidWatch>,
     stop: Arc<AtomicBool>,
     resolver: ProcResolver,
     cfg: SamplerConfig,
@@ -136,7 +137,14 @@ impl Sampler {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let (ev_tx, events) = mpsc::channel();
-        events::spawn(h.nvml.clone(), count, stop.clone(), ev_tx)?;
+        let xid_watch = Arc::new(crate::http::telemetry::XidWatch::default());
+        events::spawn(
+            h.nvml.clone(),
+            count,
+            stop.clone(),
+            ev_tx,
+            xid_watch.clone(),
+        )?;
         let observe_processes = cfg.processes && processes_observable(&overrides, &cfg.proc_root);
         let resolver = ProcResolver::with_roots(
             Redactor::new(&cfg.redact_patterns)?,
@@ -148,6 +156,7 @@ impl Sampler {
             slots,
             responses,
             events,
+            xid_watch,
             stop,
             resolver,
             cfg,
@@ -170,6 +179,11 @@ impl Sampler {
 
     pub fn gpu_count(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Which GPUs' XID events are watched (for `/metrics`: no XID seen is 0 only there).
+    pub fn xid_watch(&self) -> Arc<crate::http::telemetry::XidWatch> {
+        self.xid_watch.clone()
     }
 
     /// Asks every GPU for its inventory and waits up to `startup_timeout`.

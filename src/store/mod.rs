@@ -39,6 +39,7 @@ pub mod query;
 pub mod read;
 mod rollup;
 mod rows;
+pub mod scrape;
 pub mod silences;
 mod size;
 pub mod synth;
@@ -293,6 +294,14 @@ pub(crate) fn open_existing_rw(path: &Path) -> Result<Connection, StoreError> {
 
 /// Page cache of the daemon's secondary connections, in KiB (as a negative `cache_size`).
 pub const SMALL_CACHE_KIB: i64 = -512;
+
+/// [`open_read_only`] with the small page cache of the daemon's secondary connections
+/// (`/metrics` and the API: they read the newest pages and a few small tables).
+pub fn open_daemon_reader(path: &Path) -> Result<Connection, StoreError> {
+    let conn = open_read_only(path)?;
+    conn.pragma_update(None, "cache_size", SMALL_CACHE_KIB)?;
+    Ok(conn)
+}
 
 /// Opens an existing database read-only (CLI, HTTP). Fails with [`StoreError::NotFound`] when
 /// the file does not exist, and with [`StoreError::TooNew`] / [`StoreError::Outdated`] when its

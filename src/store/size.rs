@@ -53,7 +53,7 @@ impl Store {
 }
 
 /// Used bytes as the connection sees them (inside a transaction: including its changes).
-fn used_bytes(conn: &Connection) -> Result<u64, StoreError> {
+pub(super) fn used_bytes(conn: &Connection) -> Result<u64, StoreError> {
     let pages: i64 = conn.query_row(
         "SELECT (SELECT page_count FROM pragma_page_count())
               - (SELECT freelist_count FROM pragma_freelist_count())",

@@ -1,0 +1,138 @@
+//! What the working threads publish for `/healthz` and the self-metrics: tick times and
+//! counters (sampling thread), duration histograms (sampling, rules and scrape), which GPUs
+//! report XIDs (event thread).
+//!
+//! Invariant: only atomics and a once-set cell, so reading never waits on a worker.
+
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::telemetry::{Histogram, XidWatch};
+use crate::clock::now_ms;
+
+/// What the sampling thread publishes for the health check.
+#[derive(Debug)]
+pub struct Health {
+    started_ms: i64,
+    stall_after_ms: i64,
+    /// Wall time of the last completed tick (0 = none yet).
+    last_tick_wall_ms: AtomicI64,
+    /// Time (sample time) of the last completed tick.
+    last_tick_ts_ms: AtomicI64,
+    /// Wall time of the last tick in which some GPU was sampled (or every GPU is lost).
+    last_progress_wall_ms: AtomicI64,
+    pub ticks: AtomicU64,
+    pub gpus: AtomicU32,
+    pub gpus_lost: AtomicU32,
+    pub gaps: AtomicU64,
+    pub write_errors: AtomicU64,
+    /// Sampling tick durations (sampler + hand-off to the writer).
+    pub tick_seconds: Histogram,
+    /// Rules thread wake-ups (slice read, evaluation, state and outbox saved).
+    pub eval_seconds: Histogram,
+    /// `/metrics` answers.
+    pub scrape_seconds: Histogram,
+    xid_watch: OnceLock<Arc<XidWatch>>,
+}
+
+impl Health {
+    pub fn new(stall_after: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            started_ms: now_ms(),
+            stall_after_ms: stall_after.as_millis() as i64,
+            last_tick_wall_ms: AtomicI64::new(0),
+            last_tick_ts_ms: AtomicI64::new(0),
+            last_progress_wall_ms: AtomicI64::new(0),
+            ticks: AtomicU64::new(0),
+            gpus: AtomicU32::new(0),
+            gpus_lost: AtomicU32::new(0),
+            gaps: AtomicU64::new(0),
+            write_errors: AtomicU64::new(0),
+            tick_seconds: Histogram::default(),
+            eval_seconds: Histogram::default(),
+            scrape_seconds: Histogram::default(),
+            xid_watch: OnceLock::new(),
+        })
+    }
+
+    /// Set once, when the sampler has started.
+    pub fn set_xid_watch(&self, w: Arc<XidWatch>) {
+        let _ = self.xid_watch.set(w);
+    }
+
+    pub fn xid_watch(&self) -> Option<&Arc<XidWatch>> {
+        self.xid_watch.get()
+    }
+
+    /// Called by the sampling thread after each tick. `progress`: some GPU was sampled, or
+    /// there is nothing left to sample (no GPUs, or all lost) — a tick in which every GPU
+    /// missed its deadline is no progress.
+    pub fn tick_done(&self, ts_ms: i64, progress: bool) {
+        let now = now_ms();
+        self.last_tick_wall_ms.store(now, Ordering::Relaxed);
+        if progress {
+            self.last_progress_wall_ms.store(now, Ordering::Relaxed);
+        }
+        self.last_tick_ts_ms.store(ts_ms, Ordering::Relaxed);
+        self.ticks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// (healthy, JSON body).
+    pub fn report(&self) -> (bool, serde_json::Value) {
+        let now = now_ms();
+        let age = |t: i64| (t != 0).then(|| now - t);
+        let tick_age = age(self.last_tick_wall_ms.load(Ordering::Relaxed));
+        let progress_age = age(self.last_progress_wall_ms.load(Ordering::Relaxed));
+        let fresh = |a: Option<i64>| {
+            a.map_or(now - self.started_ms < self.stall_after_ms, |a| {
+                a < self.stall_after_ms
+            })
+        };
+        let healthy = fresh(tick_age) && fresh(progress_age);
+        let secs = |a: Option<i64>| a.map(|a| a as f64 / 1000.0);
+        let body = json!({
+            "status": if healthy { "ok" } else { "stalled" },
+            "last_tick_age_seconds": secs(tick_age),
+            "last_sampled_age_seconds": secs(progress_age),
+            "last_sample_ts_ms": match self.last_tick_ts_ms.load(Ordering::Relaxed) { 0 => None, t => Some(t) },
+            "stall_after_seconds": self.stall_after_ms as f64 / 1000.0,
+            "ticks": self.ticks.load(Ordering::Relaxed),
+            "gpus": self.gpus.load(Ordering::Relaxed),
+            "gpus_lost": self.gpus_lost.load(Ordering::Relaxed),
+            "gaps": self.gaps.load(Ordering::Relaxed),
+            "store_write_errors": self.write_errors.load(Ordering::Relaxed),
+        });
+        (healthy, body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn healthy_while_ticks_sample_something() {
+        let h = Health::new(Duration::from_millis(300));
+        assert!(h.report().0, "starting up counts as healthy");
+        h.tick_done(1, true);
+        assert!(h.report().0);
+        std::thread::sleep(Duration::from_millis(350));
+        let (ok, body) = h.report();
+        assert!(!ok, "no tick for longer than stall_after");
+        assert_eq!(body["status"], "stalled");
+    }
+
+    #[test]
+    fn ticks_without_any_sample_are_a_stall() {
+        let h = Health::new(Duration::from_millis(300));
+        h.tick_done(1, true);
+        std::thread::sleep(Duration::from_millis(350));
+        h.tick_done(2, false);
+        assert!(!h.report().0, "ticks run but every GPU misses its deadline");
+        h.tick_done(3, true);
+        assert!(h.report().0);
+    }
+}

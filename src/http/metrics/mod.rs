@@ -1,0 +1,138 @@
+//! `GET /metrics`: the GPUs as of the last stored tick, in dcgm-exporter's names (or
+//! gpuwatch's), the training progress joined per GPU, the live alerts, and the daemon's own
+//! health — from the store through `status`'s readers and one kept read-only connection,
+//! plus the in-process telemetry.
+//!
+//! Invariants: a scrape never calls NVML and never waits on the writer (WAL readers do not
+//! block it); it reads only this daemon's host (imports of other hosts in the same file are
+//! not this node's GPUs); a value that is unknown is absent, never 0; the gpuwatch_* families
+//! pass `promtool check metrics` (dcgm-exporter's own names and labels draw its lint, as
+//! they do from dcgm-exporter).
+
+pub mod expo;
+mod gpus;
+mod own;
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use rusqlite::Connection;
+
+use crate::config::Config;
+use crate::store::{self, StoreError};
+
+use super::Health;
+use expo::{Family, Format};
+
+/// Training points older than this are no longer exported (Prometheus's own staleness).
+const TRAINING_FRESH_MS: i64 = 5 * 60_000;
+
+/// The scraping side's state: its connection and the XID cursor.
+#[derive(Default)]
+pub struct Scraper {
+    conn: Option<Connection>,
+    /// The newest XID event id read so far, and the newest XID of each GPU (by UUID).
+    xid_cursor: i64,
+    last_xid: HashMap<String, i64>,
+}
+
+impl Scraper {
+    /// One scrape in `format`. A database error drops the connection (the next scrape opens
+    /// a fresh one) and is returned.
+    pub fn scrape(
+        &mut self,
+        cfg: &Config,
+        health: &Health,
+        now_ms: i64,
+        format: Format,
+    ) -> Result<String, StoreError> {
+        let started = Instant::now();
+        let result = self.families(cfg, health, now_ms);
+        let families = match result {
+            Ok(f) => f,
+            Err(e) => {
+                self.conn = None;
+                return Err(e);
+            }
+        };
+        let text = expo::encode(&families, format);
+        health.scrape_seconds.observe(started.elapsed());
+        Ok(text)
+    }
+
+    fn families(
+        &mut self,
+        cfg: &Config,
+        health: &Health,
+        now_ms: i64,
+    ) -> Result<Vec<Family>, StoreError> {
+        let host = cfg.host.clone();
+        let names = cfg.http.metrics_names;
+        let stale = cfg.http.stall_after.as_millis() as i64;
+        let xid_cursor = self.xid_cursor;
+        let conn = match self.conn.take() {
+            Some(c) => c,
+            None => store::open_daemon_reader(&cfg.database)?,
+        };
+        let conn = self.conn.insert(conn);
+        // One read transaction: every family describes the same committed state.
+        conn.execute_batch("BEGIN")?;
+        let read = (|| {
+            let rows = store::read::latest_per_gpu(conn, Some(&host), now_ms)?;
+            let xids = store::scrape::xids_after(conn, &host, xid_cursor)?;
+            let joins = crate::cli::docs::Joins::read(conn, &rows)?;
+            let chosen: Vec<i64> = rows
+                .iter()
+                .flat_map(|r| {
+                    let (step, loss) = joins.chosen(&r.host, r.inventory.index);
+                    [step, loss]
+                })
+                .flatten()
+                .collect();
+            let latest = store::scrape::training_latest(conn, &chosen, now_ms - TRAINING_FRESH_MS)?;
+            let alerts = store::scrape::live_alerts(conn, &host)?;
+            let errors = store::read::metric_error_summary(conn, Some(&host))?;
+            let backlog = store::outbox::backlog(conn)?;
+            let sources = store::read::training_sources(conn, Some(&host))?;
+            let used = store::scrape::used_bytes(conn)?;
+            Ok::<_, StoreError>((
+                rows, xids, joins, latest, alerts, errors, backlog, sources, used,
+            ))
+        })();
+        let _ = conn.execute_batch("COMMIT");
+        let (rows, xids, joins, latest, alerts, errors, backlog, sources, used) = read?;
+        for x in xids {
+            self.xid_cursor = self.xid_cursor.max(x.event_id);
+            if let Some(code) = x.code {
+                self.last_xid.insert(x.gpu_uuid, code);
+            }
+        }
+        let watch = health.xid_watch();
+        let rows: Vec<_> = rows
+            .into_iter()
+            .map(|r| {
+                let labels = gpus::gpu_labels(&r, &host, names);
+                let xid = match self.last_xid.get(&r.inventory.uuid) {
+                    Some(code) => Some(*code as f64),
+                    None => watch
+                        .as_ref()
+                        .and_then(|w| w.watched(r.inventory.index))
+                        .and_then(|w| w.then_some(0.0)),
+                };
+                (r, labels, xid)
+            })
+            .collect();
+        let mut out = gpus::families(&rows, stale, names);
+        let ctx = own::Ctx {
+            cfg,
+            health,
+            now_ms,
+            stale_after_ms: stale,
+        };
+        out.extend(own::gpu_state(&ctx, &rows));
+        out.extend(own::training(&ctx, &rows, &joins, &latest));
+        out.push(own::alerts(&ctx, &alerts));
+        out.extend(own::daemon(&ctx, &errors, &backlog, &sources, used));
+        Ok(out)
+    }
+}
