@@ -37,7 +37,10 @@ fn values_are_parsed() {
     )
     .expect("valid");
     assert_eq!(c.host, "node-17");
-    assert_eq!(c.http.token, Some(SecretSource::Env("GPUWATCH_TOKEN".into())));
+    assert_eq!(
+        c.http.token,
+        Some(SecretSource::Env("GPUWATCH_TOKEN".into()))
+    );
     assert_eq!(c.http.metrics_names, MetricNames::Dcgm);
     assert_eq!(c.interval, Duration::from_millis(500));
     assert_eq!(c.sample_deadline, Duration::from_millis(400));
@@ -243,11 +246,20 @@ fn http_beyond_loopback_needs_a_token_and_names_are_checked() {
     assert!(e.starts_with("g.toml:2:10: `http.listen` = \"0.0.0.0:9835\" serves the API beyond this machine without a token"), "{e}");
     assert!(e.contains("token_env"), "{e}");
     let e = err("[http]\nlisten = \"127.0.0.1:9835\"\ntoken = \"hunter2hunter2\"\n");
-    assert!(e.starts_with("g.toml:3:9: `http.token` would put a secret in the config file"), "{e}");
+    assert!(
+        e.starts_with("g.toml:3:9: `http.token` would put a secret in the config file"),
+        "{e}"
+    );
     assert!(!e.contains("hunter2"), "the secret is not echoed: {e}");
     let e = err("[http]\nmetrics_names = \"prometheus\"\n");
-    assert!(e.starts_with("g.toml:2:17: `http.metrics_names` = \"prometheus\" is not a naming"), "{e}");
-    let c = parse("[http]\nmetrics_names = \"gpuwatch\"\nlisten = \"[::1]:9835\"\npublic_metrics = true\n").expect("valid");
+    assert!(
+        e.starts_with("g.toml:2:17: `http.metrics_names` = \"prometheus\" is not a naming"),
+        "{e}"
+    );
+    let c = parse(
+        "[http]\nmetrics_names = \"gpuwatch\"\nlisten = \"[::1]:9835\"\npublic_metrics = true\n",
+    )
+    .expect("valid");
     assert_eq!(c.http.metrics_names, MetricNames::Gpuwatch);
     assert!(c.http.public_metrics && c.http.token.is_none());
     // A listener that is off needs no token.

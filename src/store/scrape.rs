@@ -65,7 +65,8 @@ pub struct LiveAlert {
     pub rule: String,
     /// `pending` or `firing`.
     pub state: String,
-    pub severity: String,
+    /// `None` while the alert is pending with a severity that escalates on firing.
+    pub severity: Option<String>,
     pub gpu_index: Option<u32>,
     pub gpu_uuid: Option<String>,
     pub pid: Option<u32>,

@@ -149,9 +149,11 @@ pub fn alerts(ctx: &Ctx, alerts: &[LiveAlert]) -> Family {
             ("alertname".into(), a.rule.clone()),
             ("alertstate".into(), a.state.clone()),
             ("state".into(), a.state.clone()),
-            ("severity".into(), a.severity.clone()),
             (host.into(), ctx.cfg.host.clone()),
         ];
+        if let Some(s) = &a.severity {
+            l.push(("severity".into(), s.clone()));
+        }
         if let Some(i) = a.gpu_index {
             l.push(("gpu".into(), i.to_string()));
         }

@@ -1,0 +1,471 @@
+//! The HTTP listener of a real `gpuwatch run` on simulated GPUs: `/metrics` in
+//! dcgm-exporter's names (checked by promtool) and in gpuwatch's, the JSON API against the
+//! CLI's `--format json`, the token beyond loopback, and the live page in headless Chromium.
+
+#[path = "http_support/mod.rs"]
+mod http_support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use http_support::{Node, series_value, wait_for};
+use serde_json::Value;
+
+/// Scrapes until the hot GPU's alert fires (the rules thread has evaluated).
+fn scrape_when_firing(node: &Node, token: Option<&str>) -> String {
+    wait_for("gpuwatch_alert{hot}", Duration::from_secs(30), || {
+        let (code, _, body) = node.get("/metrics", token);
+        (code == 200
+            && series_value(
+                &body,
+                "gpuwatch_alert",
+                &[("alertname", "hot"), ("state", "firing")],
+            )
+            .is_some()
+            && series_value(
+                &body,
+                "gpuwatch_alert",
+                &[("alertname", "idle"), ("state", "firing")],
+            )
+            .is_some())
+        .then_some(body)
+    })
+}
+
+/// `promtool check metrics` on `text`: its complaints, one per line.
+fn promtool_lint(text: &str) -> Vec<String> {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write");
+    let o = child.wait_with_output().expect("promtool");
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        !all.contains("error while linting") && !all.contains("parse error"),
+        "promtool could not parse the scrape: {all}"
+    );
+    all.lines()
+        .map(str::to_string)
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+#[test]
+fn metrics_speak_dcgm_exporter_and_only_its_names_draw_lint() {
+    let node = Node::new("node-1", 1, "", "");
+    let _d = node.start(&[]);
+    let m = scrape_when_firing(&node, None);
+    let (_, ctype, _) = node.get("/metrics", None);
+    assert_eq!(ctype, "text/plain; version=0.0.4; charset=utf-8");
+
+    let status: Value =
+        serde_json::from_str(&node.cli(&["status", "--format", "json"])).expect("status");
+    let uuid0 = status["gpus"][0]["uuid"]
+        .as_str()
+        .expect("uuid")
+        .to_string();
+    let gpu0 = [
+        ("gpu", "0"),
+        ("UUID", uuid0.as_str()),
+        ("device", "nvidia0"),
+        ("modelName", "NVIDIA H100 80GB HBM3"),
+        ("Hostname", "node-1"),
+    ];
+    assert_eq!(
+        series_value(&m, "DCGM_FI_DEV_GPU_TEMP", &gpu0),
+        Some(85.0),
+        "{m}"
+    );
+    assert_eq!(series_value(&m, "DCGM_FI_DEV_GPU_UTIL", &gpu0), Some(90.0));
+    // A real 0 is 0.
+    assert_eq!(
+        series_value(&m, "DCGM_FI_DEV_GPU_UTIL", &[("gpu", "1")]),
+        Some(0.0)
+    );
+    // MiB, as dcgm-exporter: the 20000 MiB process plus the driver's baseline.
+    let fb = series_value(&m, "DCGM_FI_DEV_FB_USED", &gpu0).expect("FB_USED");
+    assert!((20_000.0..21_000.0).contains(&fb), "{fb}");
+    // Watts; GPU 1 cannot read its power: absent, never 0. H100 SXM has no fan: absent.
+    assert!(series_value(&m, "DCGM_FI_DEV_POWER_USAGE", &gpu0).is_some_and(|w| w > 50.0));
+    assert_eq!(
+        series_value(&m, "DCGM_FI_DEV_POWER_USAGE", &[("gpu", "1")]),
+        None,
+        "{m}"
+    );
+    assert!(!m.contains("DCGM_FI_DEV_FAN_SPEED{"), "{m}");
+    assert!(m.contains("# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n"));
+    assert!(
+        series_value(&m, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", &gpu0).is_some_and(|mj| mj > 0.0)
+    );
+    // XIDs are watched and none happened.
+    assert_eq!(series_value(&m, "DCGM_FI_DEV_XID_ERRORS", &gpu0), Some(0.0));
+    let driver = status["gpus"][0]["driver_version"]
+        .as_str()
+        .expect("driver");
+    assert!(m.contains(&format!("DCGM_FI_DRIVER_VERSION=\"{driver}\"")));
+
+    // What only gpuwatch has.
+    let hot = [
+        ("alertname", "hot"),
+        ("state", "firing"),
+        ("severity", "critical"),
+        ("gpu", "0"),
+        ("UUID", uuid0.as_str()),
+    ];
+    assert_eq!(series_value(&m, "gpuwatch_alert", &hot), Some(1.0), "{m}");
+    assert_eq!(
+        series_value(
+            &m,
+            "gpuwatch_alert",
+            &[("alertname", "warm"), ("state", "pending")]
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        series_value(&m, "gpuwatch_gpu_processes", &[("gpu", "0")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        series_value(&m, "gpuwatch_gpu_up", &[("gpu", "1")]),
+        Some(1.0)
+    );
+    assert_eq!(series_value(&m, "gpuwatch_gpus", &[]), Some(2.0));
+    // NOT_SUPPORTED is not an error: nothing failed.
+    assert!(!m.contains("gpuwatch_nvml_errors_total{"), "{m}");
+    assert!(series_value(&m, "gpuwatch_ticks_total", &[]).is_some_and(|n| n >= 1.0));
+    assert!(
+        series_value(&m, "gpuwatch_tick_duration_seconds_count", &[]).is_some_and(|n| n >= 1.0)
+    );
+    assert!(
+        series_value(&m, "gpuwatch_rule_evaluation_duration_seconds_count", &[])
+            .is_some_and(|n| n >= 1.0)
+    );
+    assert!(series_value(&m, "gpuwatch_database_used_bytes", &[]).is_some_and(|n| n > 0.0));
+
+    // promtool: only dcgm-exporter's own names and labels draw lint (modelName, counters
+    // without _total), exactly as they do from dcgm-exporter; gpuwatch_* are clean.
+    let lint = promtool_lint(&m);
+    assert!(
+        !lint.is_empty(),
+        "dcgm-exporter's names do draw promtool's lint"
+    );
+    for l in &lint {
+        assert!(
+            l.starts_with("DCGM_FI_")
+                && (l.ends_with("label names should be written in 'snake_case' not 'camelCase'")
+                    || l.ends_with("counter metrics should have \"_total\" suffix")),
+            "unexpected lint: {l}\n{}",
+            lint.join("\n")
+        );
+    }
+
+    // OpenMetrics when asked for (as Prometheus asks).
+    let (code, ctype, om) = node.get_with(
+        "/metrics",
+        None,
+        &[(
+            "Accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+        )],
+    );
+    assert_eq!(code, 200);
+    assert!(
+        ctype.starts_with("application/openmetrics-text; version=1.0.0"),
+        "{ctype}"
+    );
+    assert!(om.ends_with("# EOF\n"));
+    assert!(om.contains("# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION unknown\n"));
+    assert!(
+        om.contains("# TYPE gpuwatch_ticks counter\n") && om.contains("\ngpuwatch_ticks_total ")
+    );
+}
+
+#[test]
+fn gpuwatch_names_are_base_units_and_lint_clean() {
+    let node = Node::new("node-2", 2, "metrics_names = \"gpuwatch\"", "");
+    let _d = node.start(&[]);
+    let m = scrape_when_firing(&node, None);
+    assert!(!m.contains("DCGM_FI_"), "{m}");
+    assert_eq!(
+        series_value(
+            &m,
+            "gpuwatch_gpu_temperature_celsius",
+            &[("gpu", "0"), ("host", "node-2")]
+        ),
+        Some(85.0)
+    );
+    assert_eq!(
+        series_value(&m, "gpuwatch_gpu_utilization_ratio", &[("gpu", "0")]),
+        Some(0.9)
+    );
+    let bytes = series_value(&m, "gpuwatch_gpu_memory_used_bytes", &[("gpu", "0")]).expect("bytes");
+    assert!(bytes > 20_000.0 * 1024.0 * 1024.0, "{bytes}");
+    assert!(m.contains("# TYPE gpuwatch_gpu_energy_joules_total counter\n"));
+    assert_eq!(
+        series_value(&m, "gpuwatch_alert", &[("alertname", "hot"), ("uuid", "")]),
+        None
+    );
+    let lint = promtool_lint(&m);
+    assert!(lint.is_empty(), "gpuwatch's names are lint-clean: {lint:?}");
+}
+
+/// Removes, at any depth, the keys whose values move from one evaluation to the next.
+fn without(mut v: Value, keys: &[&str]) -> Value {
+    match &mut v {
+        Value::Object(o) => {
+            for k in keys {
+                o.remove(*k);
+            }
+            for x in o.values_mut() {
+                *x = without(x.take(), keys);
+            }
+        }
+        Value::Array(a) => {
+            for x in a.iter_mut() {
+                *x = without(x.take(), keys);
+            }
+        }
+        _ => {}
+    }
+    v
+}
+
+#[test]
+fn the_api_serves_the_clis_json_documents() {
+    let node = Node::new("node-3", 3, "", "");
+    let _d = node.start(&[]);
+    scrape_when_firing(&node, None);
+
+    let (code, ctype, body) = node.get("/api/v1/status", None);
+    assert_eq!((code, ctype.as_str()), (200, "application/json"), "{body}");
+    let api: Value = serde_json::from_str(&body).expect("json");
+    let cli: Value =
+        serde_json::from_str(&node.cli(&["status", "--format", "json"])).expect("json");
+    let moving = ["age_ms", "sample_ts_ms", "count", "last_ms"];
+    assert_eq!(without(api.clone(), &moving), without(cli, &moving));
+    assert_eq!(api["gpus"].as_array().map(Vec::len), Some(2), "{api}");
+    assert_eq!(api["gpus"][0]["processes"][0]["pid"], 4000100);
+
+    let (code, _, body) = node.get("/api/v1/alerts?since=1h", None);
+    assert_eq!(code, 200, "{body}");
+    let api: Value = serde_json::from_str(&body).expect("json");
+    let cli: Value =
+        serde_json::from_str(&node.cli(&["alerts", "--since", "1h", "--format", "json"]))
+            .expect("json");
+    let moving = ["active_ms", "firing_ms", "pending_ms"];
+    assert_eq!(without(api.clone(), &moving), without(cli, &moving));
+    let rules: Vec<&str> = api
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|a| a["rule"].as_str())
+        .collect();
+    for r in ["hot", "idle", "warm"] {
+        assert!(rules.contains(&r), "{rules:?}");
+    }
+    let (_, _, firing) = node.get("/api/v1/alerts?state=firing&rule=hot", None);
+    let firing: Value = serde_json::from_str(&firing).expect("json");
+    assert_eq!(firing.as_array().map(Vec::len), Some(1), "{firing}");
+
+    // A fixed past range: the same document, byte for byte.
+    let to = chrono::Utc::now().timestamp() - 1;
+    let from = to - 60;
+    let q = format!("/api/v1/history?gpu=0&metric=temp,util&from={from}&to={to}&step=1s");
+    let (code, _, api) = node.get(&q, None);
+    assert_eq!(code, 200, "{api}");
+    let cli = node.cli(&[
+        "history",
+        "--gpu",
+        "0",
+        "--metric",
+        "temp,util",
+        "--from",
+        &from.to_string(),
+        "--to",
+        &to.to_string(),
+        "--step",
+        "1s",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(api, cli);
+    let h: Value = serde_json::from_str(&api).expect("json");
+    assert_eq!(h["series"].as_array().map(Vec::len), Some(2), "{h}");
+
+    // Parameters are the commands' flags, checked by their parser; nothing else passes.
+    for (path, says) in [
+        ("/api/v1/alerts?state=burning", "burning"),
+        (
+            "/api/v1/alerts?config=/etc/passwd",
+            "unknown parameter \\\"config\\\"",
+        ),
+        ("/api/v1/history?metric=nonsense", "nonsense"),
+        ("/api/v1/history?since=soon", "soon"),
+    ] {
+        let (code, ctype, body) = node.get(path, None);
+        assert_eq!(
+            (code, ctype.as_str()),
+            (400, "application/json"),
+            "{path}: {body}"
+        );
+        assert!(body.contains(says), "{path}: {body}");
+    }
+}
+
+#[test]
+fn beyond_loopback_every_route_but_health_needs_the_token() {
+    // Refused at load: no token for a public listener.
+    let open = Node::new("node-4", 4, "", "");
+    let cfg = std::fs::read_to_string(&open.cfg)
+        .expect("cfg")
+        .replace("listen = \"127.0.0.1:", "listen = \"0.0.0.0:");
+    std::fs::write(&open.cfg, cfg).expect("cfg");
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .args(["run", "--config"])
+        .arg(&open.cfg)
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("g.toml:") && err.contains("without a token") && err.contains("token_env"),
+        "{err}"
+    );
+
+    let node = Node::new("node-5", 5, "token_env = \"GPUWATCH_TEST_TOKEN\"", "");
+    let cfg = std::fs::read_to_string(&node.cfg)
+        .expect("cfg")
+        .replace("listen = \"127.0.0.1:", "listen = \"0.0.0.0:");
+    std::fs::write(&node.cfg, cfg).expect("cfg");
+    // The variable is missing: the daemon does not start with a listener it cannot check.
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .env_remove("GPUWATCH_TEST_TOKEN")
+        .args(["run", "--config"])
+        .arg(&node.cfg)
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("GPUWATCH_TEST_TOKEN"),
+        "{err}"
+    );
+
+    let token = "t0k3n-for-the-test-only";
+    let _d = node.start(&[("GPUWATCH_TEST_TOKEN", token)]);
+    scrape_when_firing(&node, Some(token));
+    assert_eq!(node.get("/healthz", None).0, 200);
+    assert_eq!(node.get("/", None).0, 200, "the page's HTML holds no data");
+    for path in [
+        "/metrics",
+        "/api/v1/status",
+        "/api/v1/alerts",
+        "/api/v1/history?since=5m",
+    ] {
+        let (code, _, body) = node.get(path, None);
+        assert_eq!(code, 401, "{path}: {body}");
+        assert_eq!(node.get(path, Some("wrong-token-wrong")).0, 401, "{path}");
+        let (code, _, body) = node.get(path, Some(token));
+        assert_eq!(code, 200, "{path}: {body}");
+    }
+    assert!(!node.log().contains(token), "the token is never logged");
+
+    // public_metrics: Prometheus may scrape without it; the API still needs it.
+    let public = Node::new(
+        "node-6",
+        6,
+        "token_env = \"GPUWATCH_TEST_TOKEN\"\npublic_metrics = true",
+        "",
+    );
+    let _p = public.start(&[("GPUWATCH_TEST_TOKEN", token)]);
+    assert_eq!(public.get("/metrics", None).0, 200);
+    assert_eq!(public.get("/api/v1/status", None).0, 401);
+}
+
+fn chromium() -> &'static str {
+    for c in ["chromium-headless-shell", "chromium"] {
+        if Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            return c;
+        }
+    }
+    panic!(
+        "headless Chromium is needed (Debian: apt-get install chromium-headless-shell; scripts/test.sh installs it)"
+    );
+}
+
+#[test]
+fn the_live_page_renders_gpus_and_alerts_in_chromium() {
+    let browser = chromium();
+    let node = Node::new("node-7", 7, "", "");
+    let _d = node.start(&[]);
+    scrape_when_firing(&node, None);
+    let url = format!("http://127.0.0.1:{}/", node.port);
+    let profile = node.path("chromium-profile");
+    let run = |extra: &[&str]| {
+        let o = Command::new(browser)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--hide-scrollbars",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .args(["--virtual-time-budget=10000", "--window-size=1200,900"])
+            .args(extra)
+            .arg(&url)
+            .output()
+            .expect("chromium");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let dom = run(&["--dump-dom"]);
+    let status: Value =
+        serde_json::from_str(&node.cli(&["status", "--format", "json"])).expect("status");
+    assert!(
+        dom.contains("data-ready=\"1\""),
+        "the page loaded its data: {dom}"
+    );
+    for g in status["gpus"].as_array().expect("gpus") {
+        let uuid = g["uuid"].as_str().expect("uuid");
+        assert!(
+            dom.contains(&format!("data-uuid=\"{uuid}\"")),
+            "GPU {uuid} rendered: {dom}"
+        );
+    }
+    assert!(
+        dom.contains("<b>hot</b>") && dom.contains("GPU 0 is hot"),
+        "the firing alert: {dom}"
+    );
+    assert!(dom.contains("class=\"alert critical firing\""), "{dom}");
+    assert!(
+        dom.contains("85°C") && dom.contains("pid 4000100"),
+        "GPU 0's temperature and holder: {dom}"
+    );
+    let shot = node.path("page.png");
+    run(&[&format!("--screenshot={}", shot.display())]);
+    let png = std::fs::read(&shot).expect("screenshot");
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000,
+        "{} bytes",
+        png.len()
+    );
+}
