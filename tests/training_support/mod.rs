@@ -293,13 +293,23 @@ impl Prometheus {
         Self::start_with(dir, data, Some(web))
     }
 
+    /// Starts Prometheus with `config` as its prometheus.yml (scrape targets, ...).
+    pub fn start_configured(dir: &Path, data: &Path, config: &str) -> Self {
+        Self::start_full(dir, data, None, config)
+    }
+
     fn start_with(dir: &Path, data: &Path, web_config: Option<PathBuf>) -> Self {
-        let config = dir.join("prometheus.yml");
-        std::fs::write(
-            &config,
+        Self::start_full(
+            dir,
+            data,
+            web_config,
             "global:\n  scrape_interval: 1m\nscrape_configs: []\n",
         )
-        .expect("write config");
+    }
+
+    fn start_full(dir: &Path, data: &Path, web_config: Option<PathBuf>, text: &str) -> Self {
+        let config = dir.join("prometheus.yml");
+        std::fs::write(&config, text).expect("write config");
         let mut p = Self {
             child: None,
             port: free_port(),
@@ -330,6 +340,8 @@ impl Prometheus {
         let child = cmd
             .arg(format!("--config.file={}", self.config.display()))
             .arg(format!("--storage.tsdb.path={}", self.data.display()))
+            // Remote write into it (the fleet test's third node pushes instead of being scraped).
+            .arg("--web.enable-remote-write-receiver")
             .arg(format!("--web.listen-address=127.0.0.1:{}", self.port))
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
