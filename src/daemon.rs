@@ -179,6 +179,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     })
     .map_err(DaemonError::Thread)?;
 
+    let shared_config = Arc::new(config.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("gpuwatch-http")
@@ -193,7 +194,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
             .block_on(crate::http::bind(addr))
             .map_err(|source| DaemonError::Listen { addr, source })?;
         summary.http_addr = listener.local_addr().ok();
-        let api = crate::http::Api::new(health.clone(), Arc::new(config.clone()))
+        let api = crate::http::Api::new(health.clone(), shared_config.clone())
             .map_err(DaemonError::Token)?;
         tracing::info!(addr = ?summary.http_addr, "serving /metrics, /api/v1 and the live page");
         runtime.spawn(async move {
@@ -205,6 +206,17 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
             }
         });
     }
+
+    // Remote write: its own thread, reading the store like a scrape, pushing from a queue.
+    let push_stop = Arc::new(AtomicBool::new(false));
+    let push_bell = Arc::new(tokio::sync::Notify::new());
+    let pusher = crate::remote_write::spawn(crate::remote_write::Parts {
+        config: shared_config.clone(),
+        health: health.clone(),
+        stop: push_stop.clone(),
+        bell: push_bell.clone(),
+    })
+    .map_err(DaemonError::Thread)?;
 
     // Training metrics from Prometheus: polled on the runtime, written through the writer,
     // read by the rules thread like everything else.
@@ -299,6 +311,12 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     writer.committed().ring();
     if let Some(e) = evaluator {
         let _ = e.join();
+    }
+    // Remote write sends what it can within its grace period; the rest stays queued.
+    push_stop.store(true, Ordering::Relaxed);
+    push_bell.notify_one();
+    if let Some(p) = pusher {
+        let _ = p.join();
     }
     // Then deliver what is due (bounded); the rest waits in the outbox for the next start.
     notify_stop.store(true, Ordering::Relaxed);

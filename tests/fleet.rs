@@ -1,5 +1,6 @@
 //! The fleet, all real and on loopback: three `gpuwatch run` nodes on simulated GPUs,
-//! Debian's Prometheus scraping them, Debian's Alertmanager receiving their alerts. NVIDIA's
+//! Debian's Prometheus scraping two of them and receiving the third's remote write, Debian's
+//! Alertmanager receiving their alerts. NVIDIA's
 //! Grafana dashboard for dcgm-exporter (../shared/data/dcgm-exporter) must find every host
 //! through its own queries; fleet PromQL over gpuwatch's series must give the right answer;
 //! Alertmanager must send one grouped notification.
@@ -85,15 +86,14 @@ fn prometheus_grafana_and_alertmanager_see_the_fleet_unchanged() {
         "[[notify.alertmanager]]\nname = \"fleet\"\nurls = [\"{}\"]\nresend_every = \"2s\"\n",
         am.url()
     );
-    let nodes: Vec<Node> = HOSTS
+    // gpu-a and gpu-b are scraped; gpu-c pushes (remote write), as a node behind a NAT would.
+    let scraped: Vec<Node> = HOSTS[..2]
         .iter()
         .enumerate()
         .map(|(i, h)| Node::new(h, 10 + i as u32, "", &notify))
         .collect();
-    let _daemons: Vec<_> = nodes.iter().map(|n| n.start(&[])).collect();
-
     let dir = tempfile::tempdir().expect("tmp");
-    let targets: Vec<String> = nodes
+    let targets: Vec<String> = scraped
         .iter()
         .map(|n| format!("\"127.0.0.1:{}\"", n.port))
         .collect();
@@ -105,6 +105,17 @@ fn prometheus_grafana_and_alertmanager_see_the_fleet_unchanged() {
             targets.join(", ")
         ),
     );
+    let pusher = Node::new(
+        HOSTS[2],
+        12,
+        "",
+        &format!(
+            "{notify}\n[[remote_write]]\nurl = \"{}/api/v1/write\"\ninterval = \"1s\"\n",
+            prom.url()
+        ),
+    );
+    let nodes: Vec<&Node> = scraped.iter().chain([&pusher]).collect();
+    let _daemons: Vec<_> = nodes.iter().map(|n| n.start(&[])).collect();
 
     // Every host's GPUs arrive, through Prometheus's own scrape (OpenMetrics negotiated).
     wait_for("6 GPUs in Prometheus", Duration::from_secs(60), || {
@@ -113,7 +124,12 @@ fn prometheus_grafana_and_alertmanager_see_the_fleet_unchanged() {
             .then_some(())
     });
     let up = query(&prom, "up{job=\"gpuwatch\"} == 1");
-    assert_eq!(up.len(), 3, "{up:?}");
+    assert_eq!(up.len(), 2, "two nodes are scraped: {up:?}");
+    let pushed = query(
+        &prom,
+        "DCGM_FI_DEV_GPU_TEMP{job=\"gpuwatch\",instance=\"gpu-c\"}",
+    );
+    assert_eq!(pushed.len(), 2, "the third pushes its GPUs: {pushed:?}");
 
     // The dashboard's variables and panels, unchanged.
     let (_, _, v) = http_get(

@@ -96,7 +96,8 @@ pub fn document(
         gpu["read_errors"] = serde_json::Value::Array(failing);
         gpu["training"] = joins.json(&row.host, row.inventory.index);
     }
-    Ok(serde_json::json!({ "gpus": v, "notify": delivery }))
+    let remote_write = store::remote_write::backlog(conn)?;
+    Ok(serde_json::json!({ "gpus": v, "notify": delivery, "remote_write": remote_write }))
 }
 
 /// Alert delivery as `status` shows it: per receiver, and the silences in force.

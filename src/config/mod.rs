@@ -13,6 +13,8 @@ mod notify;
 mod prometheus;
 mod raw;
 mod receivers;
+mod remote_write;
+pub use remote_write::RemoteWriteConfig;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use notify::{
@@ -58,6 +60,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// Where training metrics come from; `None` without a `[prometheus]` section.
     pub prometheus: Option<PrometheusConfig>,
+    /// Where the series of `/metrics` are pushed (Prometheus remote write); none by default.
+    pub remote_write: Vec<RemoteWriteConfig>,
     pub rules: RulesConfig,
     /// Receivers, routes and delivery timing (no receivers: alerts are only logged).
     pub notify: NotifyConfig,
@@ -173,6 +177,7 @@ impl Default for Config {
                 public_metrics: false,
             },
             prometheus: None,
+            remote_write: Vec::new(),
             notify: NotifyConfig::default(),
             rules: RulesConfig {
                 default_rules: true,

@@ -223,57 +223,83 @@ impl RawPrometheus {
     }
 
     fn auth(&self, c: &mut Checker<'_>) -> PrometheusAuth {
-        let token = secret(c, "prometheus.token", &self.token_env, &self.token_file);
-        let password = secret(
+        auth(
             c,
-            "prometheus.password",
-            &self.password_env,
-            &self.password_file,
-        );
-        let username = self
-            .username
-            .as_ref()
-            .map(|u| (u.span(), u.get_ref().trim().to_string()));
-        match (token, username, password) {
-            (None, None, None) => PrometheusAuth::None,
-            (Some(t), None, None) => PrometheusAuth::Bearer(t.1),
-            (Some((span, _)), _, _) => {
-                c.error(
-                    span,
-                    "`prometheus.token_*` and basic auth (`username`, `password_*`) are both set"
-                        .into(),
-                    "use one authentication method",
-                );
-                PrometheusAuth::None
-            }
-            (None, Some((span, u)), _) if u.is_empty() => {
-                c.error(
-                    span,
-                    "`prometheus.username` is empty".into(),
-                    "set it, or remove basic auth",
-                );
-                PrometheusAuth::None
-            }
-            (None, Some(_), None) => {
-                let span = self.username.as_ref().map_or(0..0, |u| u.span());
-                c.error(
-                    span,
-                    "`prometheus.username` is set without a password".into(),
-                    "add password_env = \"VAR\" or password_file = \"PATH\"",
-                );
-                PrometheusAuth::None
-            }
-            (None, None, Some((span, _))) => {
-                c.error(
-                    span,
-                    "a password is set without `prometheus.username`".into(),
-                    "add username = \"...\", or use token_env / token_file for a bearer token",
-                );
-                PrometheusAuth::None
-            }
-            (None, Some((_, username)), Some((_, password))) => {
-                PrometheusAuth::Basic { username, password }
-            }
+            "prometheus",
+            AuthKeys {
+                token_env: &self.token_env,
+                token_file: &self.token_file,
+                username: &self.username,
+                password_env: &self.password_env,
+                password_file: &self.password_file,
+            },
+        )
+    }
+}
+
+/// The authentication keys of a section that talks to a Prometheus-style server.
+pub(super) struct AuthKeys<'a> {
+    pub token_env: &'a Option<Spanned<String>>,
+    pub token_file: &'a Option<Spanned<String>>,
+    pub username: &'a Option<Spanned<String>>,
+    pub password_env: &'a Option<Spanned<String>>,
+    pub password_file: &'a Option<Spanned<String>>,
+}
+
+/// A bearer token (`token_env` / `token_file`) or basic auth (`username` + `password_*`) of
+/// section `prefix`, at most one of them.
+pub(super) fn auth(c: &mut Checker<'_>, prefix: &str, k: AuthKeys<'_>) -> PrometheusAuth {
+    let token = secret(c, &format!("{prefix}.token"), k.token_env, k.token_file);
+    let password = secret(
+        c,
+        &format!("{prefix}.password"),
+        k.password_env,
+        k.password_file,
+    );
+    let username = k
+        .username
+        .as_ref()
+        .map(|u| (u.span(), u.get_ref().trim().to_string()));
+    match (token, username, password) {
+        (None, None, None) => PrometheusAuth::None,
+        (Some(t), None, None) => PrometheusAuth::Bearer(t.1),
+        (Some((span, _)), _, _) => {
+            c.error(
+                span,
+                format!(
+                    "`{prefix}.token_*` and basic auth (`username`, `password_*`) are both set"
+                ),
+                "use one authentication method",
+            );
+            PrometheusAuth::None
+        }
+        (None, Some((span, u)), _) if u.is_empty() => {
+            c.error(
+                span,
+                format!("`{prefix}.username` is empty"),
+                "set it, or remove basic auth",
+            );
+            PrometheusAuth::None
+        }
+        (None, Some(_), None) => {
+            let span = k.username.as_ref().map_or(0..0, |u| u.span());
+            c.error(
+                span,
+                format!("`{prefix}.username` is set without a password"),
+                "add password_env = \"VAR\" or password_file = \"PATH\"",
+            );
+            PrometheusAuth::None
+        }
+        (None, None, Some((span, _))) => {
+            c.error(
+                span,
+                format!("a password is set without `{prefix}.username`"),
+                "add username = \"...\", or use token_env / token_file for a bearer token",
+            );
+            PrometheusAuth::None
+        }
+        (None, Some((_, username)), Some((_, password))) => {
+            PrometheusAuth::Basic { username, password }
         }
     }
 }

@@ -33,6 +33,8 @@ pub struct RawConfig {
     http: RawHttp,
     prometheus: Option<Spanned<RawPrometheus>>,
     #[serde(default)]
+    remote_write: Vec<Spanned<super::remote_write::RawRemoteWrite>>,
+    #[serde(default)]
     rules: RawRules,
     #[serde(default)]
     notify: RawNotify,
@@ -381,6 +383,18 @@ impl RawConfig {
             p.into_inner().compile(&mut c, span, interval)
         });
         let notify = self.notify.compile(&mut c);
+        let mut remote_write = Vec::new();
+        for (i, r) in self.remote_write.into_iter().enumerate() {
+            let span = r.span();
+            if let Some(t) = r
+                .into_inner()
+                .compile(&mut c, span.clone(), i, interval, &host)
+            {
+                remote_write.push((span, t));
+            }
+        }
+        super::remote_write::check_names(&mut c, &remote_write);
+        let remote_write = remote_write.into_iter().map(|(_, t)| t).collect();
 
         if !c.errors.is_empty() {
             return Err(ConfigErrors(c.errors));
@@ -420,6 +434,7 @@ impl RawConfig {
                 public_metrics: self.http.public_metrics.unwrap_or(false),
             },
             prometheus,
+            remote_write,
             notify,
             log_format,
             rules: super::RulesConfig {

@@ -70,10 +70,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "alert_labels",
         sql: include_str!("../../migrations/0010_alert_labels.sql"),
     },
+    Migration {
+        version: 11,
+        name: "remote_write",
+        sql: include_str!("../../migrations/0011_remote_write.sql"),
+    },
 ];
 
 /// The schema version this binary writes and reads.
-pub const LATEST_VERSION: u32 = 10;
+pub const LATEST_VERSION: u32 = 11;
 
 /// The schema version of the database (`PRAGMA user_version`; 0 for an empty file).
 pub fn schema_version(conn: &Connection) -> Result<u32, StoreError> {

@@ -37,6 +37,7 @@ pub mod outbox;
 pub mod postmortem;
 pub mod query;
 pub mod read;
+pub mod remote_write;
 mod rollup;
 mod rows;
 pub mod scrape;

@@ -99,6 +99,84 @@ enum Auth {
     },
 }
 
+/// How requests to a Prometheus-style server authenticate (`[prometheus]`,
+/// `[[remote_write]]`): env secrets read once, file secrets at every request.
+#[derive(Debug, Clone)]
+pub struct Credentials(Auth);
+
+impl Credentials {
+    pub fn new(auth: &PrometheusAuth) -> Result<Self, FetchError> {
+        Ok(Self(match auth {
+            PrometheusAuth::None => Auth::None,
+            PrometheusAuth::Bearer(s) => Auth::Bearer(SecretReader::new("bearer token", s)?),
+            PrometheusAuth::Basic { username, password } => Auth::Basic {
+                username: username.clone(),
+                password: SecretReader::new("password", password)?,
+            },
+        }))
+    }
+
+    /// Adds the `Authorization` header; returns every form in which the secret could come
+    /// back in a body (the value itself and, for basic auth, the header's base64), to scrub.
+    pub fn apply(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<(reqwest::RequestBuilder, Vec<Secret>), FetchError> {
+        Ok(match &self.0 {
+            Auth::None => (req, Vec::new()),
+            Auth::Bearer(r) => {
+                let token = r.read("bearer token")?;
+                (req.bearer_auth(token.expose()), vec![token])
+            }
+            Auth::Basic { username, password } => {
+                let pw = password.read("password")?;
+                let req = req.basic_auth(username, Some(pw.expose()));
+                let encoded = base64(format!("{username}:{}", pw.expose()).as_bytes());
+                (req, vec![pw, Secret(encoded)])
+            }
+        })
+    }
+}
+
+/// A rustls client for a Prometheus-style server: a timeout on everything, no redirects,
+/// the extra CA certificates of `ca_file`, and (dangerously) no certificate check.
+pub fn http_client(
+    timeout: Duration,
+    ca_file: Option<&std::path::Path>,
+    insecure_skip_verify: bool,
+    url: &str,
+) -> Result<reqwest::Client, FetchError> {
+    let mut builder = reqwest::Client::builder()
+        .use_rustls_tls()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("gpuwatch/", env!("CARGO_PKG_VERSION")));
+    if let Some(path) = ca_file {
+        let setup = |m: String| FetchError::Setup(format!("CA file {}: {m}", path.display()));
+        let pem = std::fs::read(path).map_err(|e| setup(e.to_string()))?;
+        let certs = reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|_| setup("not a PEM certificate bundle".into()))?;
+        if certs.is_empty() {
+            return Err(setup("holds no certificate".into()));
+        }
+        for c in certs {
+            builder = builder.add_root_certificate(c);
+        }
+    }
+    if insecure_skip_verify {
+        tracing::warn!(
+            url = %url,
+            "insecure_skip_verify is set: the server's certificate is not checked, \
+             so anyone on the network path can impersonate it and read the credentials"
+        );
+        builder = builder.danger_accept_invalid_certs(true);
+    }
+    builder
+        .build()
+        .map_err(|e| FetchError::Setup(error_chain(&e.without_url())))
+}
+
 /// A client for one Prometheus server.
 #[derive(Debug, Clone)]
 pub struct PromClient {
@@ -107,49 +185,19 @@ pub struct PromClient {
     base: String,
     method: QueryMethod,
     timeout: Duration,
-    auth: Auth,
+    auth: Credentials,
 }
 
 impl PromClient {
     /// Builds the client: reads env secrets and the CA file now (file secrets per request).
     pub fn new(cfg: &PrometheusConfig) -> Result<Self, FetchError> {
-        let auth = match &cfg.auth {
-            PrometheusAuth::None => Auth::None,
-            PrometheusAuth::Bearer(s) => Auth::Bearer(SecretReader::new("bearer token", s)?),
-            PrometheusAuth::Basic { username, password } => Auth::Basic {
-                username: username.clone(),
-                password: SecretReader::new("password", password)?,
-            },
-        };
-        let mut builder = reqwest::Client::builder()
-            .use_rustls_tls()
-            .timeout(cfg.timeout)
-            .connect_timeout(cfg.timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("gpuwatch/", env!("CARGO_PKG_VERSION")));
-        if let Some(path) = &cfg.ca_file {
-            let setup = |m: String| FetchError::Setup(format!("CA file {}: {m}", path.display()));
-            let pem = std::fs::read(path).map_err(|e| setup(e.to_string()))?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem)
-                .map_err(|_| setup("not a PEM certificate bundle".into()))?;
-            if certs.is_empty() {
-                return Err(setup("holds no certificate".into()));
-            }
-            for c in certs {
-                builder = builder.add_root_certificate(c);
-            }
-        }
-        if cfg.insecure_skip_verify {
-            tracing::warn!(
-                url = %cfg.url,
-                "prometheus.insecure_skip_verify is set: the server's certificate is not checked, \
-                 so anyone on the network path can impersonate it and read the credentials"
-            );
-            builder = builder.danger_accept_invalid_certs(true);
-        }
-        let http = builder
-            .build()
-            .map_err(|e| FetchError::Setup(error_chain(&e.without_url())))?;
+        let auth = Credentials::new(&cfg.auth)?;
+        let http = http_client(
+            cfg.timeout,
+            cfg.ca_file.as_deref(),
+            cfg.insecure_skip_verify,
+            &cfg.url,
+        )?;
         Ok(Self {
             http,
             base: cfg.url.clone(),
@@ -193,26 +241,11 @@ impl PromClient {
             ("end", seconds(end_ms)),
             ("step", seconds(step_ms.max(1))),
         ];
-        let mut req = match self.method {
+        let req = match self.method {
             QueryMethod::Get => self.http.get(&url).query(&params),
             QueryMethod::Post => self.http.post(&url).form(&params),
         };
-        // Every form in which a secret could come back in a body: the value itself and, for
-        // basic auth, the base64 of `user:password` that the header carries.
-        let secrets = match &self.auth {
-            Auth::None => Vec::new(),
-            Auth::Bearer(r) => {
-                let token = r.read("bearer token")?;
-                req = req.bearer_auth(token.expose());
-                vec![token]
-            }
-            Auth::Basic { username, password } => {
-                let pw = password.read("password")?;
-                req = req.basic_auth(username, Some(pw.expose()));
-                let encoded = base64(format!("{username}:{}", pw.expose()).as_bytes());
-                vec![pw, Secret(encoded)]
-            }
-        };
+        let (req, secrets) = self.auth.apply(req)?;
         Ok((req, secrets))
     }
 

@@ -16,7 +16,7 @@
 //!   evaluator can tell an outage (failures) from no data (an empty answer) from a hang.
 //! - No secret ever appears in a log line or an error message.
 
-mod client;
+pub mod client;
 mod error;
 mod fetcher;
 pub mod join;

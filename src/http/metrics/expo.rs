@@ -64,6 +64,15 @@ impl Family {
         self
     }
 
+    /// The name the text format (and remote write) gives the family: a `_total` counter's
+    /// name carries its suffix.
+    pub fn text_name(&self) -> Cow<'_, str> {
+        match self.kind {
+            Kind::Counter { total: true } => Cow::Owned(format!("{}_total", self.name)),
+            _ => Cow::Borrowed(&self.name),
+        }
+    }
+
     pub fn push(&mut self, labels: Labels, value: f64) {
         self.samples.push(Sample {
             suffix: "",
@@ -208,11 +217,8 @@ pub fn encode(families: &[Family], format: Format) -> String {
         let (type_name, sample_base): (&str, Cow<str>) = match (f.kind, format) {
             (Kind::Gauge, _) => ("gauge", f.name.clone()),
             (Kind::Histogram, _) => ("histogram", f.name.clone()),
-            (Kind::Counter { total: true }, Format::Text) => {
-                ("counter", Cow::Owned(format!("{}_total", f.name)))
-            }
+            (Kind::Counter { .. }, Format::Text) => ("counter", f.text_name()),
             (Kind::Counter { total: true }, Format::OpenMetrics) => ("counter", f.name.clone()),
-            (Kind::Counter { total: false }, Format::Text) => ("counter", f.name.clone()),
             (Kind::Counter { total: false }, Format::OpenMetrics) => ("unknown", f.name.clone()),
         };
         let sample_suffix = match (f.kind, format) {

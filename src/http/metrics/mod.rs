@@ -27,6 +27,52 @@ use expo::{Family, Format};
 /// Training points older than this are no longer exported (Prometheus's own staleness).
 const TRAINING_FRESH_MS: i64 = 5 * 60_000;
 
+/// Everything one scrape reads, in one read transaction.
+struct Reads {
+    rows: Vec<store::read::GpuStatusRow>,
+    xids: Vec<store::scrape::Xid>,
+    joins: crate::cli::docs::Joins,
+    latest: HashMap<i64, (i64, f64)>,
+    alerts: Vec<store::scrape::LiveAlert>,
+    errors: Vec<store::read::MetricErrorRow>,
+    outbox: Vec<store::outbox::ReceiverBacklog>,
+    sources: Vec<store::read::TrainingSourceRow>,
+    used_bytes: u64,
+    pushed: Vec<store::remote_write::Backlog>,
+}
+
+impl Reads {
+    fn read(
+        conn: &Connection,
+        host: &str,
+        xid_cursor: i64,
+        now_ms: i64,
+    ) -> Result<Reads, StoreError> {
+        let rows = store::read::latest_per_gpu(conn, Some(host), now_ms)?;
+        let joins = crate::cli::docs::Joins::read(conn, &rows)?;
+        let chosen: Vec<i64> = rows
+            .iter()
+            .flat_map(|r| {
+                let (step, loss) = joins.chosen(&r.host, r.inventory.index);
+                [step, loss]
+            })
+            .flatten()
+            .collect();
+        Ok(Reads {
+            xids: store::scrape::xids_after(conn, host, xid_cursor)?,
+            latest: store::scrape::training_latest(conn, &chosen, now_ms - TRAINING_FRESH_MS)?,
+            alerts: store::scrape::live_alerts(conn, host)?,
+            errors: store::read::metric_error_summary(conn, Some(host))?,
+            outbox: store::outbox::backlog(conn)?,
+            sources: store::read::training_sources(conn, Some(host))?,
+            used_bytes: store::scrape::used_bytes(conn)?,
+            pushed: store::remote_write::backlog(conn)?,
+            rows,
+            joins,
+        })
+    }
+}
+
 /// The scraping side's state: its connection and the XID cursor.
 #[derive(Default)]
 pub struct Scraper {
@@ -47,7 +93,7 @@ impl Scraper {
         format: Format,
     ) -> Result<String, StoreError> {
         let started = Instant::now();
-        let result = self.families(cfg, health, now_ms);
+        let result = self.collect(cfg, health, now_ms);
         let families = match result {
             Ok(f) => f,
             Err(e) => {
@@ -60,7 +106,8 @@ impl Scraper {
         Ok(text)
     }
 
-    fn families(
+    /// The families of one scrape (also what remote write pushes).
+    pub fn collect(
         &mut self,
         cfg: &Config,
         health: &Health,
@@ -77,30 +124,10 @@ impl Scraper {
         let conn = self.conn.insert(conn);
         // One read transaction: every family describes the same committed state.
         conn.execute_batch("BEGIN")?;
-        let read = (|| {
-            let rows = store::read::latest_per_gpu(conn, Some(&host), now_ms)?;
-            let xids = store::scrape::xids_after(conn, &host, xid_cursor)?;
-            let joins = crate::cli::docs::Joins::read(conn, &rows)?;
-            let chosen: Vec<i64> = rows
-                .iter()
-                .flat_map(|r| {
-                    let (step, loss) = joins.chosen(&r.host, r.inventory.index);
-                    [step, loss]
-                })
-                .flatten()
-                .collect();
-            let latest = store::scrape::training_latest(conn, &chosen, now_ms - TRAINING_FRESH_MS)?;
-            let alerts = store::scrape::live_alerts(conn, &host)?;
-            let errors = store::read::metric_error_summary(conn, Some(&host))?;
-            let backlog = store::outbox::backlog(conn)?;
-            let sources = store::read::training_sources(conn, Some(&host))?;
-            let used = store::scrape::used_bytes(conn)?;
-            Ok::<_, StoreError>((
-                rows, xids, joins, latest, alerts, errors, backlog, sources, used,
-            ))
-        })();
+        let read = Reads::read(conn, &host, xid_cursor, now_ms);
         let _ = conn.execute_batch("COMMIT");
-        let (rows, xids, joins, latest, alerts, errors, backlog, sources, used) = read?;
+        let r = read?;
+        let xids = r.xids;
         for x in xids {
             self.xid_cursor = self.xid_cursor.max(x.event_id);
             if let Some(code) = x.code {
@@ -108,7 +135,8 @@ impl Scraper {
             }
         }
         let watch = health.xid_watch();
-        let rows: Vec<_> = rows
+        let rows: Vec<_> = r
+            .rows
             .into_iter()
             .map(|r| {
                 let labels = gpus::gpu_labels(&r, &host, names);
@@ -130,9 +158,16 @@ impl Scraper {
             stale_after_ms: stale,
         };
         out.extend(own::gpu_state(&ctx, &rows));
-        out.extend(own::training(&ctx, &rows, &joins, &latest));
-        out.push(own::alerts(&ctx, &alerts));
-        out.extend(own::daemon(&ctx, &errors, &backlog, &sources, used));
+        out.extend(own::training(&ctx, &rows, &r.joins, &r.latest));
+        out.push(own::alerts(&ctx, &r.alerts));
+        out.extend(own::daemon(
+            &ctx,
+            &r.errors,
+            &r.outbox,
+            &r.sources,
+            r.used_bytes,
+        ));
+        out.extend(own::remote_write(&ctx, &r.pushed));
         Ok(out)
     }
 }

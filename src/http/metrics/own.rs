@@ -379,3 +379,91 @@ pub fn daemon(
     out.extend([up, fails, ok_at]);
     out
 }
+
+/// The remote-write queue and counters of each configured target (and of targets no longer
+/// configured that still hold a queue).
+pub fn remote_write(ctx: &Ctx, backlog: &[crate::store::remote_write::Backlog]) -> Vec<Family> {
+    let mut pending = Family::new(
+        "gpuwatch_remote_write_pending_requests",
+        Kind::Gauge,
+        "Remote-write requests queued for the target (one snapshot each).",
+    );
+    let mut pending_samples = Family::new(
+        "gpuwatch_remote_write_pending_samples",
+        Kind::Gauge,
+        "Samples in the target's queued requests.",
+    );
+    let mut oldest = Family::new(
+        "gpuwatch_remote_write_oldest_pending_age_seconds",
+        Kind::Gauge,
+        "Age of the oldest queued request.",
+    )
+    .unit("seconds");
+    let mut sent = Family::new(
+        "gpuwatch_remote_write_sent_samples",
+        TOTAL,
+        "Samples the target accepted.",
+    );
+    let mut refused = Family::new(
+        "gpuwatch_remote_write_refused_samples",
+        TOTAL,
+        "Samples the target refused for good (4xx), not retried.",
+    );
+    let mut dropped = Family::new(
+        "gpuwatch_remote_write_dropped_samples",
+        TOTAL,
+        "Samples dropped because the queue was full (max_queue).",
+    );
+    let mut failed = Family::new(
+        "gpuwatch_remote_write_failed_attempts",
+        TOTAL,
+        "Attempts that failed and were retried (5xx, 429, timeouts, refused connections).",
+    );
+    let mut ok_at = Family::new(
+        "gpuwatch_remote_write_last_success_timestamp_seconds",
+        Kind::Gauge,
+        "When the target last accepted a request (Unix time).",
+    )
+    .unit("seconds");
+    let mut names: Vec<&str> = ctx
+        .cfg
+        .remote_write
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
+    for b in backlog {
+        if !names.contains(&b.target.as_str()) && b.pending_requests > 0 {
+            names.push(&b.target);
+        }
+    }
+    for name in names {
+        let b = backlog
+            .iter()
+            .find(|b| b.target == name)
+            .cloned()
+            .unwrap_or_default();
+        let l: Labels = vec![("target".into(), name.to_string())];
+        pending.push(l.clone(), b.pending_requests as f64);
+        pending_samples.push(l.clone(), b.pending_samples as f64);
+        if let Some(o) = b.oldest_pending_ms {
+            oldest.push(l.clone(), ((ctx.now_ms - o).max(0)) as f64 / 1000.0);
+        }
+        sent.push(l.clone(), b.sent_samples as f64);
+        refused.push(l.clone(), b.refused_samples as f64);
+        dropped.push(l.clone(), b.dropped_samples as f64);
+        failed.push(l.clone(), b.failed_attempts as f64);
+        if let Some(t) = b.last_success_ms {
+            ok_at.push(l, t as f64 / 1000.0);
+        }
+    }
+    vec![
+        pending,
+        pending_samples,
+        oldest,
+        sent,
+        refused,
+        dropped,
+        failed,
+        ok_at,
+    ]
+}
