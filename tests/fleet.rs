@@ -53,10 +53,14 @@ fn hosts_of(result: &[Value]) -> BTreeSet<String> {
 
 /// Every panel query of NVIDIA's dashboard, with Grafana's "All" for `$instance` and `$gpu`.
 fn dashboard_queries() -> Vec<(String, String)> {
-    let path = concat!(
+    dashboard_queries_of(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../shared/data/dcgm-exporter/dcgm-exporter-dashboard.json"
-    );
+    ))
+}
+
+/// Every panel query of a dashboard file, `$instance` and `$gpu` as Grafana's "All".
+fn dashboard_queries_of(path: &str) -> Vec<(String, String)> {
     let d: Value =
         serde_json::from_str(&std::fs::read_to_string(path).expect("the dashboard")).expect("json");
     let mut out = Vec::new();
@@ -190,6 +194,29 @@ fn prometheus_grafana_and_alertmanager_see_the_fleet_unchanged() {
         watts > 3.0 * 50.0,
         "GPU 1 of each host has no power reading, GPU 0 draws: {watts}"
     );
+
+    // gpuwatch's own dashboard (examples/grafana): every query is valid PromQL, and every
+    // panel has data but training progress (no training job runs here) and the age of the
+    // oldest waiting notification (none waits: absent, not 0).
+    let ours = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/grafana/gpuwatch-dashboard.json"
+    );
+    for (title, q) in dashboard_queries_of(ours) {
+        let (code, _, body) = http_get(
+            prom.port,
+            &format!("/api/v1/query?query={}", encode(&q)),
+            None,
+            &[],
+        );
+        assert_eq!(code, 200, "panel {title:?}: {q}: {body}");
+        if !title.starts_with("Training") && title != "Oldest waiting notification" {
+            assert!(
+                !query(&prom, &q).is_empty(),
+                "panel {title:?} ({q}) has no data"
+            );
+        }
+    }
 
     // Fleet PromQL: the idle GPU of every host, and the alerts by severity.
     let idle = query(&prom, "count by (Hostname) (DCGM_FI_DEV_GPU_UTIL < 5)");
