@@ -10,6 +10,9 @@
 # fires). Environment:
 #   FOOTPRINT_SCENARIO=scenarios/firing-8gpu.toml   a scenario that keeps 4 alerts firing
 #   FOOTPRINT_RECEIVER=0                            no receiver
+#   FOOTPRINT_FLEET=1                               issue 12's budget: /metrics and
+#       /api/v1/status fetched every 15 s (as Prometheus and a dashboard would), the live
+#       page once a minute, remote write every 15 s to a local receiver (benches/rw_sink.py)
 #   GPUWATCH=path/to/gpuwatch                       another binary (default target/release)
 #
 # Prints CPU time, CPU % of one core, CPU per GPU-sample and RSS for both, and their ratios;
@@ -22,8 +25,10 @@ scenario=${FOOTPRINT_SCENARIO:-scenarios/healthy-8gpu.toml}
 gw=${GPUWATCH:-target/release/gpuwatch}
 python3 -c 'import pynvml' 2>/dev/null || python3 -m pip install --quiet nvidia-ml-py
 work=$(mktemp -d /tmp/gpuwatch-footprint.XXXXXX)
-gw_pid=; py_pid=
-trap 'kill $gw_pid $py_pid 2>/dev/null || true' EXIT
+gw_pid=; py_pid=; sink_pid=; scrape_pid=
+trap 'kill $gw_pid $py_pid $sink_pid $scrape_pid 2>/dev/null || true' EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+http_port=$(free_port)
 for who in gw py; do
   mkdir -p "$work/$who"
   cp target/release/libgpuwatch_fake_nvml.so "$work/$who/libnvidia-ml.so.1"
@@ -35,7 +40,7 @@ nvml_library = "$work/gw/libnvidia-ml.so.1"
 interval = "1s"
 max_db_size = "2GiB"
 [http]
-listen = "127.0.0.1:0"
+listen = "127.0.0.1:$http_port"
 CFG
 if [ "${FOOTPRINT_RECEIVER:-1}" != 0 ]; then
   # A port nobody listens on: a firing alert's delivery fails and is retried, as in an outage.
@@ -47,8 +52,28 @@ name = "bench"
 url_file = "$work/webhook-url"
 CFG
 fi
+if [ "${FOOTPRINT_FLEET:-0}" != 0 ]; then
+  sink_port=$(free_port)
+  python3 benches/rw_sink.py "$sink_port" & sink_pid=$!
+  cat >> "$work/gpuwatch.toml" <<CFG
+[[remote_write]]
+name = "bench"
+url = "http://127.0.0.1:$sink_port/api/v1/write"
+interval = "15s"
+CFG
+fi
 clk=$(getconf CLK_TCK)
 "$gw" run --config "$work/gpuwatch.toml" --log warn & gw_pid=$!
+if [ "${FOOTPRINT_FLEET:-0}" != 0 ]; then
+  ( n=0; while sleep 15; do
+      curl -sf -o /dev/null "http://127.0.0.1:$http_port/metrics" || true
+      curl -sf -o /dev/null "http://127.0.0.1:$http_port/api/v1/status" || true
+      n=$((n + 1)); if [ $((n % 4)) = 0 ]; then
+        curl -sf -o /dev/null "http://127.0.0.1:$http_port/" || true
+        curl -sf -o /dev/null "http://127.0.0.1:$http_port/api/v1/history?since=1h&metric=util_gpu,mem_used,temp,power" || true
+      fi
+    done ) & scrape_pid=$!
+fi
 LD_LIBRARY_PATH="$work/py" python3 benches/pynvml_baseline.py --db "$work/py.db" --seconds $((secs + 5)) > "$work/py.out" & py_pid=$!
 # utime + stime (fields 14, 15 of /proc/PID/stat) and VmRSS, read while both run.
 cpu() { awk -v c="$clk" '{print ($14 + $15) / c}' "/proc/$1/stat"; }
@@ -85,6 +110,7 @@ awk -v s="$secs" -v gc="$gw_cpu" -v gr="$gw_rss" -v gh="$gw_hwm" -v pc="$py_cpu"
   printf "gpuwatch peak RSS     %12.1f MiB\n", gh/1024
 }'
 echo "scenario              $scenario ($firing alerts firing at the end)"
+[ "${FOOTPRINT_FLEET:-0}" != 0 ] && echo "fleet features        /metrics + /api/v1/status every 15 s, page + history every 60 s, remote write every 15 s ($(sqlite3 "$work/gw.db" "SELECT sent_requests FROM remote_write_status" 2>/dev/null || echo '?') requests sent)"
 awk -v e="$early" -v s="$secs" -v a="$gw_rss_early" -v b="$gw_rss" 'BEGIN {
   printf "gpuwatch RSS at %ds   %12.1f MiB\n", e, a/1024
   printf "gpuwatch RSS slope    %12.2f MiB/hour (from %d s to %d s)\n", (b-a)/1024*3600/(s-e), e, s

@@ -238,6 +238,7 @@ pub fn open(path: &Path, cfg: &StoreConfig) -> Result<Store, StoreError> {
             | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
+    stable_plans(&conn)?;
     let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
         tracing::warn!(path = %path.display(), mode, "could not switch the database to WAL");
@@ -287,10 +288,21 @@ pub(crate) fn open_existing_rw(path: &Path) -> Result<Connection, StoreError> {
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
+    stable_plans(&conn)?;
     // Alert state and the outbox are small tables: a small page cache (SQLite's default is
     // 2 MB per connection, and the daemon holds several).
     conn.pragma_update(None, "cache_size", SMALL_CACHE_KIB)?;
     Ok(conn)
+}
+
+/// The query planner stability guarantee: a statement's plan does not depend on the values
+/// bound to it. Without it, SQLite re-prepares a cached statement whenever a parameter
+/// compared with a partial index's condition (`gpu_holders`' `to_ms IS NULL`, the live
+/// alerts' `state IN (...)`) is bound to a new value: every per-GPU lookup of a scrape and
+/// of the rules thread paid a full prepare.
+fn stable_plans(conn: &Connection) -> Result<(), StoreError> {
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+    Ok(())
 }
 
 /// Page cache of the daemon's secondary connections, in KiB (as a negative `cache_size`).
@@ -316,6 +328,7 @@ pub fn open_read_only(path: &Path) -> Result<Connection, StoreError> {
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
+    stable_plans(&conn)?;
     conn.set_prepared_statement_cache_capacity(32);
     migrate::check_application_id(&conn)?;
     let found = schema_version(&conn)?;
