@@ -47,6 +47,8 @@ pub enum DaemonError {
     Runtime(std::io::Error),
     #[error("{0} (set [http] token_env or token_file to a readable token)")]
     Token(String),
+    #[error("{0} (fix [http] tls_cert_file / tls_key_file)")]
+    Tls(String),
 }
 
 /// Called with every batch after it was handed to the writer (the demo prints from it).
@@ -189,19 +191,27 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     let (http_stop_tx, http_stop_rx) = tokio::sync::oneshot::channel::<()>();
     let mut summary = RunSummary::default();
     if config.http.enabled {
+        // The token and the certificate first: a listener that could not check requests
+        // or speak TLS never opens.
+        let api = crate::http::Api::new(health.clone(), shared_config.clone())
+            .map_err(DaemonError::Token)?;
+        let tls = match &config.http.tls {
+            Some((cert, key)) => {
+                Some(crate::http::tls::acceptor(cert, key).map_err(DaemonError::Tls)?)
+            }
+            None => None,
+        };
         let addr = config.http.listen;
         let listener = runtime
             .block_on(crate::http::bind(addr))
             .map_err(|source| DaemonError::Listen { addr, source })?;
         summary.http_addr = listener.local_addr().ok();
-        let api = crate::http::Api::new(health.clone(), shared_config.clone())
-            .map_err(DaemonError::Token)?;
         tracing::info!(addr = ?summary.http_addr, "serving /metrics, /api/v1 and the live page");
         runtime.spawn(async move {
             let shutdown = async {
                 let _ = http_stop_rx.await;
             };
-            if let Err(e) = crate::http::serve(listener, api, shutdown).await {
+            if let Err(e) = crate::http::serve(listener, tls, api, shutdown).await {
                 tracing::error!(error = %e, "HTTP server failed");
             }
         });

@@ -469,3 +469,82 @@ fn the_live_page_renders_gpus_and_alerts_in_chromium() {
         png.len()
     );
 }
+
+#[path = "training_support/mod.rs"]
+mod training_support;
+
+#[test]
+fn the_listener_serves_https_with_its_certificate() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (ca, cert, key) = training_support::make_certs(dir.path());
+    let tls = format!(
+        "tls_cert_file = \"{}\"\ntls_key_file = \"{}\"\ntoken_env = \"GPUWATCH_TLS_TOKEN\"",
+        cert.display(),
+        key.display()
+    );
+    let node = Node::new("node-8", 8, &tls, "");
+    let cfg = std::fs::read_to_string(&node.cfg)
+        .expect("cfg")
+        .replace("listen = \"127.0.0.1:", "listen = \"0.0.0.0:");
+    std::fs::write(&node.cfg, cfg).expect("cfg");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_gpuwatch"));
+    c.env("GPUWATCH_TLS_TOKEN", "tls-test-token-123")
+        .args(["run", "--config"])
+        .arg(&node.cfg)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(node.path("run.log")).expect("log"));
+    let d = http_support::Daemon(c.spawn().expect("spawn"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let pem = std::fs::read(&ca).expect("ca");
+    let client = reqwest::Client::builder()
+        .use_rustls_tls()
+        .add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("pem"))
+        .build()
+        .expect("client");
+    let url = |p: &str| format!("https://127.0.0.1:{}{p}", node.port);
+    let get = |p: &str, token: Option<&str>| {
+        rt.block_on(async {
+            let mut r = client.get(url(p));
+            if let Some(t) = token {
+                r = r.bearer_auth(t);
+            }
+            match r.send().await {
+                Ok(resp) => (
+                    resp.status().as_u16(),
+                    resp.text().await.unwrap_or_default(),
+                ),
+                Err(_) => (0, String::new()),
+            }
+        })
+    };
+    wait_for("HTTPS /healthz", Duration::from_secs(30), || {
+        (get("/healthz", None).0 == 200).then_some(())
+    });
+    assert_eq!(get("/api/v1/status", None).0, 401);
+    let (code, body) = get("/metrics", Some("tls-test-token-123"));
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("gpuwatch_build_info"), "{body}");
+    // Plain HTTP on the TLS port gets no answer.
+    assert_eq!(
+        node.get("/healthz", None).0,
+        0,
+        "no plain HTTP on an HTTPS listener"
+    );
+    // A bad key is a clear start-up error.
+    drop(d);
+    std::fs::write(&key, "not a key\n").expect("key");
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .env("GPUWATCH_TLS_TOKEN", "x-token-x")
+        .args(["run", "--config"])
+        .arg(&node.cfg)
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("TLS key") && err.contains("tls_key_file"),
+        "{err}"
+    );
+}

@@ -135,6 +135,8 @@ pub struct HttpConfig {
     pub token: Option<SecretSource>,
     /// `/metrics` answers without the token (for scrapers that cannot send one).
     pub public_metrics: bool,
+    /// HTTPS: (certificate chain, private key), PEM files read at start.
+    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 /// `[http] metrics_names`: dcgm-exporter's names and labels (NVIDIA's dashboard works
@@ -175,6 +177,7 @@ impl Default for Config {
                 metrics_names: MetricNames::Dcgm,
                 token: None,
                 public_metrics: false,
+                tls: None,
             },
             prometheus: None,
             remote_write: Vec::new(),

@@ -101,6 +101,8 @@ struct RawHttp {
     token_env: Option<Spanned<String>>,
     token_file: Option<Spanned<String>>,
     public_metrics: Option<bool>,
+    tls_cert_file: Option<Spanned<String>>,
+    tls_key_file: Option<Spanned<String>>,
 }
 
 /// Collects errors while compiling.
@@ -330,6 +332,20 @@ impl RawConfig {
                     .push(ConfigError::at(c.origin, c.text, None, msg).with_hint(hint)),
             }
         }
+        let tls = match (&self.http.tls_cert_file, &self.http.tls_key_file) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => {
+                Some((PathBuf::from(cert.get_ref()), PathBuf::from(key.get_ref())))
+            }
+            (Some(v), None) | (None, Some(v)) => {
+                c.error(
+                    v.span(),
+                    "`http.tls_cert_file` and `http.tls_key_file` go together".into(),
+                    "set both (PEM certificate chain and its private key), or neither for plain HTTP",
+                );
+                None
+            }
+        };
         let kubelet = match self
             .kubernetes
             .enabled
@@ -432,6 +448,7 @@ impl RawConfig {
                 metrics_names,
                 token,
                 public_metrics: self.http.public_metrics.unwrap_or(false),
+                tls,
             },
             prometheus,
             remote_write,

@@ -15,6 +15,7 @@ mod health;
 pub mod metrics;
 mod page;
 pub mod telemetry;
+pub mod tls;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -235,15 +236,25 @@ pub async fn bind(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::Tcp
     tokio::net::TcpListener::bind(addr).await
 }
 
-/// Serves until `shutdown` completes.
+/// Serves until `shutdown` completes: plain HTTP, or HTTPS with `tls`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     api: Arc<Api>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(api))
-        .with_graceful_shutdown(shutdown)
-        .await
+    match tls {
+        None => {
+            axum::serve(listener, router(api))
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        Some(acceptor) => {
+            axum::serve(tls::TlsListener::new(listener, acceptor), router(api))
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    }
 }
 
 #[cfg(test)]

@@ -301,7 +301,10 @@ pub(crate) fn open_existing_rw(path: &Path) -> Result<Connection, StoreError> {
 /// alerts' `state IN (...)`) is bound to a new value: every per-GPU lookup of a scrape and
 /// of the rules thread paid a full prepare.
 fn stable_plans(conn: &Connection) -> Result<(), StoreError> {
-    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )?;
     Ok(())
 }
 
