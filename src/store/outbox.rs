@@ -390,7 +390,8 @@ fn delivered_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Delivered> {
 
 /// Delivery state per receiver (read-only use: `gpuwatch status`).
 pub fn backlog(conn: &Connection) -> Result<Vec<ReceiverBacklog>, StoreError> {
-    let mut stmt = conn.prepare(
+    // Cached: `/metrics` reads this at every scrape.
+    let mut stmt = conn.prepare_cached(
         "SELECT receiver,
            sum(status = 'pending'), min(CASE WHEN status = 'pending' THEN created_ms END),
            sum(status = 'sent'), max(CASE WHEN status = 'sent' THEN done_ms END),
@@ -419,12 +420,11 @@ pub fn backlog(conn: &Connection) -> Result<Vec<ReceiverBacklog>, StoreError> {
     for b in &mut out {
         if b.pending > 0 {
             let head: Option<(i64, Option<String>)> = conn
-                .query_row(
+                .prepare_cached(
                     "SELECT attempts, last_error FROM outbox
                      WHERE receiver = ?1 AND status = 'pending' ORDER BY id LIMIT 1",
-                    params![b.receiver],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
+                )?
+                .query_row(params![b.receiver], |r| Ok((r.get(0)?, r.get(1)?)))
                 .optional()?;
             if let Some((attempts, error)) = head {
                 b.head_attempts = attempts;
@@ -433,12 +433,11 @@ pub fn backlog(conn: &Connection) -> Result<Vec<ReceiverBacklog>, StoreError> {
         }
         if b.dead > 0 {
             b.last_dead_error = conn
-                .query_row(
+                .prepare_cached(
                     "SELECT last_error FROM outbox WHERE receiver = ?1 AND status = 'dead'
                      ORDER BY id DESC LIMIT 1",
-                    params![b.receiver],
-                    |r| r.get(0),
-                )
+                )?
+                .query_row(params![b.receiver], |r| r.get(0))
                 .optional()?
                 .flatten();
         }

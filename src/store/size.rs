@@ -54,13 +54,13 @@ impl Store {
 
 /// Used bytes as the connection sees them (inside a transaction: including its changes).
 pub(super) fn used_bytes(conn: &Connection) -> Result<u64, StoreError> {
-    let pages: i64 = conn.query_row(
-        "SELECT (SELECT page_count FROM pragma_page_count())
-              - (SELECT freelist_count FROM pragma_freelist_count())",
-        [],
-        |r| r.get(0),
-    )?;
-    let size: i64 = conn.query_row("SELECT page_size FROM pragma_page_size()", [], |r| r.get(0))?;
+    // One cached statement: `/metrics` asks at every scrape.
+    let (pages, size): (i64, i64) = conn
+        .prepare_cached(
+            "SELECT p.page_count - f.freelist_count, s.page_size
+             FROM pragma_page_count() p, pragma_freelist_count() f, pragma_page_size() s",
+        )?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?;
     Ok(u64::try_from(pages.max(0) * size).unwrap_or_default())
 }
 

@@ -33,7 +33,10 @@ pub struct Sample {
     pub value: f64,
 }
 
-pub type Labels = Vec<(Cow<'static, str>, String)>;
+/// One label: a name (mostly static) and its value.
+pub type Label = (Cow<'static, str>, String);
+/// A sample's labels, shared: a GPU's label set is built once and carried by every family.
+pub type Labels = std::sync::Arc<[Label]>;
 
 #[derive(Debug, Clone)]
 pub struct Family {
@@ -73,10 +76,10 @@ impl Family {
         }
     }
 
-    pub fn push(&mut self, labels: Labels, value: f64) {
+    pub fn push(&mut self, labels: impl Into<Labels>, value: f64) {
         self.samples.push(Sample {
             suffix: "",
-            labels,
+            labels: labels.into(),
             value,
         });
     }
@@ -85,36 +88,36 @@ impl Family {
     /// then `+Inf` = `count`).
     pub fn push_histogram(
         &mut self,
-        labels: Labels,
+        labels: &[Label],
         bounds: &[f64],
         cumulative: &[u64],
         sum: f64,
         count: u64,
     ) {
         for (b, c) in bounds.iter().zip(cumulative) {
-            let mut l = labels.clone();
+            let mut l = labels.to_vec();
             l.push(("le".into(), fmt_value(*b)));
             self.samples.push(Sample {
                 suffix: "_bucket",
-                labels: l,
+                labels: l.into(),
                 value: *c as f64,
             });
         }
-        let mut l = labels.clone();
+        let mut l = labels.to_vec();
         l.push(("le".into(), "+Inf".into()));
         self.samples.push(Sample {
             suffix: "_bucket",
-            labels: l,
+            labels: l.into(),
             value: count as f64,
         });
         self.samples.push(Sample {
             suffix: "_sum",
-            labels: labels.clone(),
+            labels: Labels::from(labels),
             value: sum,
         });
         self.samples.push(Sample {
             suffix: "_count",
-            labels,
+            labels: Labels::from(labels),
             value: count as f64,
         });
     }
@@ -289,12 +292,12 @@ mod tests {
             Kind::Counter { total: false },
             "Total energy",
         );
-        c.push(vec![], 1e6);
+        c.push(Vec::new(), 1e6);
         let mut t = Family::new("gpuwatch_ticks", Kind::Counter { total: true }, "Ticks.");
-        t.push(vec![], 3.0);
+        t.push(Vec::new(), 3.0);
         let mut h =
             Family::new("gpuwatch_tick_duration_seconds", Kind::Histogram, "Tick.").unit("seconds");
-        h.push_histogram(vec![], &[0.001, 0.01], &[1, 2], 0.0125, 3);
+        h.push_histogram(&[], &[0.001, 0.01], &[1, 2], 0.0125, 3);
         let empty = Family::new("gpuwatch_nothing", Kind::Gauge, "never written");
         vec![g, c, t, h, empty]
     }

@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 
-use super::expo::{Family, Kind, Labels};
+use super::expo::{Family, Kind, Label, Labels};
 use crate::config::MetricNames;
 use crate::model::{GpuSample, SampleStatus};
 use crate::store::read::GpuStatusRow;
@@ -244,7 +244,7 @@ const READINGS: &[Reading] = &[
 pub fn gpu_labels(row: &GpuStatusRow, host: &str, names: MetricNames) -> Labels {
     let inv = &row.inventory;
     let opt = |v: &Option<String>| v.clone().unwrap_or_default();
-    let mut l: Labels = match names {
+    let mut l: Vec<Label> = match names {
         MetricNames::Dcgm => vec![
             ("gpu".into(), inv.index.to_string()),
             ("UUID".into(), inv.uuid.clone()),
@@ -270,7 +270,7 @@ pub fn gpu_labels(row: &GpuStatusRow, host: &str, names: MetricNames) -> Labels 
             l.push(("container".into(), c.to_string()));
         }
     }
-    l
+    l.into()
 }
 
 /// The sample a GPU exports readings from: the newest, if it is fresh and was sampled.

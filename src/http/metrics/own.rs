@@ -6,7 +6,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::expo::{Family, Kind, Labels, label_name};
+use super::expo::{Family, Kind, Label, Labels, label_name};
 use super::gpus::fresh_sample;
 use crate::cli::docs::Joins;
 use crate::config::{Config, MetricNames};
@@ -27,13 +27,13 @@ pub struct Ctx<'a> {
 type Row = (GpuStatusRow, Labels, Option<f64>);
 
 /// The labels of a GPU on gpuwatch_* families: lint-clean (no camelCase) in either naming.
-fn short_labels(ctx: &Ctx, row: &GpuStatusRow) -> Labels {
+fn short_labels(ctx: &Ctx, row: &GpuStatusRow) -> Vec<Label> {
     let inv = &row.inventory;
     let (uuid, host) = match ctx.cfg.http.metrics_names {
         MetricNames::Dcgm => ("UUID", "Hostname"),
         MetricNames::Gpuwatch => ("uuid", "host"),
     };
-    let mut l: Labels = vec![
+    let mut l: Vec<Label> = vec![
         ("gpu".into(), inv.index.to_string()),
         (uuid.into(), inv.uuid.clone()),
         (host.into(), ctx.cfg.host.clone()),
@@ -50,7 +50,7 @@ fn short_labels(ctx: &Ctx, row: &GpuStatusRow) -> Labels {
 
 /// Adds `extra` labels after `base`, renaming a clash to `exported_<name>` (as Prometheus
 /// does with target labels) and dropping reserved `__*` names.
-fn merge(mut base: Labels, extra: impl IntoIterator<Item = (String, String)>) -> Labels {
+fn merge(mut base: Vec<Label>, extra: impl IntoIterator<Item = (String, String)>) -> Vec<Label> {
     let mut names: BTreeSet<String> = base.iter().map(|(k, _)| k.to_string()).collect();
     for (k, v) in extra {
         if k.starts_with("__") {
@@ -89,7 +89,7 @@ pub fn gpu_state(ctx: &Ctx, rows: &[Row]) -> Vec<Family> {
         "Compute processes on the GPU (absent when the process list was not observed).",
     );
     for (row, _, _) in rows {
-        let l = short_labels(ctx, row);
+        let l: Labels = short_labels(ctx, row).into();
         let fresh = fresh_sample(row, ctx.stale_after_ms);
         up.push(l.clone(), if fresh.is_some() { 1.0 } else { 0.0 });
         lost.push(l.clone(), if row.lost_at_ms.is_some() { 1.0 } else { 0.0 });
@@ -145,7 +145,7 @@ pub fn alerts(ctx: &Ctx, alerts: &[LiveAlert]) -> Family {
         MetricNames::Gpuwatch => ("uuid", "host"),
     };
     for a in alerts {
-        let mut l: Labels = vec![
+        let mut l: Vec<Label> = vec![
             ("alertname".into(), a.rule.clone()),
             ("alertstate".into(), a.state.clone()),
             ("state".into(), a.state.clone()),
@@ -182,7 +182,7 @@ pub fn alerts(ctx: &Ctx, alerts: &[LiveAlert]) -> Family {
 fn histogram(name: &'static str, help: &'static str, h: &Histogram) -> Family {
     let mut f = Family::new(name, Kind::Histogram, help).unit("seconds");
     let (cumulative, sum, count) = h.snapshot();
-    f.push_histogram(Vec::new(), &BOUNDS, &cumulative, sum, count);
+    f.push_histogram(&[], &BOUNDS, &cumulative, sum, count);
     f
 }
 
@@ -286,7 +286,7 @@ pub fn daemon(
         "Failed NVML reads, by GPU, read (function) and error (code).",
     );
     for e in errors {
-        let l: Labels = vec![
+        let l: Labels = Labels::from(vec![
             (
                 "gpu".into(),
                 e.gpu_index.map(|i| i.to_string()).unwrap_or_default(),
@@ -301,7 +301,7 @@ pub fn daemon(
             ),
             ("function".into(), e.error.metric.clone()),
             ("code".into(), e.error.error.clone()),
-        ];
+        ]);
         nvml.push(l, e.error.count as f64);
     }
     out.push(nvml);
@@ -336,7 +336,7 @@ pub fn daemon(
     }
     for r in receivers {
         let b = backlog.iter().find(|b| b.receiver == r);
-        let l: Labels = vec![("receiver".into(), r.to_string())];
+        let l: Labels = Labels::from(vec![("receiver".into(), r.to_string())]);
         pending.push(l.clone(), b.map_or(0.0, |b| b.pending as f64));
         dead.push(l.clone(), b.map_or(0.0, |b| b.dead as f64));
         if let Some(o) = b.and_then(|b| b.oldest_pending_ms) {
@@ -362,7 +362,7 @@ pub fn daemon(
     )
     .unit("seconds");
     for s in sources {
-        let l: Labels = vec![("role".into(), s.role.clone())];
+        let l: Labels = Labels::from(vec![("role".into(), s.role.clone())]);
         up.push(
             l.clone(),
             if s.consecutive_failures == 0 {
@@ -442,7 +442,7 @@ pub fn remote_write(ctx: &Ctx, backlog: &[crate::store::remote_write::Backlog]) 
             .find(|b| b.target == name)
             .cloned()
             .unwrap_or_default();
-        let l: Labels = vec![("target".into(), name.to_string())];
+        let l: Labels = Labels::from(vec![("target".into(), name.to_string())]);
         pending.push(l.clone(), b.pending_requests as f64);
         pending_samples.push(l.clone(), b.pending_samples as f64);
         if let Some(o) = b.oldest_pending_ms {
