@@ -51,6 +51,10 @@ pub enum DaemonError {
     Tls(String),
 }
 
+/// The tick after which the executable's start-up pages are given back (every thread has
+/// run its steady path by then: the rules primed, the first scrape or push likely done).
+const RELEASE_STARTUP_PAGES_AFTER: u64 = 30;
+
 /// Called with every batch after it was handed to the writer (the demo prints from it).
 pub type BatchObserver = Box<dyn FnMut(&TickBatch) + Send>;
 
@@ -306,6 +310,10 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         health.tick_seconds.observe(started.elapsed());
         health.tick_done(tick.ts_ms, batch_progress);
         summary.ticks += 1;
+        if summary.ticks == RELEASE_STARTUP_PAGES_AFTER && !ticker.simulated() {
+            let bytes = crate::pages::release_startup_pages();
+            tracing::debug!(bytes, "gave back the executable's start-up pages");
+        }
     }
 
     tracing::info!(ticks = summary.ticks, "stopping: flushing the store");

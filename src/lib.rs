@@ -15,6 +15,7 @@ pub mod http;
 pub mod import;
 pub mod model;
 pub mod notify;
+pub mod pages;
 pub mod remote_write;
 pub mod report;
 pub mod rules;
