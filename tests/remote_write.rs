@@ -275,6 +275,14 @@ fn retries_5xx_and_429_refuses_4xx_and_keeps_order() {
         !node.log().contains("rw-s3cret-token"),
         "the token is never logged"
     );
+    let table = node.cli(&["status"]);
+    assert!(
+        table.contains("Remote write:")
+            && table.contains("remote_write_1: ")
+            && table.contains("1 request(s) refused"),
+        "{table}"
+    );
+    assert!(!table.contains("rw-s3cret-token"), "{table}");
     let (_, _, m) = node.get("/metrics", None);
     assert!(
         http_support::series_value(

@@ -38,6 +38,7 @@ pub fn run(args: StatusArgs) -> Result<(), Failure> {
             if rows.is_empty() {
                 println!("no GPUs recorded in {} yet", cfg.database.display());
                 print_delivery(&delivery, now);
+                print_remote_write(&store::remote_write::backlog(&conn)?, now);
                 return Ok(());
             }
             let errors = store::read::metric_error_summary(&conn, host)?;
@@ -60,9 +61,54 @@ pub fn run(args: StatusArgs) -> Result<(), Failure> {
                 }
             }
             print_delivery(&delivery, now);
+            print_remote_write(&store::remote_write::backlog(&conn)?, now);
         }
     }
     Ok(())
+}
+
+fn print_remote_write(targets: &[store::remote_write::Backlog], now: i64) {
+    if targets.is_empty() {
+        return;
+    }
+    println!("\nRemote write:");
+    for t in targets {
+        let mut line = format!(
+            "  {}: {} samples sent in {} requests",
+            t.target, t.sent_samples, t.sent_requests
+        );
+        if let Some(ok) = t.last_success_ms {
+            line.push_str(&format!(" (last {} ago)", format::age(now - ok)));
+        }
+        if t.pending_requests > 0 {
+            line.push_str(&format!(
+                ", {} request(s) queued{}",
+                t.pending_requests,
+                t.oldest_pending_ms
+                    .map(|o| format!(" (oldest {} old)", format::age(now - o)))
+                    .unwrap_or_default()
+            ));
+            if t.head_attempts > 0 {
+                line.push_str(&format!(
+                    ", {} failed attempts, last error: {}",
+                    t.head_attempts,
+                    t.last_error.as_deref().unwrap_or("?")
+                ));
+            }
+        }
+        println!("{line}");
+        if t.refused_requests > 0 || t.dropped_requests > 0 {
+            println!(
+                "    {} request(s) refused by the receiver (4xx, not retried), {} dropped (queue full){}",
+                t.refused_requests,
+                t.dropped_requests,
+                t.last_error
+                    .as_deref()
+                    .map(|e| format!("; last error: {e}"))
+                    .unwrap_or_default()
+            );
+        }
+    }
 }
 
 /// `status --format json` and `GET /api/v1/status`: `{"gpus": [...], "notify": {...}}`.
