@@ -152,6 +152,31 @@ impl Ticker for WallTicker {
     }
 }
 
+/// Starts a thread named `name` that runs the future `make` builds on its own
+/// current-thread tokio runtime (the alert sender, remote write). `what` names the job in
+/// the error logged when the runtime cannot start (the thread then ends at once).
+pub fn spawn_runtime_thread<F, Fut>(
+    name: &str,
+    what: &'static str,
+    make: F,
+) -> std::io::Result<std::thread::JoinHandle<()>>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt.block_on(make()),
+                Err(e) => tracing::error!(error = %e, "{what} disabled: cannot start its runtime"),
+            }
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

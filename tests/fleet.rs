@@ -15,21 +15,10 @@ mod training_support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use http_support::{Node, http_get, wait_for};
+use http_support::{Node, http_get, url_encode as encode, wait_for};
 use serde_json::Value;
 
 const HOSTS: [&str; 3] = ["gpu-a", "gpu-b", "gpu-c"];
-
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
 
 /// An instant query's result vector.
 fn query(prom: &training_support::Prometheus, q: &str) -> Vec<Value> {

@@ -13,20 +13,9 @@ use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http_support::{Node, http_get, wait_for};
+use http_support::{Node, http_get, url_encode as encode, wait_for};
 use prost::Message;
 use serde_json::Value;
-
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
 
 /// The timestamps (ms) Prometheus holds for `series` over the last `range`.
 fn stored_times(prom: &training_support::Prometheus, series: &str, range: &str) -> Vec<i64> {

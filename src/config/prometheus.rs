@@ -192,18 +192,7 @@ impl RawPrometheus {
         );
         let overlap = c.duration("prometheus.overlap", &self.overlap, s(60), s(0), s(86_400));
         let auth = self.auth(c);
-        let ca_file = self.ca_file.as_ref().and_then(|f| {
-            if f.get_ref().trim().is_empty() {
-                c.error(
-                    f.span(),
-                    "`prometheus.ca_file` is empty".into(),
-                    "name a PEM file, or remove the key",
-                );
-                None
-            } else {
-                Some(PathBuf::from(f.get_ref()))
-            }
-        });
+        let ca_file = ca_file(c, "prometheus.ca_file", &self.ca_file);
         if c.errors.len() > errors_before || self.enabled == Some(false) {
             return None;
         }
@@ -235,6 +224,24 @@ impl RawPrometheus {
             },
         )
     }
+}
+
+/// A `ca_file` key: a path, not empty.
+pub(super) fn ca_file(
+    c: &mut Checker<'_>,
+    key: &str,
+    v: &Option<Spanned<String>>,
+) -> Option<PathBuf> {
+    let f = v.as_ref()?;
+    if f.get_ref().trim().is_empty() {
+        c.error(
+            f.span(),
+            format!("`{key}` is empty"),
+            "name a PEM file, or remove the key",
+        );
+        return None;
+    }
+    Some(PathBuf::from(f.get_ref()))
 }
 
 /// The authentication keys of a section that talks to a Prometheus-style server.

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::PrometheusAuth;
-use super::prometheus::{AuthKeys, auth};
+use super::prometheus::{AuthKeys, auth, ca_file};
 use super::raw::Checker;
 
 /// One validated `[[remote_write]]` target.
@@ -125,18 +125,7 @@ impl RawRemoteWrite {
                 password_file: &self.password_file,
             },
         );
-        let ca_file = self.ca_file.as_ref().and_then(|f| {
-            if f.get_ref().trim().is_empty() {
-                c.error(
-                    f.span(),
-                    "`remote_write.ca_file` is empty".into(),
-                    "name a PEM file, or remove the key",
-                );
-                None
-            } else {
-                Some(PathBuf::from(f.get_ref()))
-            }
-        });
+        let ca_file = ca_file(c, "remote_write.ca_file", &self.ca_file);
         let max_queue_bytes = match &self.max_queue {
             None => 64 * 1024 * 1024,
             Some(v) => match v.get_ref().trim().parse::<bytesize::ByteSize>() {

@@ -105,21 +105,7 @@ pub fn spawn(parts: SenderParts) -> std::io::Result<Option<JoinHandle<()>>> {
     if parts.config.receivers.is_empty() {
         return Ok(None);
     }
-    std::thread::Builder::new()
-        .name("gpuwatch-notify".into())
-        .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    tracing::error!(error = %e, "alert delivery disabled: cannot start its runtime");
-                    return;
-                }
-            };
-            rt.block_on(run(parts));
-        })
+    crate::clock::spawn_runtime_thread("gpuwatch-notify", "alert delivery", move || run(parts))
         .map(Some)
 }
 

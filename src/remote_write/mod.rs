@@ -145,22 +145,10 @@ pub fn spawn(parts: Parts) -> std::io::Result<Option<JoinHandle<()>>> {
     if targets.is_empty() {
         return Ok(None);
     }
-    std::thread::Builder::new()
-        .name("gpuwatch-remote-write".into())
-        .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    tracing::error!(error = %e, "remote write disabled: cannot start its runtime");
-                    return;
-                }
-            };
-            rt.block_on(run(parts, targets));
-        })
-        .map(Some)
+    crate::clock::spawn_runtime_thread("gpuwatch-remote-write", "remote write", move || {
+        run(parts, targets)
+    })
+    .map(Some)
 }
 
 async fn run(parts: Parts, mut targets: Vec<Target>) {

@@ -276,3 +276,15 @@ pub fn series_value(scrape: &str, name: &str, want: &[(&str, &str)]) -> Option<f
             .flatten()
     })
 }
+
+/// Percent-encodes a query value (RFC 3986 unreserved characters stay).
+pub fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
