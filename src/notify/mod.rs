@@ -138,6 +138,20 @@ impl SendError {
         }
     }
 
+    /// The same error with its message rewritten (e.g. scrubbed of a request's secrets).
+    pub fn map_message(self, f: impl Fn(String) -> String) -> Self {
+        match self {
+            SendError::Permanent(m) => SendError::Permanent(f(m)),
+            SendError::Transient {
+                message,
+                retry_after,
+            } => SendError::Transient {
+                message: f(message),
+                retry_after,
+            },
+        }
+    }
+
     pub fn message(&self) -> &str {
         match self {
             SendError::Permanent(m) => m,

@@ -321,26 +321,8 @@ async fn send(t: &Target, q: &Queued) -> Result<(), SendError> {
     };
     let reply = crate::notify::http::send(&what, req)
         .await
-        .map_err(|e| match e {
-            SendError::Permanent(m) => SendError::Permanent(scrub(m)),
-            SendError::Transient {
-                message,
-                retry_after,
-            } => SendError::Transient {
-                message: scrub(message),
-                retry_after,
-            },
-        })?;
-    crate::notify::http::classify(&what, &reply).map_err(|e| match e {
-        SendError::Permanent(m) => SendError::Permanent(scrub(m)),
-        SendError::Transient {
-            message,
-            retry_after,
-        } => SendError::Transient {
-            message: scrub(message),
-            retry_after,
-        },
-    })
+        .map_err(|e| e.map_message(scrub))?;
+    crate::notify::http::classify(&what, &reply).map_err(|e| e.map_message(scrub))
 }
 
 #[cfg(test)]
