@@ -548,3 +548,81 @@ fn the_listener_serves_https_with_its_certificate() {
         "{err}"
     );
 }
+
+#[test]
+fn gpu_series_carry_the_pod_the_kubelet_allocated() {
+    use gpuwatch::attribution::kubelet::{proto, server};
+    let kube = tempfile::tempdir().expect("tmp");
+    let sock = kube.path().join("kubelet.sock");
+    let list = server::PodList::default();
+    list.set(proto::ListPodResourcesResponse {
+        pod_resources: vec![proto::PodResources {
+            name: "llm-ft-7".into(),
+            namespace: "research".into(),
+            containers: vec![proto::ContainerResources {
+                name: "trainer".into(),
+                devices: vec![proto::ContainerDevices {
+                    resource_name: "nvidia.com/gpu".into(),
+                    device_ids: vec![http_support::uuid(9, 0)],
+                }],
+            }],
+        }],
+    });
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    rt.spawn({
+        let (sock, list) = (sock.clone(), list.clone());
+        async move {
+            server::serve(&sock, list, async {
+                let _ = stop_rx.await;
+            })
+            .await
+        }
+    });
+    wait_for("socket", Duration::from_secs(10), || {
+        sock.exists().then_some(())
+    });
+    let node = Node::new(
+        "node-9",
+        9,
+        "",
+        &format!(
+            "[kubernetes]\nenabled = true\npod_resources_socket = \"{}\"\n",
+            sock.display()
+        ),
+    );
+    let _d = node.start(&[]);
+    let m = scrape_when_firing(&node, None);
+    let pod = [
+        ("gpu", "0"),
+        ("pod", "llm-ft-7"),
+        ("namespace", "research"),
+        ("container", "trainer"),
+    ];
+    assert_eq!(
+        series_value(&m, "DCGM_FI_DEV_GPU_TEMP", &pod),
+        Some(85.0),
+        "{m}"
+    );
+    assert!(series_value(&m, "gpuwatch_gpu_up", &pod).is_some(), "{m}");
+    assert!(
+        series_value(
+            &m,
+            "gpuwatch_alert",
+            &[
+                ("alertname", "hot"),
+                ("pod", "llm-ft-7"),
+                ("namespace", "research")
+            ]
+        )
+        .is_some(),
+        "{m}"
+    );
+    // GPU 1 has no allocation and no process: no pod label, not an empty one.
+    let gpu1 = m
+        .lines()
+        .find(|l| l.starts_with("DCGM_FI_DEV_GPU_TEMP{gpu=\"1\""))
+        .expect("GPU 1");
+    assert!(!gpu1.contains("pod="), "{gpu1}");
+    let _ = stop_tx.send(());
+}

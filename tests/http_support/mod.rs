@@ -42,11 +42,13 @@ duration = "1h"
 seed = {seed}
 [[gpu]]
 model = "H100-SXM-80GB"
+uuid = "{}"
 [[gpu.timeline]]
 util_gpu = 90
 temp = 85
 [[gpu]]
 model = "H100-SXM-80GB"
+uuid = "{}"
 not_supported = ["nvmlDeviceGetPowerUsage"]
 [[gpu.timeline]]
 util_gpu = 0
@@ -56,8 +58,15 @@ pid = 4000100
 name = "python"
 gpu = 0
 mem_mib = 20000
-"#
+"#,
+        uuid(seed, 0),
+        uuid(seed, 1)
     )
+}
+
+/// The UUID of GPU `index` of the node made with `seed`.
+pub fn uuid(seed: u32, index: u32) -> String {
+    format!("GPU-{seed:08x}-0000-4000-8000-{index:012x}")
 }
 
 pub struct Node {
