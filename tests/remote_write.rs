@@ -283,3 +283,120 @@ fn retries_5xx_and_429_refuses_4xx_and_keeps_order() {
         "{m}"
     );
 }
+
+/// Pushes `series` (name and labels) into Prometheus's remote-write receiver: one point per
+/// second over the last `secs` seconds, the value rising by `slope` per second.
+fn push_training(
+    prom: &training_support::Prometheus,
+    series: &[(&str, &[(&str, &str)], f64)],
+    secs: i64,
+) {
+    use gpuwatch::remote_write::proto;
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut req = proto::WriteRequest::default();
+    for (name, labels, slope) in series {
+        let mut l: Vec<proto::Label> = labels
+            .iter()
+            .map(|(k, v)| proto::Label {
+                name: k.to_string(),
+                value: v.to_string(),
+            })
+            .chain([proto::Label {
+                name: "__name__".into(),
+                value: name.to_string(),
+            }])
+            .collect();
+        l.sort_by(|a, b| a.name.cmp(&b.name));
+        let samples = (0..secs)
+            .map(|i| proto::Sample {
+                value: 1000.0 + slope * i as f64,
+                timestamp: now - (secs - i) * 1000,
+            })
+            .collect();
+        req.timeseries
+            .push(proto::TimeSeries { labels: l, samples });
+    }
+    let body = gpuwatch::remote_write::encode(&req);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let status = rt.block_on(async {
+        reqwest::Client::new()
+            .post(format!("{}/api/v1/write", prom.url()))
+            .header("Content-Encoding", "snappy")
+            .header("Content-Type", "application/x-protobuf")
+            .header("X-Prometheus-Remote-Write-Version", "0.1.0")
+            .body(body)
+            .send()
+            .await
+            .expect("push")
+            .status()
+    });
+    assert!(status.is_success(), "{status}");
+}
+
+#[test]
+fn metrics_export_the_training_progress_each_gpu_joins() {
+    training_support::require_tools();
+    let dir = tempfile::tempdir().expect("tmp");
+    let prom = training_support::Prometheus::start_configured(
+        dir.path(),
+        &dir.path().join("data"),
+        "global:\n  scrape_interval: 1m\nscrape_configs: []\n",
+    );
+    // The job on GPU 0 says so with a `gpu` label; a second job's series names its pod.
+    push_training(
+        &prom,
+        &[
+            ("training_step", &[("job", "llama"), ("gpu", "0")], 1.0),
+            ("training_loss", &[("job", "llama"), ("gpu", "0")], -0.0001),
+        ],
+        120,
+    );
+    let node = Node::new(
+        "trainer",
+        23,
+        "",
+        &format!(
+            "[prometheus]\nurl = \"{}\"\npoll_interval = \"1s\"\nlookback = \"10m\"\n",
+            prom.url()
+        ),
+    );
+    let _d = node.start(&[]);
+    let m = wait_for("gpuwatch_training_step", Duration::from_secs(40), || {
+        let (_, _, m) = node.get("/metrics", None);
+        m.contains("gpuwatch_training_step{").then_some(m)
+    });
+    let step = http_support::series_value(
+        &m,
+        "gpuwatch_training_step",
+        &[("gpu", "0"), ("job", "llama"), ("Hostname", "trainer")],
+    )
+    .expect("GPU 0's step");
+    assert!((1000.0..1200.0).contains(&step), "{step}");
+    assert!(
+        !m.contains("exported_gpu"),
+        "the series' own gpu label is the GPU's: {m}"
+    );
+    assert!(
+        http_support::series_value(
+            &m,
+            "gpuwatch_training_loss",
+            &[("gpu", "0"), ("job", "llama")]
+        )
+        .is_some(),
+        "{m}"
+    );
+    // GPU 1 runs nothing the series names: no training series for it (unknown, not 0).
+    assert!(
+        !m.lines()
+            .any(|l| l.starts_with("gpuwatch_training_step{gpu=\"1\"")),
+        "{m}"
+    );
+    assert_eq!(
+        http_support::series_value(&m, "gpuwatch_training_source_up", &[("role", "step")]),
+        Some(1.0),
+        "{m}"
+    );
+}

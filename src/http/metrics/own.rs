@@ -48,8 +48,9 @@ fn short_labels(ctx: &Ctx, row: &GpuStatusRow) -> Vec<Label> {
     l
 }
 
-/// Adds `extra` labels after `base`, renaming a clash to `exported_<name>` (as Prometheus
-/// does with target labels) and dropping reserved `__*` names.
+/// Adds `extra` labels after `base`: the same label with the same value once, a clash of
+/// values renamed `exported_<name>` (as Prometheus does with target labels), reserved `__*`
+/// names dropped.
 fn merge(mut base: Vec<Label>, extra: impl IntoIterator<Item = (String, String)>) -> Vec<Label> {
     let mut names: BTreeSet<String> = base.iter().map(|(k, _)| k.to_string()).collect();
     for (k, v) in extra {
@@ -57,6 +58,9 @@ fn merge(mut base: Vec<Label>, extra: impl IntoIterator<Item = (String, String)>
             continue;
         }
         let mut k = label_name(&k);
+        if base.iter().any(|(bk, bv)| *bk == k && *bv == v) {
+            continue;
+        }
         while names.contains(&k) {
             k = format!("exported_{k}");
         }
