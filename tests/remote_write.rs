@@ -284,13 +284,12 @@ fn retries_5xx_and_429_refuses_4xx_and_keeps_order() {
     );
 }
 
+/// A series to push: its name, labels and how much it rises per second.
+type Pushed<'a> = (&'a str, &'a [(&'a str, &'a str)], f64);
+
 /// Pushes `series` (name and labels) into Prometheus's remote-write receiver: one point per
 /// second over the last `secs` seconds, the value rising by `slope` per second.
-fn push_training(
-    prom: &training_support::Prometheus,
-    series: &[(&str, &[(&str, &str)], f64)],
-    secs: i64,
-) {
+fn push_training(prom: &training_support::Prometheus, series: &[Pushed], secs: i64) {
     use gpuwatch::remote_write::proto;
     let now = chrono::Utc::now().timestamp_millis();
     let mut req = proto::WriteRequest::default();
