@@ -626,3 +626,54 @@ fn gpu_series_carry_the_pod_the_kubelet_allocated() {
     assert!(!gpu1.contains("pod="), "{gpu1}");
     let _ = stop_tx.send(());
 }
+
+#[test]
+fn a_hung_gpu_does_not_hold_up_a_scrape() {
+    // From 6 s on, every NVML call on GPU 1 never returns.
+    let node = Node::with_scenario(
+        "node-10",
+        10,
+        "",
+        "",
+        "[[fault]]\ngpu = 1\nsymbol = \"*\"\nfrom = \"6s\"\nblock = \"forever\"\n",
+    );
+    let _d = node.start(&[]);
+    scrape_when_firing(&node, None);
+    let m = wait_for(
+        "GPU 1 to miss its deadlines",
+        Duration::from_secs(30),
+        || {
+            let (_, _, m) = node.get("/metrics", None);
+            (series_value(&m, "gpuwatch_gpu_up", &[("gpu", "1")]) == Some(0.0)).then_some(m)
+        },
+    );
+    // GPU 1's readings are gone (a gap, not stale values), GPU 0's go on.
+    assert_eq!(
+        series_value(&m, "DCGM_FI_DEV_GPU_TEMP", &[("gpu", "1")]),
+        None,
+        "{m}"
+    );
+    assert_eq!(
+        series_value(&m, "DCGM_FI_DEV_GPU_TEMP", &[("gpu", "0")]),
+        Some(85.0),
+        "{m}"
+    );
+    assert!(
+        series_value(&m, "gpuwatch_sample_deadlines_missed_total", &[]).is_some_and(|n| n >= 1.0),
+        "{m}"
+    );
+    // Scrapes, the API and the health check answer at once while NVML hangs.
+    for _ in 0..10 {
+        for path in ["/metrics", "/api/v1/status", "/healthz"] {
+            let t = std::time::Instant::now();
+            let (code, _, _) = node.get(path, None);
+            assert_eq!(code, 200, "{path}");
+            assert!(
+                t.elapsed() < Duration::from_secs(1),
+                "{path} took {:?}",
+                t.elapsed()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -88,9 +88,20 @@ impl Node {
     /// A node named `host`; `http` is appended to its `[http]` section, `extra` to the
     /// config's end (receivers, ...).
     pub fn new(host: &str, seed: u32, http: &str, extra: &str) -> Node {
+        Node::with_scenario(host, seed, http, extra, "")
+    }
+
+    /// [`Node::new`] with `scenario_tail` appended to the scenario (faults, events).
+    pub fn with_scenario(
+        host: &str,
+        seed: u32,
+        http: &str,
+        extra: &str,
+        scenario_tail: &str,
+    ) -> Node {
         let lib = gpuwatch::sim::find_fake_library().expect("cargo build --workspace first");
-        let sim =
-            gpuwatch::sim::SimGpus::prepare(&lib, &scenario(seed), "s.toml").expect("scenario");
+        let text = format!("{}\n{scenario_tail}\n", scenario(seed));
+        let sim = gpuwatch::sim::SimGpus::prepare(&lib, &text, "s.toml").expect("scenario");
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("r.toml"), RULES).expect("rules");
         let port = free_port();
