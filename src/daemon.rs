@@ -186,6 +186,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     .map_err(DaemonError::Thread)?;
 
     let shared_config = Arc::new(config.clone());
+    let scraper = crate::http::metrics::SharedScraper::default();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("gpuwatch-http")
@@ -197,7 +198,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     if config.http.enabled {
         // The token and the certificate first: a listener that could not check requests
         // or speak TLS never opens.
-        let api = crate::http::Api::new(health.clone(), shared_config.clone())
+        let api = crate::http::Api::new(health.clone(), shared_config.clone(), scraper.clone())
             .map_err(DaemonError::Token)?;
         let tls = match &config.http.tls {
             Some((cert, key)) => {
@@ -229,6 +230,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         health: health.clone(),
         stop: push_stop.clone(),
         bell: push_bell.clone(),
+        scraper: scraper.clone(),
     })
     .map_err(DaemonError::Thread)?;
 

@@ -18,7 +18,7 @@ pub mod telemetry;
 pub mod tls;
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Query, State};
@@ -39,16 +39,19 @@ pub struct Api {
     health: Arc<Health>,
     cfg: Arc<Config>,
     token: Option<SecretSource>,
-    scraper: Mutex<metrics::Scraper>,
-    /// The API's kept read-only connection (`None` until the first request, or after an
-    /// error).
-    reader: Mutex<Option<Connection>>,
+    /// `/metrics` and the API read through its one kept connection (shared with remote
+    /// write).
+    scraper: metrics::SharedScraper,
 }
 
 impl Api {
     /// Checks that the token (if any) can be read now: a daemon that could not check
     /// requests must not start.
-    pub fn new(health: Arc<Health>, cfg: Arc<Config>) -> Result<Arc<Api>, String> {
+    pub fn new(
+        health: Arc<Health>,
+        cfg: Arc<Config>,
+        scraper: metrics::SharedScraper,
+    ) -> Result<Arc<Api>, String> {
         let token = cfg.http.token.clone();
         if let Some(t) = &token {
             secret::read("HTTP API token", t)?;
@@ -57,8 +60,7 @@ impl Api {
             health,
             cfg,
             token,
-            scraper: Mutex::new(metrics::Scraper::default()),
-            reader: Mutex::new(None),
+            scraper,
         }))
     }
 
@@ -93,24 +95,19 @@ impl Api {
         }
     }
 
-    /// Runs `f` with the kept read-only connection (opened on first use, dropped after an
-    /// error so that the next request starts clean).
+    /// Runs `f` with the kept read-only connection (dropped after an error other than a bad
+    /// argument, so that the next request starts clean).
     fn with_reader<T>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, crate::cli::Failure>,
     ) -> Result<T, crate::cli::Failure> {
-        let mut guard = self.reader.lock().unwrap_or_else(|p| p.into_inner());
-        let conn = match guard.take() {
-            Some(c) => c,
-            None => crate::store::open_daemon_reader(&self.cfg.database)?,
-        };
-        let out = f(&conn);
-        if out.as_ref().is_ok()
-            || out
-                .as_ref()
-                .is_err_and(|e| e.code == crate::cli::exit::USAGE)
+        let mut s = self.scraper.lock().unwrap_or_else(|p| p.into_inner());
+        let out = f(s.conn(&self.cfg.database)?);
+        if out
+            .as_ref()
+            .is_err_and(|e| e.code != crate::cli::exit::USAGE)
         {
-            *guard = Some(conn);
+            s.reset();
         }
         out
     }

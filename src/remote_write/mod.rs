@@ -27,7 +27,7 @@ use prost::Message;
 use crate::clock::now_ms;
 use crate::config::{Config, RemoteWriteConfig};
 use crate::http::Health;
-use crate::http::metrics::Scraper;
+use crate::http::metrics::{Scraper, SharedScraper};
 use crate::http::metrics::expo::{Family, Kind};
 use crate::model::TsMs;
 use crate::notify::SendError;
@@ -116,6 +116,8 @@ pub struct Parts {
     pub stop: Arc<AtomicBool>,
     /// Rung to stop (and wake) the thread.
     pub bell: Arc<tokio::sync::Notify>,
+    /// The daemon's one scraper (its connection is shared with `/metrics` and the API).
+    pub scraper: SharedScraper,
 }
 
 /// Starts the thread when targets are configured. A target whose client cannot be built
@@ -163,7 +165,6 @@ async fn run(parts: Parts, mut targets: Vec<Target>) {
     for t in &targets {
         tracing::info!(target = %t.cfg.name, url = %t.cfg.url, interval = ?t.cfg.interval, "remote write");
     }
-    let mut scraper = Scraper::default();
     let mut stopping_since: Option<std::time::Instant> = None;
     loop {
         let stop = parts.stop.load(Ordering::Relaxed);
@@ -172,6 +173,7 @@ async fn run(parts: Parts, mut targets: Vec<Target>) {
         }
         let now = now_ms();
         if !stop {
+            let mut scraper = parts.scraper.lock().unwrap_or_else(|p| p.into_inner());
             snapshot(&parts, &mut scraper, &mut queue, &mut targets, now);
         }
         let mut next_due: Option<TsMs> = None;

@@ -1,7 +1,8 @@
 //! `GET /metrics`: the GPUs as of the last stored tick, in dcgm-exporter's names (or
 //! gpuwatch's), the training progress joined per GPU, the live alerts, and the daemon's own
-//! health — from the store through `status`'s readers and one kept read-only connection,
-//! plus the in-process telemetry.
+//! health — from the store through `status`'s readers and one kept read-only connection
+//! (the daemon's one [`SharedScraper`], also used by the API and remote write), plus the
+//! in-process telemetry.
 //!
 //! Invariants: a scrape never calls NVML and never waits on the writer (WAL readers do not
 //! block it); it reads only this daemon's host (imports of other hosts in the same file are
@@ -73,6 +74,10 @@ impl Reads {
     }
 }
 
+/// The one scraper of a daemon, shared by `/metrics`, the API and remote write: one
+/// read-only connection for all three.
+pub type SharedScraper = std::sync::Arc<std::sync::Mutex<Scraper>>;
+
 /// The scraping side's state: its connection and the XID cursor.
 #[derive(Default)]
 pub struct Scraper {
@@ -104,6 +109,20 @@ impl Scraper {
         let text = expo::encode(&families, format);
         health.scrape_seconds.observe(started.elapsed());
         Ok(text)
+    }
+
+    /// The kept connection (opened on first use).
+    pub fn conn(&mut self, db: &std::path::Path) -> Result<&Connection, StoreError> {
+        let conn = match self.conn.take() {
+            Some(c) => c,
+            None => store::open_daemon_reader(db)?,
+        };
+        Ok(self.conn.insert(conn))
+    }
+
+    /// Drops the connection after an error: the next use opens a fresh one.
+    pub fn reset(&mut self) {
+        self.conn = None;
     }
 
     /// The families of one scrape (also what remote write pushes).
