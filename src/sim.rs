@@ -265,44 +265,14 @@ impl Drop for SimKubelet {
 }
 
 impl SimKubelet {
-    /// Points `config` at this kubelet (`[kubernetes] enabled = true`, its socket).
-    pub fn configure(&self, config: &mut crate::config::Config) {
-        config.kubernetes.enabled = crate::config::Kubelet::On;
-        config.kubernetes.pod_resources_socket = self.socket.clone();
-    }
-}
-
-impl SimGpus {
-    /// The scenario's `[[pod]]`s served the way a kubelet serves them (the pod-resources
-    /// API on a unix socket, bound before this returns); `None` when it declares no pods.
-    pub fn serve_pods(&self) -> std::io::Result<Option<SimKubelet>> {
-        let scenario = &self.scenario;
-        use crate::attribution::kubelet::{proto, server};
-        if scenario.pods().is_empty() {
-            return Ok(None);
-        }
+    /// Serves `answer` the way a kubelet serves its allocations (the pod-resources API on a
+    /// unix socket in a temporary directory, bound before this returns).
+    pub fn serve(
+        answer: crate::attribution::kubelet::proto::ListPodResourcesResponse,
+    ) -> std::io::Result<SimKubelet> {
+        use crate::attribution::kubelet::server;
         let pods = server::PodList::default();
-        pods.set(proto::ListPodResourcesResponse {
-            pod_resources: scenario
-                .pods()
-                .iter()
-                .map(|p| proto::PodResources {
-                    name: p.name.clone(),
-                    namespace: p.namespace.clone(),
-                    containers: vec![proto::ContainerResources {
-                        name: p.container.clone(),
-                        devices: vec![proto::ContainerDevices {
-                            resource_name: "nvidia.com/gpu".into(),
-                            device_ids: p
-                                .gpus
-                                .iter()
-                                .map(|&g| scenario.gpu(g).uuid.clone())
-                                .collect(),
-                        }],
-                    }],
-                })
-                .collect(),
-        });
+        pods.set(answer);
         let dir = tempfile::Builder::new()
             .prefix("gpuwatch-kubelet-")
             .tempdir()?;
@@ -323,10 +293,50 @@ impl SimGpus {
                     tracing::warn!(error = %e, "the simulated kubelet stopped");
                 }
             })?;
-        Ok(Some(SimKubelet {
+        Ok(SimKubelet {
             socket,
             _dir: dir,
             stop: Some(tx),
-        }))
+        })
+    }
+
+    /// Points `config` at this kubelet (`[kubernetes] enabled = true`, its socket).
+    pub fn configure(&self, config: &mut crate::config::Config) {
+        config.kubernetes.enabled = crate::config::Kubelet::On;
+        config.kubernetes.pod_resources_socket = self.socket.clone();
+    }
+}
+
+impl SimGpus {
+    /// The scenario's `[[pod]]`s served the way a kubelet serves them (the pod-resources
+    /// API on a unix socket, bound before this returns); `None` when it declares no pods.
+    pub fn serve_pods(&self) -> std::io::Result<Option<SimKubelet>> {
+        let scenario = &self.scenario;
+        use crate::attribution::kubelet::proto;
+        if scenario.pods().is_empty() {
+            return Ok(None);
+        }
+        SimKubelet::serve(proto::ListPodResourcesResponse {
+            pod_resources: scenario
+                .pods()
+                .iter()
+                .map(|p| proto::PodResources {
+                    name: p.name.clone(),
+                    namespace: p.namespace.clone(),
+                    containers: vec![proto::ContainerResources {
+                        name: p.container.clone(),
+                        devices: vec![proto::ContainerDevices {
+                            resource_name: "nvidia.com/gpu".into(),
+                            device_ids: p
+                                .gpus
+                                .iter()
+                                .map(|&g| scenario.gpu(g).uuid.clone())
+                                .collect(),
+                        }],
+                    }],
+                })
+                .collect(),
+        })
+        .map(Some)
     }
 }

@@ -2,6 +2,8 @@
 //! dcgm-exporter's names (checked by promtool) and in gpuwatch's, the JSON API against the
 //! CLI's `--format json`, the token beyond loopback, and the live page in headless Chromium.
 
+#[path = "attribution_support/mod.rs"]
+mod attribution_support;
 #[path = "http_support/mod.rs"]
 mod http_support;
 
@@ -551,37 +553,12 @@ fn the_listener_serves_https_with_its_certificate() {
 
 #[test]
 fn gpu_series_carry_the_pod_the_kubelet_allocated() {
-    use gpuwatch::attribution::kubelet::{proto, server};
-    let kube = tempfile::tempdir().expect("tmp");
-    let sock = kube.path().join("kubelet.sock");
-    let list = server::PodList::default();
-    list.set(proto::ListPodResourcesResponse {
-        pod_resources: vec![proto::PodResources {
-            name: "llm-ft-7".into(),
-            namespace: "research".into(),
-            containers: vec![proto::ContainerResources {
-                name: "trainer".into(),
-                devices: vec![proto::ContainerDevices {
-                    resource_name: "nvidia.com/gpu".into(),
-                    device_ids: vec![http_support::uuid(9, 0)],
-                }],
-            }],
-        }],
-    });
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    rt.spawn({
-        let (sock, list) = (sock.clone(), list.clone());
-        async move {
-            server::serve(&sock, list, async {
-                let _ = stop_rx.await;
-            })
-            .await
-        }
-    });
-    wait_for("socket", Duration::from_secs(10), || {
-        sock.exists().then_some(())
-    });
+    let uuid = http_support::uuid(9, 0);
+    let kubelet = gpuwatch::sim::SimKubelet::serve(attribution_support::allocations(&[(
+        "llm-ft-7", "research", &uuid,
+    )]))
+    .expect("kubelet");
+    let sock = kubelet.socket.clone();
     let node = Node::new(
         "node-9",
         9,
@@ -624,7 +601,7 @@ fn gpu_series_carry_the_pod_the_kubelet_allocated() {
         .find(|l| l.starts_with("DCGM_FI_DEV_GPU_TEMP{gpu=\"1\""))
         .expect("GPU 1");
     assert!(!gpu1.contains("pod="), "{gpu1}");
-    let _ = stop_tx.send(());
+    drop(kubelet);
 }
 
 #[test]

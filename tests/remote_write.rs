@@ -8,9 +8,6 @@ mod http_support;
 #[path = "training_support/mod.rs"]
 mod training_support;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http_support::{Node, http_get, url_encode as encode, wait_for};
@@ -117,76 +114,20 @@ fn an_outage_and_a_restart_lose_nothing() {
     assert!(v.contains("\"pusher\""), "{v}");
 }
 
-/// A receiver answering each request with the next scripted status (the last repeats),
-/// decoding every body.
-struct Receiver {
-    url: String,
-    got: Arc<Mutex<Vec<(String, gpuwatch::remote_write::proto::WriteRequest)>>>,
-}
-
-impl Receiver {
-    fn start(script: Vec<(u16, &'static str)>) -> Receiver {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let url = format!(
-            "http://{}/api/v1/write",
-            listener.local_addr().expect("addr")
-        );
-        let got = Arc::new(Mutex::new(Vec::new()));
-        let seen = got.clone();
-        std::thread::spawn(move || {
-            let mut n = 0;
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { continue };
-                let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-                let mut head = String::new();
-                let mut len = 0usize;
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                        break;
-                    }
-                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                        len = v.trim().parse().unwrap_or(0);
-                    }
-                    if line == "\r\n" {
-                        break;
-                    }
-                    head.push_str(&line.to_ascii_lowercase());
-                }
-                let mut body = vec![0; len];
-                let _ = reader.read_exact(&mut body);
-                let raw = snap::raw::Decoder::new()
-                    .decompress_vec(&body)
-                    .expect("snappy block format");
-                let req = gpuwatch::remote_write::proto::WriteRequest::decode(raw.as_slice())
-                    .expect("protobuf");
-                seen.lock().expect("lock").push((head, req));
-                let (status, extra) = script[n.min(script.len() - 1)];
-                n += 1;
-                let mut s = stream;
-                let _ = write!(
-                    s,
-                    "HTTP/1.1 {status} X\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n"
-                );
-            }
-        });
-        Receiver { url, got }
-    }
-}
-
 #[test]
 fn retries_5xx_and_429_refuses_4xx_and_keeps_order() {
-    let recv = Receiver::start(vec![
-        (503, ""),
-        (429, "Retry-After: 1\r\n"),
-        (400, ""),
-        (204, ""),
+    use training_support::Canned;
+    let recv = training_support::CannedServer::start(vec![
+        Canned::Headers(503, ""),
+        Canned::Headers(429, "Retry-After: 1\r\n"),
+        Canned::Headers(400, ""),
+        Canned::Headers(204, ""),
     ]);
     let dir = tempfile::tempdir().expect("tmp");
     let token = dir.path().join("token");
     std::fs::write(&token, "rw-s3cret-token\n").expect("token");
     let rw = format!(
-        "[[remote_write]]\nurl = \"{}\"\ninterval = \"1s\"\ntoken_file = \"{}\"\n[remote_write.labels]\ncluster = \"lab\"\n",
+        "[[remote_write]]\nurl = \"{}/api/v1/write\"\ninterval = \"1s\"\ntoken_file = \"{}\"\n[remote_write.labels]\ncluster = \"lab\"\n",
         recv.url,
         token.display()
     );
@@ -207,7 +148,21 @@ fn retries_5xx_and_429_refuses_4xx_and_keeps_order() {
         st["last_error"].as_str().unwrap_or("").contains("400"),
         "{st}"
     );
-    let got = recv.got.lock().expect("lock").clone();
+    // Each request decoded: snappy block format, then the protobuf WriteRequest.
+    let got: Vec<(String, gpuwatch::remote_write::proto::WriteRequest)> = recv
+        .received()
+        .into_iter()
+        .map(|r| {
+            let raw = snap::raw::Decoder::new()
+                .decompress_vec(&r.body)
+                .expect("snappy block format");
+            let req = gpuwatch::remote_write::proto::WriteRequest::decode(raw.as_slice())
+                .expect("protobuf");
+            let head =
+                r.text[..r.text.find("\r\n\r\n").unwrap_or(r.text.len())].to_ascii_lowercase();
+            (head, req)
+        })
+        .collect();
     // The first snapshot was tried three times (503, 429, then refused with 400), and the
     // next one only after it: one request in flight, the head first.
     let stamp =

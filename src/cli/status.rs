@@ -29,49 +29,114 @@ pub fn run(args: StatusArgs) -> Result<(), Failure> {
     let cfg = args.config.load().map_err(|e| fail(exit::USAGE, e))?;
     let conn = store::open_read_only(&cfg.database)?;
     let now = now_ms();
-    let host = args.host.as_deref();
+    let st = Status::read(&conn, &cfg, args.host.as_deref(), now)?;
     match args.format {
-        Format::Json => println!("{}", document(&conn, &cfg, host, now)?),
-        Format::Table => {
-            let rows = store::read::latest_per_gpu(&conn, host, now)?;
-            let delivery = delivery(&conn, &cfg, now)?;
-            if rows.is_empty() {
-                println!("no GPUs recorded in {} yet", cfg.database.display());
-                print_delivery(&delivery, now);
-                print_remote_write(&store::remote_write::backlog(&conn)?, now);
-                return Ok(());
-            }
-            let errors = store::read::metric_error_summary(&conn, host)?;
-            let joins = super::status_training::Joins::read(&conn, &rows)?;
+        Format::Json => println!("{}", st.json(&cfg)),
+        Format::Table => print!("{}", st.table(&cfg, now)),
+    }
+    Ok(())
+}
+
+/// `status --format json` and `GET /api/v1/status`: `{"gpus": [...], "notify": {...},
+/// "remote_write": [...]}`.
+pub fn document(
+    conn: &rusqlite::Connection,
+    cfg: &crate::config::Config,
+    host: Option<&str>,
+    now: i64,
+) -> Result<serde_json::Value, store::StoreError> {
+    Ok(Status::read(conn, cfg, host, now)?.json(cfg))
+}
+
+/// Everything `status` shows, read once for either form.
+struct Status {
+    rows: Vec<store::read::GpuStatusRow>,
+    errors: Vec<store::read::MetricErrorRow>,
+    joins: super::status_training::Joins,
+    delivery: Delivery,
+    remote_write: Vec<store::remote_write::Backlog>,
+}
+
+impl Status {
+    fn read(
+        conn: &rusqlite::Connection,
+        cfg: &crate::config::Config,
+        host: Option<&str>,
+        now: i64,
+    ) -> Result<Status, store::StoreError> {
+        let rows = store::read::latest_per_gpu(conn, host, now)?;
+        Ok(Status {
+            errors: store::read::metric_error_summary(conn, host)?,
+            joins: super::status_training::Joins::read(conn, &rows)?,
+            delivery: delivery(conn, cfg, now)?,
+            remote_write: store::remote_write::backlog(conn)?,
+            rows,
+        })
+    }
+
+    fn json(&self, cfg: &crate::config::Config) -> serde_json::Value {
+        let stale = cfg.http.stall_after.as_millis() as i64;
+        let mut v = format::json(&self.rows, stale);
+        // format::json writes one object per row, in order.
+        for (gpu, row) in v.as_array_mut().into_iter().flatten().zip(&self.rows) {
+            let failing: Vec<serde_json::Value> = self
+                .errors
+                .iter()
+                .filter(|e| gpu["uuid"] == e.error.gpu_uuid.as_str())
+                .map(|e| {
+                    serde_json::json!({
+                        "metric": e.error.metric,
+                        "error": e.error.error,
+                        "count": e.error.count,
+                        "first_ms": e.error.first_ms,
+                        "last_ms": e.error.last_ms,
+                    })
+                })
+                .collect();
+            gpu["read_errors"] = serde_json::Value::Array(failing);
+            gpu["training"] = self.joins.json(&row.host, row.inventory.index);
+        }
+        serde_json::json!({ "gpus": v, "notify": self.delivery, "remote_write": self.remote_write })
+    }
+
+    fn table(&self, cfg: &crate::config::Config, now: i64) -> String {
+        let mut out = String::new();
+        if self.rows.is_empty() {
+            out.push_str(&format!(
+                "no GPUs recorded in {} yet\n",
+                cfg.database.display()
+            ));
+        } else {
             let stale = cfg.http.stall_after.as_millis() as i64;
-            print!("{}", format::table(&rows, stale));
-            print!("{}", joins.table());
-            if !errors.is_empty() {
-                println!("\nNVML reads failing (counted, logged once):");
-                for e in &errors {
-                    println!(
-                        "  GPU {} {}: {} ({} times, last {} ago)",
+            out.push_str(&format::table(&self.rows, stale));
+            out.push_str(&self.joins.table());
+            if !self.errors.is_empty() {
+                out.push_str("\nNVML reads failing (counted, logged once):\n");
+                for e in &self.errors {
+                    out.push_str(&format!(
+                        "  GPU {} {}: {} ({} times, last {} ago)\n",
                         e.gpu_index
                             .map_or_else(|| e.error.gpu_uuid.clone(), |i| i.to_string()),
                         e.error.metric,
                         e.error.error,
                         e.error.count,
                         format::age(now - e.error.last_ms)
-                    );
+                    ));
                 }
             }
-            print_delivery(&delivery, now);
-            print_remote_write(&store::remote_write::backlog(&conn)?, now);
         }
+        out.push_str(&delivery_text(&self.delivery, now));
+        out.push_str(&remote_write_text(&self.remote_write, now));
+        out
     }
-    Ok(())
 }
 
-fn print_remote_write(targets: &[store::remote_write::Backlog], now: i64) {
+fn remote_write_text(targets: &[store::remote_write::Backlog], now: i64) -> String {
+    let mut out = String::new();
     if targets.is_empty() {
-        return;
+        return out;
     }
-    println!("\nRemote write:");
+    out.push_str("\nRemote write:\n");
     for t in targets {
         let mut line = format!(
             "  {}: {} samples sent in {} requests",
@@ -96,54 +161,21 @@ fn print_remote_write(targets: &[store::remote_write::Backlog], now: i64) {
                 ));
             }
         }
-        println!("{line}");
+        out.push_str(&line);
+        out.push('\n');
         if t.refused_requests > 0 || t.dropped_requests > 0 {
-            println!(
-                "    {} request(s) refused by the receiver (4xx, not retried), {} dropped (queue full){}",
+            out.push_str(&format!(
+                "    {} request(s) refused by the receiver (4xx, not retried), {} dropped (queue full){}\n",
                 t.refused_requests,
                 t.dropped_requests,
                 t.last_error
                     .as_deref()
                     .map(|e| format!("; last error: {e}"))
                     .unwrap_or_default()
-            );
+            ));
         }
     }
-}
-
-/// `status --format json` and `GET /api/v1/status`: `{"gpus": [...], "notify": {...}}`.
-pub fn document(
-    conn: &rusqlite::Connection,
-    cfg: &crate::config::Config,
-    host: Option<&str>,
-    now: i64,
-) -> Result<serde_json::Value, store::StoreError> {
-    let rows = store::read::latest_per_gpu(conn, host, now)?;
-    let errors = store::read::metric_error_summary(conn, host)?;
-    let stale = cfg.http.stall_after.as_millis() as i64;
-    let delivery = delivery(conn, cfg, now)?;
-    let joins = super::status_training::Joins::read(conn, &rows)?;
-    let mut v = format::json(&rows, stale);
-    // format::json writes one object per row, in order.
-    for (gpu, row) in v.as_array_mut().into_iter().flatten().zip(&rows) {
-        let failing: Vec<serde_json::Value> = errors
-            .iter()
-            .filter(|e| gpu["uuid"] == e.error.gpu_uuid.as_str())
-            .map(|e| {
-                serde_json::json!({
-                    "metric": e.error.metric,
-                    "error": e.error.error,
-                    "count": e.error.count,
-                    "first_ms": e.error.first_ms,
-                    "last_ms": e.error.last_ms,
-                })
-            })
-            .collect();
-        gpu["read_errors"] = serde_json::Value::Array(failing);
-        gpu["training"] = joins.json(&row.host, row.inventory.index);
-    }
-    let remote_write = store::remote_write::backlog(conn)?;
-    Ok(serde_json::json!({ "gpus": v, "notify": delivery, "remote_write": remote_write }))
+    out
 }
 
 /// Alert delivery as `status` shows it: per receiver, and the silences in force.
@@ -201,11 +233,12 @@ fn delivery(
     })
 }
 
-fn print_delivery(d: &Delivery, now: i64) {
+fn delivery_text(d: &Delivery, now: i64) -> String {
+    let mut out = String::new();
     if d.receivers.is_empty() {
-        return;
+        return out;
     }
-    println!("\nAlert delivery:");
+    out.push_str("\nAlert delivery:\n");
     for r in &d.receivers {
         let b = &r.backlog;
         let mut line = format!(
@@ -240,19 +273,21 @@ fn print_delivery(d: &Delivery, now: i64) {
         if r.backlog_alert {
             line.push_str("  BACKLOG");
         }
-        println!("{line}");
+        out.push_str(&line);
+        out.push('\n');
         if b.dead > 0 {
-            println!(
-                "    {} dead letter(s) (permanent errors, not retried); last: {}",
+            out.push_str(&format!(
+                "    {} dead letter(s) (permanent errors, not retried); last: {}\n",
                 b.dead,
                 b.last_dead_error.as_deref().unwrap_or("?")
-            );
+            ));
         }
     }
     if d.silences_active > 0 {
-        println!(
-            "  {} silence(s) in force (gpuwatch silence list)",
+        out.push_str(&format!(
+            "  {} silence(s) in force (gpuwatch silence list)\n",
             d.silences_active
-        );
+        ));
     }
+    out
 }

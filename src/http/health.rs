@@ -80,12 +80,22 @@ impl Health {
         self.ticks.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Milliseconds since the last tick that sampled some GPU (`None`: none yet).
+    pub fn sampled_age_ms(&self, now: i64) -> Option<i64> {
+        match self.last_progress_wall_ms.load(Ordering::Relaxed) {
+            0 => None,
+            t => Some(now - t),
+        }
+    }
+
     /// (healthy, JSON body).
     pub fn report(&self) -> (bool, serde_json::Value) {
         let now = now_ms();
-        let age = |t: i64| (t != 0).then(|| now - t);
-        let tick_age = age(self.last_tick_wall_ms.load(Ordering::Relaxed));
-        let progress_age = age(self.last_progress_wall_ms.load(Ordering::Relaxed));
+        let tick_age = match self.last_tick_wall_ms.load(Ordering::Relaxed) {
+            0 => None,
+            t => Some(now - t),
+        };
+        let progress_age = self.sampled_age_ms(now);
         let fresh = |a: Option<i64>| {
             a.map_or(now - self.started_ms < self.stall_after_ms, |a| {
                 a < self.stall_after_ms

@@ -16,7 +16,6 @@
 pub mod proto;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -27,8 +26,8 @@ use prost::Message;
 use crate::clock::now_ms;
 use crate::config::{Config, RemoteWriteConfig};
 use crate::http::Health;
+use crate::http::metrics::SharedScraper;
 use crate::http::metrics::expo::{Family, Kind};
-use crate::http::metrics::{Scraper, SharedScraper};
 use crate::model::TsMs;
 use crate::notify::SendError;
 use crate::store::remote_write::{Queued, RemoteWriteQueue};
@@ -154,8 +153,7 @@ pub fn spawn(parts: Parts) -> std::io::Result<Option<JoinHandle<()>>> {
 }
 
 async fn run(parts: Parts, mut targets: Vec<Target>) {
-    let db: PathBuf = parts.config.database.clone();
-    let mut queue = match RemoteWriteQueue::open(&db) {
+    let mut queue = match RemoteWriteQueue::open(&parts.config.database) {
         Ok(q) => q,
         Err(e) => {
             tracing::error!(error = %e, "remote write disabled: cannot open the queue");
@@ -173,8 +171,7 @@ async fn run(parts: Parts, mut targets: Vec<Target>) {
         }
         let now = now_ms();
         if !stop {
-            let mut scraper = parts.scraper.lock().unwrap_or_else(|p| p.into_inner());
-            snapshot(&parts, &mut scraper, &mut queue, &mut targets, now);
+            snapshot(&parts, &mut queue, &mut targets, now);
         }
         let mut next_due: Option<TsMs> = None;
         for t in &targets {
@@ -202,17 +199,17 @@ async fn run(parts: Parts, mut targets: Vec<Target>) {
 }
 
 /// Queues a snapshot for every target whose interval has come.
-fn snapshot(
-    parts: &Parts,
-    scraper: &mut Scraper,
-    queue: &mut RemoteWriteQueue,
-    targets: &mut [Target],
-    now: TsMs,
-) {
+fn snapshot(parts: &Parts, queue: &mut RemoteWriteQueue, targets: &mut [Target], now: TsMs) {
     if !targets.iter().any(|t| now >= t.next_snapshot) {
         return;
     }
-    let families = match scraper.collect(&parts.config, &parts.health, now) {
+    // The shared scraper is held for the read only, not for the encoding and queueing.
+    let collected = parts
+        .scraper
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .collect(&parts.config, &parts.health, now);
+    let families = match collected {
         Ok(f) => f,
         Err(e) => {
             tracing::warn!(error = %e, "remote write: cannot read the database for a snapshot");

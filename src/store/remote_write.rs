@@ -68,30 +68,28 @@ impl RemoteWriteQueue {
              VALUES (?1, ?2, ?3, ?4, ?2)",
         )?
         .execute(params![target, created_ms, samples, payload])?;
+        let new_id = tx.last_insert_rowid();
+        let mut total: i64 = tx
+            .prepare_cached(
+                "SELECT coalesce(sum(length(payload)), 0) FROM remote_write_queue WHERE target = ?1",
+            )?
+            .query_row(params![target], |r| r.get(0))?;
         let mut dropped = (0i64, 0i64);
-        loop {
-            let total: i64 = tx
-                .prepare_cached("SELECT coalesce(sum(length(payload)), 0) FROM remote_write_queue WHERE target = ?1")?
-                .query_row(params![target], |r| r.get(0))?;
-            if u64::try_from(total).unwrap_or(0) <= max_bytes {
-                break;
-            }
-            let oldest: Option<(i64, i64)> = tx
+        // The oldest go first; the new row stays even when it alone is over the bound.
+        while u64::try_from(total).unwrap_or(0) > max_bytes {
+            let oldest: Option<(i64, i64, i64)> = tx
                 .prepare_cached(
-                    "SELECT id, samples FROM remote_write_queue WHERE target = ?1 ORDER BY id LIMIT 1 OFFSET 0",
+                    "SELECT id, samples, length(payload) FROM remote_write_queue
+                     WHERE target = ?1 AND id <> ?2 ORDER BY id LIMIT 1",
                 )?
-                .query_row(params![target], |r| Ok((r.get(0)?, r.get(1)?)))
+                .query_row(params![target, new_id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
                 .optional()?;
-            let Some((id, n)) = oldest else { break };
-            // The newest row stays even when it alone is larger than the bound.
-            let count: i64 = tx
-                .prepare_cached("SELECT count(*) FROM remote_write_queue WHERE target = ?1")?
-                .query_row(params![target], |r| r.get(0))?;
-            if count <= 1 {
-                break;
-            }
+            let Some((id, n, len)) = oldest else { break };
             tx.prepare_cached("DELETE FROM remote_write_queue WHERE id = ?1")?
                 .execute(params![id])?;
+            total -= len;
             dropped.0 += 1;
             dropped.1 += n;
         }

@@ -63,13 +63,24 @@ pub enum Canned {
     Hang,
     /// Answers `status` with the request's headers as a plain-text body (a leaky proxy).
     Echo(u16),
+    /// Answers `status` with these extra header lines (each ending in `\r\n`) and no body.
+    Headers(u16, &'static str),
+}
+
+/// One request as the canned server read it.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The request line and headers, then the body as (lossy) text.
+    pub text: String,
+    /// The body's bytes.
+    pub body: Vec<u8>,
 }
 
 /// A tiny HTTP/1.1 server answering each connection with the next canned response (the last
 /// one repeats). Records every request's head and body.
 pub struct CannedServer {
     pub url: String,
-    pub requests: Arc<Mutex<Vec<String>>>,
+    requests: Arc<Mutex<Vec<Request>>>,
 }
 
 impl CannedServer {
@@ -94,12 +105,18 @@ impl CannedServer {
         }
     }
 
+    /// Every request's head and body as text, in the order they were read.
     pub fn requests(&self) -> Vec<String> {
+        self.received().into_iter().map(|r| r.text).collect()
+    }
+
+    /// Every request, with its body's bytes.
+    pub fn received(&self) -> Vec<Request> {
         self.requests.lock().expect("lock").clone()
     }
 }
 
-fn answer(stream: TcpStream, r: &Canned, seen: &Mutex<Vec<String>>) {
+fn answer(stream: TcpStream, r: &Canned, seen: &Mutex<Vec<Request>>) {
     let mut reader = BufReader::new(stream.try_clone().expect("clone"));
     let mut head = String::new();
     let mut len = 0usize;
@@ -119,8 +136,19 @@ fn answer(stream: TcpStream, r: &Canned, seen: &Mutex<Vec<String>>) {
     let mut body = vec![0; len];
     let _ = reader.read_exact(&mut body);
     head.push_str(&String::from_utf8_lossy(&body));
-    seen.lock().expect("lock").push(head.clone());
+    seen.lock().expect("lock").push(Request {
+        text: head.clone(),
+        body,
+    });
     let (status, ctype, text) = match r {
+        Canned::Headers(s, extra) => {
+            let mut stream = stream;
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {s} X\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            return;
+        }
         Canned::Json(s, b) => (*s, "application/json", b.to_string()),
         Canned::Raw(s, c, b) => (*s, *c, b.to_string()),
         Canned::Echo(s) => {

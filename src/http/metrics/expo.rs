@@ -41,7 +41,7 @@ pub type Labels = std::sync::Arc<[Label]>;
 #[derive(Debug, Clone)]
 pub struct Family {
     pub name: Cow<'static, str>,
-    pub help: &'static str,
+    pub help: Cow<'static, str>,
     pub kind: Kind,
     /// OpenMetrics `# UNIT` (only when the name ends with `_<unit>`).
     pub unit: Option<&'static str>,
@@ -49,11 +49,14 @@ pub struct Family {
 }
 
 impl Family {
-    pub fn new(name: impl Into<Cow<'static, str>>, kind: Kind, help: &'static str) -> Self {
-        let name = name.into();
+    pub fn new(
+        name: impl Into<Cow<'static, str>>,
+        kind: Kind,
+        help: impl Into<Cow<'static, str>>,
+    ) -> Self {
         Family {
-            name,
-            help,
+            name: name.into(),
+            help: help.into(),
             kind,
             unit: None,
             samples: Vec::new(),
@@ -236,7 +239,7 @@ pub fn encode(families: &[Family], format: Format) -> String {
         out.push_str("# HELP ");
         out.push_str(family_name);
         out.push(' ');
-        escape_help(f.help, &mut out);
+        escape_help(&f.help, &mut out);
         out.push('\n');
         let _ = writeln!(out, "# TYPE {family_name} {type_name}");
         if let (Format::OpenMetrics, Some(unit)) = (format, f.unit) {

@@ -16,15 +16,35 @@ use crate::store::read::GpuStatusRow;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
-/// One exported GPU reading: both names, its kind, help and how to read it (dcgm units,
-/// then the factor to gpuwatch's base units).
+/// One exported GPU reading: both names, its kind, what it is, and how to read it (in
+/// dcgm-exporter's unit, `dcgm_unit`; `to_base` converts to gpuwatch's base unit, which its
+/// name carries).
 struct Reading {
     dcgm: &'static str,
     ours: &'static str,
     kind: Kind,
-    help: &'static str,
+    what: &'static str,
+    dcgm_unit: Option<&'static str>,
     value: fn(&GpuSample) -> Option<f64>,
     to_base: f64,
+}
+
+/// One GPU of a scrape: its stored status, its labels for the per-GPU readings (the chosen
+/// naming's full set) and for gpuwatch_* families (lint-clean: no camelCase), both built
+/// once, and its last XID (`Some(0)`: watched, none seen; `None`: unknown).
+pub struct Gpu {
+    pub status: GpuStatusRow,
+    pub labels: Labels,
+    pub short: Labels,
+    pub xid: Option<f64>,
+}
+
+/// The names of the UUID and host labels in the chosen naming.
+pub fn id_label_names(names: MetricNames) -> (&'static str, &'static str) {
+    match names {
+        MetricNames::Dcgm => ("UUID", "Hostname"),
+        MetricNames::Gpuwatch => ("uuid", "host"),
+    }
 }
 
 fn f<T: Into<f64>>(v: Option<T>) -> Option<f64> {
@@ -34,7 +54,8 @@ fn f<T: Into<f64>>(v: Option<T>) -> Option<f64> {
 const fn gauge(
     dcgm: &'static str,
     ours: &'static str,
-    help: &'static str,
+    what: &'static str,
+    dcgm_unit: Option<&'static str>,
     value: fn(&GpuSample) -> Option<f64>,
     to_base: f64,
 ) -> Reading {
@@ -42,27 +63,25 @@ const fn gauge(
         dcgm,
         ours,
         kind: Kind::Gauge,
-        help,
+        what,
+        dcgm_unit,
         value,
         to_base,
     }
 }
 
+/// A counter: dcgm-exporter's have no `_total`; gpuwatch's names end with it.
 const fn counter(
     dcgm: &'static str,
     ours: &'static str,
-    help: &'static str,
+    what: &'static str,
+    dcgm_unit: Option<&'static str>,
     value: fn(&GpuSample) -> Option<f64>,
     to_base: f64,
 ) -> Reading {
-    // dcgm-exporter's counters have no `_total`; gpuwatch's names end with it.
     Reading {
-        dcgm,
-        ours,
         kind: Kind::Counter { total: false },
-        help,
-        value,
-        to_base,
+        ..gauge(dcgm, ours, what, dcgm_unit, value, to_base)
     }
 }
 
@@ -70,77 +89,88 @@ const READINGS: &[Reading] = &[
     gauge(
         "DCGM_FI_DEV_SM_CLOCK",
         "gpuwatch_gpu_sm_clock_hertz",
-        "SM clock frequency (in MHz).",
+        "SM clock frequency",
+        Some("MHz"),
         |s| f(s.clock_sm_mhz),
         1e6,
     ),
     gauge(
         "DCGM_FI_DEV_MEM_CLOCK",
         "gpuwatch_gpu_memory_clock_hertz",
-        "Memory clock frequency (in MHz).",
+        "Memory clock frequency",
+        Some("MHz"),
         |s| f(s.clock_mem_mhz),
         1e6,
     ),
     gauge(
         "DCGM_FI_DEV_GPU_TEMP",
         "gpuwatch_gpu_temperature_celsius",
-        "GPU temperature (in C).",
+        "GPU temperature",
+        Some("C"),
         |s| f(s.temp_c),
         1.0,
     ),
     gauge(
         "DCGM_FI_DEV_POWER_USAGE",
         "gpuwatch_gpu_power_watts",
-        "Power draw (in W).",
+        "Power draw",
+        Some("W"),
         |s| s.power_mw.map(|p| p as f64 / 1000.0),
         1.0,
     ),
     gauge(
         "DCGM_FI_DEV_POWER_MGMT_LIMIT",
         "gpuwatch_gpu_power_limit_watts",
-        "Power management limit (in W).",
+        "Power management limit",
+        Some("W"),
         |s| s.power_limit_mw.map(|p| p as f64 / 1000.0),
         1.0,
     ),
     counter(
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
         "gpuwatch_gpu_energy_joules",
-        "Total energy consumption since boot (in mJ).",
+        "Total energy consumption since boot",
+        Some("mJ"),
         |s| s.energy_mj.map(|e| e as f64),
         1e-3,
     ),
     gauge(
         "DCGM_FI_DEV_GPU_UTIL",
         "gpuwatch_gpu_utilization_ratio",
-        "GPU utilization (in %).",
+        "GPU utilization",
+        Some("%"),
         |s| f(s.util_gpu_pct),
         0.01,
     ),
     gauge(
         "DCGM_FI_DEV_MEM_COPY_UTIL",
         "gpuwatch_gpu_memory_copy_utilization_ratio",
-        "Memory utilization (in %).",
+        "Memory utilization",
+        Some("%"),
         |s| f(s.util_mem_pct),
         0.01,
     ),
     gauge(
         "DCGM_FI_DEV_FB_FREE",
         "gpuwatch_gpu_memory_free_bytes",
-        "Framebuffer memory free (in MiB).",
+        "Framebuffer memory free",
+        Some("MiB"),
         |s| s.mem_free_bytes.map(|b| b as f64 / MIB),
         MIB,
     ),
     gauge(
         "DCGM_FI_DEV_FB_USED",
         "gpuwatch_gpu_memory_used_bytes",
-        "Framebuffer memory used (in MiB).",
+        "Framebuffer memory used",
+        Some("MiB"),
         |s| s.mem_used_bytes.map(|b| b as f64 / MIB),
         MIB,
     ),
     gauge(
         "DCGM_FI_DEV_FB_RESERVED",
         "gpuwatch_gpu_memory_reserved_bytes",
-        "Framebuffer memory reserved (in MiB).",
+        "Framebuffer memory reserved",
+        Some("MiB"),
         |s| match (s.mem_total_bytes, s.mem_used_bytes, s.mem_free_bytes) {
             (Some(t), Some(u), Some(fr)) if t >= u + fr => Some((t - u - fr) as f64 / MIB),
             _ => None,
@@ -150,63 +180,72 @@ const READINGS: &[Reading] = &[
     gauge(
         "DCGM_FI_DEV_FAN_SPEED",
         "gpuwatch_gpu_fan_speed_ratio",
-        "Fan speed (in %).",
+        "Fan speed",
+        Some("%"),
         |s| f(s.fan_pct),
         0.01,
     ),
     gauge(
         "DCGM_FI_DEV_PSTATE",
         "gpuwatch_gpu_performance_state",
-        "Performance state (0 = P0, fastest).",
+        "Performance state (0 = P0, fastest)",
+        None,
         |s| f(s.pstate),
         1.0,
     ),
     gauge(
         "DCGM_FI_DEV_PCIE_LINK_GEN",
         "gpuwatch_gpu_pcie_link_generation",
-        "PCIe link generation.",
+        "PCIe link generation",
+        None,
         |s| f(s.pcie_gen),
         1.0,
     ),
     gauge(
         "DCGM_FI_DEV_PCIE_LINK_WIDTH",
         "gpuwatch_gpu_pcie_link_width",
-        "PCIe link width (lanes).",
+        "PCIe link width (lanes)",
+        None,
         |s| f(s.pcie_width),
         1.0,
     ),
     gauge(
         "DCGM_FI_PROF_PCIE_TX_BYTES",
         "gpuwatch_gpu_pcie_transmit_bytes_per_second",
-        "The rate of data transmitted over the PCIe bus, in bytes per second.",
+        "The rate of data transmitted over the PCIe bus, in bytes per second",
+        None,
         |s| s.pcie_tx_kbs.map(|k| k as f64 * 1024.0),
         1.0,
     ),
     gauge(
         "DCGM_FI_PROF_PCIE_RX_BYTES",
         "gpuwatch_gpu_pcie_receive_bytes_per_second",
-        "The rate of data received over the PCIe bus, in bytes per second.",
+        "The rate of data received over the PCIe bus, in bytes per second",
+        None,
         |s| s.pcie_rx_kbs.map(|k| k as f64 * 1024.0),
         1.0,
     ),
     gauge(
         "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
         "gpuwatch_gpu_clock_event_reasons",
-        "Current clock throttle reasons (NVML's bitmask).",
+        "Current clock throttle reasons (NVML's bitmask)",
+        None,
         |s| s.throttle_reasons.map(|r| r as f64),
         1.0,
     ),
     counter(
         "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
         "gpuwatch_gpu_ecc_corrected_errors",
-        "Total number of single-bit volatile ECC errors.",
+        "Total number of single-bit volatile ECC errors",
+        None,
         |s| s.ecc_corrected.map(|e| e as f64),
         1.0,
     ),
     counter(
         "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
         "gpuwatch_gpu_ecc_uncorrected_errors",
-        "Total number of double-bit volatile ECC errors.",
+        "Total number of double-bit volatile ECC errors",
+        None,
         |s| s.ecc_uncorrected.map(|e| e as f64),
         1.0,
     ),
@@ -214,6 +253,7 @@ const READINGS: &[Reading] = &[
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
         "gpuwatch_gpu_remapped_rows_uncorrectable",
         "Number of remapped rows for uncorrectable errors",
+        None,
         |s| f(s.remapped_rows_uncorrectable),
         1.0,
     ),
@@ -221,6 +261,7 @@ const READINGS: &[Reading] = &[
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
         "gpuwatch_gpu_remapped_rows_correctable",
         "Number of remapped rows for correctable errors",
+        None,
         |s| f(s.remapped_rows_correctable),
         1.0,
     ),
@@ -228,6 +269,7 @@ const READINGS: &[Reading] = &[
         "DCGM_FI_DEV_ROW_REMAP_FAILURE",
         "gpuwatch_gpu_row_remap_failure",
         "Whether remapping of rows has failed",
+        None,
         |s| s.remap_failure.map(|b| if b { 1.0 } else { 0.0 }),
         1.0,
     ),
@@ -235,34 +277,14 @@ const READINGS: &[Reading] = &[
         "DCGM_FI_DEV_ROW_REMAP_PENDING",
         "gpuwatch_gpu_row_remap_pending",
         "Whether remapping of rows is pending (a GPU reset is needed)",
+        None,
         |s| s.remap_pending.map(|b| if b { 1.0 } else { 0.0 }),
         1.0,
     ),
 ];
 
-/// The labels that identify a GPU in every family of the chosen naming.
-pub fn gpu_labels(row: &GpuStatusRow, host: &str, names: MetricNames) -> Labels {
-    let inv = &row.inventory;
-    let opt = |v: &Option<String>| v.clone().unwrap_or_default();
-    let mut l: Vec<Label> = match names {
-        MetricNames::Dcgm => vec![
-            ("gpu".into(), inv.index.to_string()),
-            ("UUID".into(), inv.uuid.clone()),
-            ("pci_bus_id".into(), opt(&inv.pci_bus_id)),
-            ("device".into(), format!("nvidia{}", inv.index)),
-            ("modelName".into(), opt(&inv.name)),
-            ("Hostname".into(), host.to_string()),
-            ("DCGM_FI_DRIVER_VERSION".into(), opt(&inv.driver_version)),
-        ],
-        MetricNames::Gpuwatch => vec![
-            ("gpu".into(), inv.index.to_string()),
-            ("uuid".into(), inv.uuid.clone()),
-            ("pci_bus_id".into(), opt(&inv.pci_bus_id)),
-            ("model".into(), opt(&inv.name)),
-            ("host".into(), host.to_string()),
-            ("driver_version".into(), opt(&inv.driver_version)),
-        ],
-    };
+/// `pod`, `namespace` and `container` when attribution knows who holds the GPU.
+fn push_pod(l: &mut Vec<Label>, row: &GpuStatusRow) {
     if let Some(p) = row.pod() {
         l.push(("pod".into(), p.pod.to_string()));
         l.push(("namespace".into(), p.namespace.to_string()));
@@ -270,7 +292,45 @@ pub fn gpu_labels(row: &GpuStatusRow, host: &str, names: MetricNames) -> Labels 
             l.push(("container".into(), c.to_string()));
         }
     }
-    l.into()
+}
+
+impl Gpu {
+    pub fn new(status: GpuStatusRow, host: &str, names: MetricNames, xid: Option<f64>) -> Gpu {
+        let inv = &status.inventory;
+        let opt = |v: &Option<String>| v.clone().unwrap_or_default();
+        let (uuid, host_label) = id_label_names(names);
+        let mut labels: Vec<Label> = vec![
+            ("gpu".into(), inv.index.to_string()),
+            (uuid.into(), inv.uuid.clone()),
+            ("pci_bus_id".into(), opt(&inv.pci_bus_id)),
+        ];
+        match names {
+            MetricNames::Dcgm => labels.extend([
+                ("device".into(), format!("nvidia{}", inv.index)),
+                ("modelName".into(), opt(&inv.name)),
+                ("Hostname".into(), host.to_string()),
+                ("DCGM_FI_DRIVER_VERSION".into(), opt(&inv.driver_version)),
+            ]),
+            MetricNames::Gpuwatch => labels.extend([
+                ("model".into(), opt(&inv.name)),
+                ("host".into(), host.to_string()),
+                ("driver_version".into(), opt(&inv.driver_version)),
+            ]),
+        }
+        push_pod(&mut labels, &status);
+        let mut short: Vec<Label> = vec![
+            ("gpu".into(), inv.index.to_string()),
+            (uuid.into(), inv.uuid.clone()),
+            (host_label.into(), host.to_string()),
+        ];
+        push_pod(&mut short, &status);
+        Gpu {
+            labels: labels.into(),
+            short: short.into(),
+            xid,
+            status,
+        }
+    }
 }
 
 /// The sample a GPU exports readings from: the newest, if it is fresh and was sampled.
@@ -280,13 +340,8 @@ pub fn fresh_sample(row: &GpuStatusRow, stale_after_ms: i64) -> Option<&GpuSampl
     (fresh && s.status == SampleStatus::Ok && row.lost_at_ms.is_none()).then_some(s)
 }
 
-/// The readings of every GPU, one family per metric, plus the last XID of each GPU
-/// (`xid`: the XID number, `Some(0)` when watched and none was seen, `None`: unknown).
-pub fn families(
-    rows: &[(GpuStatusRow, Labels, Option<f64>)],
-    stale_after_ms: i64,
-    names: MetricNames,
-) -> Vec<Family> {
+/// The readings of every GPU, one family per metric, plus the last XID of each GPU.
+pub fn families(gpus: &[Gpu], stale_after_ms: i64, names: MetricNames) -> Vec<Family> {
     let mut out = Vec::with_capacity(READINGS.len() + 1);
     for r in READINGS {
         let (name, kind): (Cow<'static, str>, Kind) = match names {
@@ -296,9 +351,13 @@ pub fn families(
                 k => (r.ours.into(), k),
             },
         };
-        let mut fam = Family::new(name, kind, r.help);
-        for (row, labels, _) in rows {
-            let Some(s) = fresh_sample(row, stale_after_ms) else {
+        let help: Cow<'static, str> = match (names, r.dcgm_unit) {
+            (MetricNames::Dcgm, Some(unit)) => format!("{} (in {unit}).", r.what).into(),
+            _ => format!("{}.", r.what).into(),
+        };
+        let mut fam = Family::new(name, kind, help);
+        for g in gpus {
+            let Some(s) = fresh_sample(&g.status, stale_after_ms) else {
                 continue;
             };
             if let Some(v) = (r.value)(s) {
@@ -306,7 +365,7 @@ pub fn families(
                     MetricNames::Dcgm => v,
                     MetricNames::Gpuwatch => v * r.to_base,
                 };
-                fam.push(labels.clone(), v);
+                fam.push(g.labels.clone(), v);
             }
         }
         out.push(fam);
@@ -318,13 +377,13 @@ pub fn families(
         ),
         MetricNames::Gpuwatch => (
             "gpuwatch_gpu_last_xid",
-            "The last XID error of the GPU since the daemon started (0: none).",
+            "The GPU's last XID in the stored history (0: XIDs are watched and none happened).",
         ),
     };
     let mut xid = Family::new(name, Kind::Gauge, help);
-    for (row, labels, last) in rows {
-        if let (Some(_), Some(v)) = (fresh_sample(row, stale_after_ms), last) {
-            xid.push(labels.clone(), *v);
+    for g in gpus {
+        if let (Some(_), Some(v)) = (fresh_sample(&g.status, stale_after_ms), g.xid) {
+            xid.push(g.labels.clone(), v);
         }
     }
     out.push(xid);

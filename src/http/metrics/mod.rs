@@ -98,14 +98,7 @@ impl Scraper {
         format: Format,
     ) -> Result<String, StoreError> {
         let started = Instant::now();
-        let result = self.collect(cfg, health, now_ms);
-        let families = match result {
-            Ok(f) => f,
-            Err(e) => {
-                self.conn = None;
-                return Err(e);
-            }
-        };
+        let families = self.collect(cfg, health, now_ms)?;
         let text = expo::encode(&families, format);
         health.scrape_seconds.observe(started.elapsed());
         Ok(text)
@@ -125,59 +118,61 @@ impl Scraper {
         self.conn = None;
     }
 
-    /// The families of one scrape (also what remote write pushes).
+    /// The families of one scrape (also what remote write pushes). A database error drops
+    /// the connection (the next use opens a fresh one) and is returned.
     pub fn collect(
         &mut self,
         cfg: &Config,
         health: &Health,
         now_ms: i64,
     ) -> Result<Vec<Family>, StoreError> {
-        let host = cfg.host.clone();
+        let host = &cfg.host;
         let names = cfg.http.metrics_names;
         let stale = cfg.http.stall_after.as_millis() as i64;
         let xid_cursor = self.xid_cursor;
-        let conn = match self.conn.take() {
-            Some(c) => c,
-            None => store::open_daemon_reader(&cfg.database)?,
+        let read = self.conn(&cfg.database).and_then(|conn| {
+            // One read transaction: every family describes the same committed state.
+            conn.execute_batch("BEGIN")?;
+            let read = Reads::read(conn, host, xid_cursor, now_ms);
+            let _ = conn.execute_batch("COMMIT");
+            read
+        });
+        let r = match read {
+            Ok(r) => r,
+            Err(e) => {
+                self.reset();
+                return Err(e);
+            }
         };
-        let conn = self.conn.insert(conn);
-        // One read transaction: every family describes the same committed state.
-        conn.execute_batch("BEGIN")?;
-        let read = Reads::read(conn, &host, xid_cursor, now_ms);
-        let _ = conn.execute_batch("COMMIT");
-        let r = read?;
-        let xids = r.xids;
-        for x in xids {
+        for x in r.xids {
             self.xid_cursor = self.xid_cursor.max(x.event_id);
             if let Some(code) = x.code {
                 self.last_xid.insert(x.gpu_uuid, code);
             }
         }
         let watch = health.xid_watch();
-        let rows: Vec<_> = r
+        let gpus: Vec<gpus::Gpu> = r
             .rows
             .into_iter()
-            .map(|r| {
-                let labels = gpus::gpu_labels(&r, &host, names);
-                let xid = match self.last_xid.get(&r.inventory.uuid) {
+            .map(|row| {
+                let xid = match self.last_xid.get(&row.inventory.uuid) {
                     Some(code) => Some(*code as f64),
                     None => watch
-                        .as_ref()
-                        .and_then(|w| w.watched(r.inventory.index))
+                        .and_then(|w| w.watched(row.inventory.index))
                         .and_then(|w| w.then_some(0.0)),
                 };
-                (r, labels, xid)
+                gpus::Gpu::new(row, host, names, xid)
             })
             .collect();
-        let mut out = gpus::families(&rows, stale, names);
+        let mut out = gpus::families(&gpus, stale, names);
         let ctx = own::Ctx {
             cfg,
             health,
             now_ms,
             stale_after_ms: stale,
         };
-        out.extend(own::gpu_state(&ctx, &rows));
-        out.extend(own::training(&ctx, &rows, &r.joins, &r.latest));
+        out.extend(own::gpu_state(&ctx, &gpus));
+        out.extend(own::training(&gpus, &r.joins, &r.latest));
         out.push(own::alerts(&ctx, &r.alerts));
         out.extend(own::daemon(
             &ctx,

@@ -7,14 +7,14 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::expo::{Family, Kind, Label, Labels, label_name};
-use super::gpus::fresh_sample;
+use super::gpus::{Gpu, fresh_sample, id_label_names};
 use crate::cli::docs::Joins;
-use crate::config::{Config, MetricNames};
+use crate::config::Config;
 use crate::http::Health;
 use crate::http::telemetry::{BOUNDS, Histogram};
 use crate::model::TsMs;
 use crate::store::outbox::ReceiverBacklog;
-use crate::store::read::{GpuStatusRow, MetricErrorRow, TrainingSourceRow};
+use crate::store::read::{MetricErrorRow, TrainingSourceRow};
 use crate::store::scrape::LiveAlert;
 
 pub struct Ctx<'a> {
@@ -22,30 +22,6 @@ pub struct Ctx<'a> {
     pub health: &'a Health,
     pub now_ms: TsMs,
     pub stale_after_ms: i64,
-}
-
-type Row = (GpuStatusRow, Labels, Option<f64>);
-
-/// The labels of a GPU on gpuwatch_* families: lint-clean (no camelCase) in either naming.
-fn short_labels(ctx: &Ctx, row: &GpuStatusRow) -> Vec<Label> {
-    let inv = &row.inventory;
-    let (uuid, host) = match ctx.cfg.http.metrics_names {
-        MetricNames::Dcgm => ("UUID", "Hostname"),
-        MetricNames::Gpuwatch => ("uuid", "host"),
-    };
-    let mut l: Vec<Label> = vec![
-        ("gpu".into(), inv.index.to_string()),
-        (uuid.into(), inv.uuid.clone()),
-        (host.into(), ctx.cfg.host.clone()),
-    ];
-    if let Some(p) = row.pod() {
-        l.push(("pod".into(), p.pod.to_string()));
-        l.push(("namespace".into(), p.namespace.to_string()));
-        if let Some(c) = p.container {
-            l.push(("container".into(), c.to_string()));
-        }
-    }
-    l
 }
 
 /// Adds `extra` labels after `base`: the same label with the same value once, a clash of
@@ -70,7 +46,7 @@ fn merge(mut base: Vec<Label>, extra: impl IntoIterator<Item = (String, String)>
     base
 }
 
-pub fn gpu_state(ctx: &Ctx, rows: &[Row]) -> Vec<Family> {
+pub fn gpu_state(ctx: &Ctx, gpus: &[Gpu]) -> Vec<Family> {
     let mut up = Family::new(
         "gpuwatch_gpu_up",
         Kind::Gauge,
@@ -92,8 +68,8 @@ pub fn gpu_state(ctx: &Ctx, rows: &[Row]) -> Vec<Family> {
         Kind::Gauge,
         "Compute processes on the GPU (absent when the process list was not observed).",
     );
-    for (row, _, _) in rows {
-        let l: Labels = short_labels(ctx, row).into();
+    for g in gpus {
+        let (row, l) = (&g.status, &g.short);
         let fresh = fresh_sample(row, ctx.stale_after_ms);
         up.push(l.clone(), if fresh.is_some() { 1.0 } else { 0.0 });
         lost.push(l.clone(), if row.lost_at_ms.is_some() { 1.0 } else { 0.0 });
@@ -101,18 +77,13 @@ pub fn gpu_state(ctx: &Ctx, rows: &[Row]) -> Vec<Family> {
             seen.push(l.clone(), s.ts_ms as f64 / 1000.0);
         }
         if let Some(n) = fresh.and_then(|s| s.process_count) {
-            procs.push(l, n as f64);
+            procs.push(l.clone(), n as f64);
         }
     }
     vec![up, lost, seen, procs]
 }
 
-pub fn training(
-    ctx: &Ctx,
-    rows: &[Row],
-    joins: &Joins,
-    latest: &HashMap<i64, (TsMs, f64)>,
-) -> Vec<Family> {
+pub fn training(gpus: &[Gpu], joins: &Joins, latest: &HashMap<i64, (TsMs, f64)>) -> Vec<Family> {
     let mut step = Family::new(
         "gpuwatch_training_step",
         Kind::Gauge,
@@ -123,14 +94,14 @@ pub fn training(
         Kind::Gauge,
         "The training loss of the job on this GPU (the series its rules read), with the series' labels.",
     );
-    for (row, _, _) in rows {
-        let (s, l) = joins.chosen(&row.host, row.inventory.index);
+    for g in gpus {
+        let (s, l) = joins.chosen(&g.status.host, g.status.inventory.index);
         for (id, fam) in [(s, &mut step), (l, &mut loss)] {
             let (Some(id), Some(series)) = (id, id.and_then(|i| joins.series(i))) else {
                 continue;
             };
             if let Some((_, v)) = latest.get(&id) {
-                let labels = merge(short_labels(ctx, row), series.labels.iter().cloned());
+                let labels = merge(g.short.to_vec(), series.labels.iter().cloned());
                 fam.push(labels, *v);
             }
         }
@@ -144,10 +115,7 @@ pub fn alerts(ctx: &Ctx, alerts: &[LiveAlert]) -> Family {
         Kind::Gauge,
         "1 for every pending or firing alert (like Prometheus's ALERTS), with its state, severity and labels.",
     );
-    let (uuid, host) = match ctx.cfg.http.metrics_names {
-        MetricNames::Dcgm => ("UUID", "Hostname"),
-        MetricNames::Gpuwatch => ("uuid", "host"),
-    };
+    let (uuid, host) = id_label_names(ctx.cfg.http.metrics_names);
     for a in alerts {
         let mut l: Vec<Label> = vec![
             ("alertname".into(), a.rule.clone()),
@@ -206,8 +174,6 @@ pub fn daemon(
     used_bytes: u64,
 ) -> Vec<Family> {
     let h = ctx.health;
-    let (_, report) = h.report();
-    let secs = |k: &str| report[k].as_f64();
     let mut out = vec![
         {
             let mut f = Family::new(
@@ -279,8 +245,8 @@ pub fn daemon(
         "Seconds since the last tick that sampled some GPU.",
     )
     .unit("seconds");
-    if let Some(a) = secs("last_sampled_age_seconds") {
-        ages.push(Vec::new(), a);
+    if let Some(a) = h.sampled_age_ms(ctx.now_ms) {
+        ages.push(Vec::new(), a as f64 / 1000.0);
     }
     out.push(ages);
 
@@ -296,11 +262,7 @@ pub fn daemon(
                 e.gpu_index.map(|i| i.to_string()).unwrap_or_default(),
             ),
             (
-                match ctx.cfg.http.metrics_names {
-                    MetricNames::Dcgm => "UUID",
-                    MetricNames::Gpuwatch => "uuid",
-                }
-                .into(),
+                id_label_names(ctx.cfg.http.metrics_names).0.into(),
                 e.error.gpu_uuid.clone(),
             ),
             ("function".into(), e.error.metric.clone()),
