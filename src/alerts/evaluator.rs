@@ -258,6 +258,8 @@ pub fn spawn(
                 live.catch_up(&conn, limit, &stop);
                 if let Some(h) = &health {
                     h.eval_seconds.observe(started.elapsed());
+                    let bytes = live.engine.world().heap_bytes() as u64;
+                    h.rule_window_bytes.store(bytes, Ordering::Relaxed);
                 }
             }
             if stopping {

@@ -164,6 +164,9 @@ pub fn fail(code: i32, error: impl Into<anyhow::Error>) -> Failure {
 /// Parses the command line, runs the command, prints errors; returns the exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Run(_) | Command::Demo(_)) {
+        crate::pages::one_malloc_arena();
+    }
     let default = match &cli.command {
         Command::Run(_) => "info",
         Command::Demo(_) => "error",

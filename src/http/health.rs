@@ -35,6 +35,8 @@ pub struct Health {
     pub eval_seconds: Histogram,
     /// `/metrics` answers.
     pub scrape_seconds: Histogram,
+    /// Bytes the rules thread's in-memory windows hold, after its last wake-up.
+    pub rule_window_bytes: AtomicU64,
     xid_watch: OnceLock<Arc<XidWatch>>,
 }
 
@@ -54,6 +56,7 @@ impl Health {
             tick_seconds: Histogram::default(),
             eval_seconds: Histogram::default(),
             scrape_seconds: Histogram::default(),
+            rule_window_bytes: AtomicU64::new(0),
             xid_watch: OnceLock::new(),
         })
     }

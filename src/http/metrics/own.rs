@@ -221,6 +221,12 @@ pub fn daemon(
             "How long one wake-up of the rules thread took: store slice, every rule, state and outbox saved.",
             &h.eval_seconds,
         ),
+        one(
+            "gpuwatch_rule_window_bytes",
+            Kind::Gauge,
+            "Bytes the rules' in-memory series hold (points, sums and summaries of every window).",
+            h.rule_window_bytes.load(Relaxed) as f64,
+        ),
         histogram(
             "gpuwatch_scrape_duration_seconds",
             "How long building a /metrics answer took.",

@@ -5,11 +5,14 @@
 //! Invariants: a metric's history is decided by its own windows, not by the longest window
 //! of the expression it appears in (`max(util_gpu[30m])` next to `training_step[6h]` keeps
 //! 30 minutes of utilisation, not six hours); a metric read only as its current value keeps
-//! the staleness slack; the statistics decide cost, never a result (see [`Stats`]).
+//! the staleness slack; the window functions a series answers from its change and pause
+//! summaries (`unchanged_for`, `max_unchanged_for`, `last_change`) lengthen only the
+//! summaries, not the points kept; the statistics decide cost, never a result (see
+//! [`Stats`]).
 
 use std::collections::HashMap;
 
-use crate::rules::ast::{Expr, Metric};
+use crate::rules::ast::{Expr, Metric, WindowFn};
 
 use super::series::Stats;
 use super::window::stats_for;
@@ -17,8 +20,26 @@ use super::window::stats_for;
 /// One metric's history: how far back and which statistics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Need {
+    /// How long points are kept.
     pub keep_ms: i64,
+    /// How long the change and pause summaries are kept (at least `keep_ms`).
+    pub summary_ms: i64,
     pub stats: Stats,
+}
+
+impl Need {
+    /// The longer of both histories.
+    pub fn longest(&self) -> i64 {
+        self.keep_ms.max(self.summary_ms)
+    }
+
+    pub fn union(self, o: Need) -> Need {
+        Need {
+            keep_ms: self.keep_ms.max(o.keep_ms),
+            summary_ms: self.summary_ms.max(o.summary_ms),
+            stats: self.stats.union(o.stats),
+        }
+    }
 }
 
 /// Every metric some rule reads, with its history.
@@ -30,10 +51,12 @@ pub type Needs = HashMap<Metric, Need>;
 pub fn add(needs: &mut Needs, e: &Expr, slack_ms: i64, gpu_fallback: bool) {
     let mut reads = Vec::new();
     walk(e, &mut reads);
-    for (m, window_ms, stats) in reads {
+    for (m, window_ms, stats, summary) in reads {
         let mut note = |m: Metric| {
             let n = needs.entry(m).or_default();
-            n.keep_ms = n.keep_ms.max(window_ms + slack_ms);
+            let points = if summary { 0 } else { window_ms };
+            n.keep_ms = n.keep_ms.max(points + slack_ms);
+            n.summary_ms = n.summary_ms.max(window_ms + slack_ms).max(n.keep_ms);
             n.stats = n.stats.union(stats);
         };
         note(m);
@@ -43,30 +66,44 @@ pub fn add(needs: &mut Needs, e: &Expr, slack_ms: i64, gpu_fallback: bool) {
     }
 }
 
-/// (metric, window in ms, statistics) for every metric read in `e`.
-fn walk(e: &Expr, out: &mut Vec<(Metric, i64, Stats)>) {
+/// Whether `f` over a window ending at the newest point is answered from the series'
+/// change and pause summaries (and its newest point), whatever the window's length.
+fn from_summary(f: WindowFn) -> bool {
+    matches!(
+        f,
+        WindowFn::UnchangedFor | WindowFn::MaxUnchangedFor | WindowFn::LastChange
+    )
+}
+
+/// (metric, window in ms, statistics, answered from the summaries) for every metric read
+/// in `e`.
+fn walk(e: &Expr, out: &mut Vec<(Metric, i64, Stats, bool)>) {
     let ms = |d: &std::time::Duration| d.as_millis() as i64;
     match e {
         Expr::Number(_) | Expr::Seconds(_) | Expr::Static(_) => {}
-        Expr::Current(m) => out.push((*m, 0, Stats::NONE)),
+        Expr::Current(m) => out.push((*m, 0, Stats::NONE, false)),
         Expr::Window {
             func,
             metric,
             window,
-        } => out.push((*metric, ms(window), stats_for(*func))),
-        Expr::Quantile { metric, window, .. } => out.push((*metric, ms(window), Stats::NONE)),
+        } => out.push((*metric, ms(window), stats_for(*func), from_summary(*func))),
+        Expr::Quantile { metric, window, .. } => {
+            out.push((*metric, ms(window), Stats::NONE, false));
+        }
         Expr::PredictLinear { metric, window, .. } => {
-            out.push((*metric, ms(window), Stats::FIT));
+            out.push((*metric, ms(window), Stats::FIT, false));
         }
         Expr::TimeTo {
             metric,
             window,
             threshold,
         } => {
-            out.push((*metric, ms(window), Stats::FIT));
+            out.push((*metric, ms(window), Stats::FIT, false));
             walk(threshold, out);
         }
-        Expr::Trend { metric, window, .. } => out.push((*metric, ms(window), Stats::SUM)),
+        Expr::Trend { metric, window, .. } => {
+            out.push((*metric, ms(window), Stats::SUM, false));
+        }
         Expr::Peer { expr, .. } | Expr::Unary { expr, .. } => walk(expr, out),
         Expr::Scalar { args, .. } => args.iter().for_each(|a| walk(a, out)),
         Expr::Binary { lhs, rhs, .. } => {
@@ -97,10 +134,25 @@ mod tests {
         );
         assert_eq!(n[&Metric::UtilGpu].keep_ms, 1_800_000 + 1000);
         assert_eq!(n[&Metric::UtilGpu].stats, Stats::MAX);
-        assert_eq!(n[&Metric::TrainingStep].keep_ms, 21_600_000 + 1000);
-        assert_eq!(n[&Metric::TrainingStep].stats, Stats::LAST_CHANGE);
+        let step = n[&Metric::TrainingStep];
+        assert_eq!(step.keep_ms, 1000, "unchanged_for reads the change summary");
+        assert_eq!(step.summary_ms, 21_600_000 + 1000);
+        assert_eq!(step.stats, Stats::LAST_CHANGE);
         assert_eq!(n[&Metric::Temp].keep_ms, 1000);
         assert_eq!(n[&Metric::Temp].stats, Stats::NONE);
+    }
+
+    #[test]
+    fn pause_and_step_functions_lengthen_only_the_summaries() {
+        let n = needs(
+            "max_unchanged_for(training_step[6h]) > 60 and last_change(training_step[6h]) > 0 \
+             and changes(training_step[30m]) > 1 and unchanged_for(training_step[1h]) > 60",
+            false,
+        );
+        let step = n[&Metric::TrainingStep];
+        assert_eq!(step.keep_ms, 1_800_000 + 1000, "changes reads the points");
+        assert_eq!(step.summary_ms, 21_600_000 + 1000);
+        assert_eq!(step.longest(), 21_600_000 + 1000);
     }
 
     #[test]

@@ -1,24 +1,35 @@
-//! One metric of one entity (GPU, process, training series) in memory, with prefix sums so
-//! that window aggregates cost O(log n) whatever the window.
+//! One metric of one entity (GPU, process, training series) in memory, with block sums so
+//! that window aggregates cost a few dozen additions whatever the window.
 //!
 //! Invariants:
 //! - Points are appended in strictly increasing time; an older or equal timestamp is ignored
 //!   (late data never rewrites what rules already saw).
 //! - Only points with data are stored: a NULL sample is a gap, not a zero.
-//! - History older than `keep_ms` before the newest point is dropped (amortised O(1)); the
-//!   prefix arrays are rebuilt from the kept points then, so sums never grow without bound.
+//! - Points older than `keep_ms` before the newest point are dropped (amortised O(1)); the
+//!   block sums are rebuilt from the kept points then, so sums never grow without bound.
 //! - Windows are `(t - w, t]`, like Prometheus range selectors.
+//! - Moment sums (Σy, Σy², Σx, Σx², Σxy, counter increase) are kept per block of
+//!   [`BLOCK`] points, not per point: a window's sum is the difference of two block prefixes
+//!   plus a scan of less than a block at its start (and at its end when it does not end at
+//!   the newest point). That costs ~3 bytes a point instead of 48.
 //! - Windows that end at the newest point (every rule evaluation) get their maximum, minimum
-//!   and longest pause from suffix stacks in O(log n); older windows scan.
-//! - Only the prefix arrays and stacks of the series' [`Stats`] are kept; any other
-//!   statistic scans its window (the same answer up to rounding).
+//!   and longest pause from suffix stacks keyed by time, in O(log n); older windows scan.
+//! - What a pause or step rule reads over hours — the time and size of the newest change and
+//!   the pauses — is tracked as the points arrive and kept for `summary_ms`, which may be
+//!   much longer than `keep_ms`: a training step read as `max_unchanged_for(step[6h])` and
+//!   `changes(step[30m])` keeps 30 minutes of points, not six hours.
+//! - Only the sums and stacks of the series' [`Stats`] are kept; any other statistic scans
+//!   its window (the same answer up to rounding).
 
 use super::suffix::SuffixExtreme;
 
-/// The window statistics a series keeps prefix arrays (or suffix stacks) for. Every accessor
-/// answers whatever the set: what is not kept is computed by a scan of the window, so the set
-/// decides only the cost, never a result. A series pays memory and push time for what its
-/// rules read, nothing else (see `needs.rs`).
+/// Points per block of moment sums.
+const BLOCK: usize = 16;
+
+/// The window statistics a series keeps sums (or suffix stacks) for. Every accessor answers
+/// whatever the set: what is not kept is computed by a scan of the window, so the set decides
+/// only the cost, never a result. A series pays memory and push time for what its rules read,
+/// nothing else (see `needs.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct Stats(u16);
 
@@ -32,6 +43,7 @@ impl Stats {
     pub const REGRESSION: Stats = Stats(1 << 2);
     pub const CHANGES: Stats = Stats(1 << 3);
     pub const INCREASE: Stats = Stats(1 << 4);
+    /// The time of the newest change (always tracked: one number).
     pub const LAST_CHANGE: Stats = Stats(1 << 5);
     pub const MAX: Stats = Stats(1 << 6);
     pub const MIN: Stats = Stats(1 << 7);
@@ -39,6 +51,8 @@ impl Stats {
     /// Everything a least-squares fit reads.
     pub const FIT: Stats = Stats(1 | 1 << 1 | 1 << 2);
     pub const ALL: Stats = Stats((1 << 9) - 1);
+    /// The statistics kept as block sums.
+    const MOMENTS: Stats = Stats(1 | 1 << 1 | 1 << 2 | 1 << 4);
 
     pub const fn union(self, o: Stats) -> Stats {
         Stats(self.0 | o.0)
@@ -47,45 +61,83 @@ impl Stats {
     pub const fn has(self, o: Stats) -> bool {
         self.0 & o.0 == o.0
     }
+
+    const fn any(self, o: Stats) -> bool {
+        self.0 & o.0 != 0
+    }
 }
 
-/// Cumulative sums up to (and including) each point, from the first kept point. An array
-/// whose statistic the series does not keep stays empty.
-#[derive(Debug, Clone, Default)]
-struct Prefix {
-    sy: Vec<f64>,
-    syy: Vec<f64>,
-    sx: Vec<f64>,
-    sxx: Vec<f64>,
-    sxy: Vec<f64>,
-    /// Number of value changes between consecutive points.
-    changes: Vec<u32>,
+/// The sums of a run of points.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Moments {
+    sy: f64,
+    syy: f64,
+    sx: f64,
+    sxx: f64,
+    sxy: f64,
     /// Counter increase, resets handled like Prometheus (a drop counts the new value).
-    increase: Vec<f64>,
-    /// Time of the last value change at or before each point.
-    last_change: Vec<i64>,
+    inc: f64,
+}
+
+impl Moments {
+    fn add(&mut self, x: f64, y: f64, inc: f64) {
+        self.sy += y;
+        self.syy += y * y;
+        self.sx += x;
+        self.sxx += x * x;
+        self.sxy += x * y;
+        self.inc += inc;
+    }
+
+    fn minus(self, o: Moments) -> Moments {
+        Moments {
+            sy: self.sy - o.sy,
+            syy: self.syy - o.syy,
+            sx: self.sx - o.sx,
+            sxx: self.sxx - o.sxx,
+            sxy: self.sxy - o.sxy,
+            inc: self.inc - o.inc,
+        }
+    }
+}
+
+/// The newest value change: (time of the point before it, time of the point that changed,
+/// new value − old value).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Change {
+    before: i64,
+    at: i64,
+    delta: f64,
 }
 
 #[derive(Debug, Clone, Default)]
 pub struct Series {
     ts: Vec<i64>,
     v: Vec<f64>,
-    p: Prefix,
-    /// Maxima and minima of every suffix (windows ending at the newest point).
+    /// `blocks[b]`: the moments of the kept points `[0, b * BLOCK)` (empty unless the series
+    /// keeps a moment statistic).
+    blocks: Vec<Moments>,
+    /// The moments of every kept point.
+    total: Moments,
+    /// Number of value changes between consecutive kept points up to each point.
+    changes: Vec<u32>,
+    /// Maxima and minima of every suffix (windows ending at the newest point), keyed by time.
     hi: SuffixExtreme,
     lo: SuffixExtreme,
-    /// The longest pause ending at or after each point: a pause is the time from one
-    /// increase of the value to the next (see [`Series::longest_pause`]).
+    /// Pauses, keyed by the time of the point before the one that ended them: a pause is the
+    /// time from one increase of the value to the next (see [`Series::longest_pause`]).
     pauses: SuffixExtreme,
     /// The most recent change was an increase.
     last_up: bool,
-    /// Value changes seen since the first kept point (the pause tracker's count).
-    seen_changes: u32,
-    /// Time of the newest value change (the pause tracker's start).
+    /// A value change has been seen (the pause tracker's start is a real change).
+    seen_change: bool,
+    /// Time of the newest value change (the first point's when none).
     last_change_ts: i64,
+    newest_change: Option<Change>,
     /// Regression x origin (ms): x = (ts - origin) / 1000 seconds.
     origin: i64,
     keep_ms: i64,
+    summary_ms: i64,
     stats: Stats,
 }
 
@@ -103,13 +155,35 @@ pub struct Sums {
 }
 
 impl Series {
-    /// A series keeping `keep_ms` of history and the prefix arrays of `stats`.
+    /// A series keeping `keep_ms` of points and the sums of `stats`.
     pub fn new(keep_ms: i64, stats: Stats) -> Self {
+        Self::with_summary(keep_ms, keep_ms, stats)
+    }
+
+    /// A series keeping `keep_ms` of points and its change and pause summaries for
+    /// `summary_ms` (at least `keep_ms`).
+    pub fn with_summary(keep_ms: i64, summary_ms: i64, stats: Stats) -> Self {
+        let keep_ms = keep_ms.max(1);
         Self {
-            keep_ms: keep_ms.max(1),
+            keep_ms,
+            summary_ms: summary_ms.max(keep_ms),
             stats,
             ..Self::default()
         }
+    }
+
+    /// (points kept, summaries kept, statistics).
+    pub fn tuning(&self) -> (i64, i64, Stats) {
+        (self.keep_ms, self.summary_ms, self.stats)
+    }
+
+    /// The same points under another tuning (what was already dropped stays dropped).
+    pub fn retuned(&self, keep_ms: i64, summary_ms: i64, stats: Stats) -> Series {
+        let mut s = Series::with_summary(keep_ms, summary_ms, stats);
+        for (&t, &v) in self.ts.iter().zip(&self.v) {
+            s.push(t, v);
+        }
+        s
     }
 
     pub fn len(&self) -> usize {
@@ -129,120 +203,100 @@ impl Series {
         if !v.is_finite() || self.ts.last().is_some_and(|&l| ts <= l) {
             return;
         }
-        self.append(ts, v);
-        self.prune(ts);
-    }
-
-    fn append(&mut self, ts: i64, v: f64) {
-        if self.ts.is_empty() {
-            self.origin = ts;
+        let prev = self.last();
+        if prev.is_none() {
             self.last_change_ts = ts;
         }
-        let st = self.stats;
-        let i = self.ts.len();
-        let prev = self.v.last().copied();
-        let changed = prev.is_some_and(|p| p != v);
-        let p = &mut self.p;
-        let last = |a: &Vec<f64>| a.last().copied().unwrap_or(0.0);
-        if st.has(Stats::SUM) {
-            p.sy.push(last(&p.sy) + v);
-        }
-        if st.has(Stats::SQUARES) {
-            p.syy.push(last(&p.syy) + v * v);
-        }
-        if st.has(Stats::REGRESSION) {
-            let x = (ts - self.origin) as f64 / 1000.0;
-            p.sx.push(last(&p.sx) + x);
-            p.sxx.push(last(&p.sxx) + x * x);
-            p.sxy.push(last(&p.sxy) + x * v);
-        }
-        if st.has(Stats::CHANGES) {
-            let ch = p.changes.last().copied().unwrap_or(0);
-            p.changes.push(ch + u32::from(changed));
-        }
-        if st.has(Stats::INCREASE) {
-            let inc = match prev {
-                Some(p) if v >= p => v - p,
-                Some(_) => v,
-                None => 0.0,
-            };
-            p.increase.push(last(&p.increase) + inc);
-        }
-        if st.has(Stats::PAUSES)
-            && let (true, Some(p)) = (changed, prev)
+        if let Some((pt, p)) = prev
+            && p != v
         {
             let up = v > p;
             // A pause runs from one increase to the next: a restart (a decrease) and the
             // time before the first step after it are not pauses of a running job.
-            if up && self.last_up && self.seen_changes > 0 {
-                self.pauses.push_max(i, (ts - self.last_change_ts) as f64);
+            if self.stats.has(Stats::PAUSES) && up && self.last_up && self.seen_change {
+                self.pauses.push_max(pt, (ts - self.last_change_ts) as f64);
             }
             self.last_up = up;
-        }
-        if changed {
-            self.seen_changes += 1;
+            self.seen_change = true;
             self.last_change_ts = ts;
+            self.newest_change = Some(Change {
+                before: pt,
+                at: ts,
+                delta: v - p,
+            });
         }
-        if st.has(Stats::LAST_CHANGE) {
-            self.p.last_change.push(self.last_change_ts);
+        self.append(ts, v);
+        self.prune(ts);
+    }
+
+    /// Moments of point `k` (x, y and its counter increase).
+    fn point(&self, k: usize) -> (f64, f64, f64) {
+        let y = self.v[k];
+        let inc = match k.checked_sub(1).map(|p| self.v[p]) {
+            Some(p) if y >= p => y - p,
+            Some(_) => y,
+            None => 0.0,
+        };
+        ((self.ts[k] - self.origin) as f64 / 1000.0, y, inc)
+    }
+
+    /// Appends to the kept points and their sums (not the summaries: `push` did those).
+    fn append(&mut self, ts: i64, v: f64) {
+        if self.ts.is_empty() {
+            self.origin = ts;
+        }
+        let st = self.stats;
+        let changed = self.v.last().is_some_and(|&p| p != v);
+        if st.has(Stats::CHANGES) {
+            let ch = self.changes.last().copied().unwrap_or(0);
+            self.changes.push(ch + u32::from(changed));
         }
         if st.has(Stats::MAX) {
-            self.hi.push_max(i, v);
+            self.hi.push_max(ts, v);
         }
         if st.has(Stats::MIN) {
-            self.lo.push_min(i, v);
+            self.lo.push_min(ts, v);
         }
         self.ts.push(ts);
         self.v.push(v);
+        if st.any(Stats::MOMENTS) {
+            if self.blocks.is_empty() {
+                self.blocks.push(Moments::default());
+            }
+            let (x, y, inc) = self.point(self.ts.len() - 1);
+            self.total.add(x, y, inc);
+            if self.ts.len().is_multiple_of(BLOCK) {
+                self.blocks.push(self.total);
+            }
+        }
     }
 
-    /// Drops points older than `keep_ms` before `now`, rebuilding the prefix sums when a
-    /// third of the buffer is dead (amortised: two pushes of work per push). The rebuilt
-    /// arrays are allocated for the kept points plus the half more that arrive before the
-    /// next rebuild, so a full window holds at most 1.5 windows of points and never grows by
-    /// doubling. The test is one comparison: a third of the buffer is dead exactly when the
-    /// point a third of the way in is.
+    /// Drops points older than `keep_ms` before `now` when a third of the buffer is dead
+    /// (amortised: two pushes of work per push), and summaries older than `summary_ms`.
+    /// The buffers are then sized for the kept points plus the half more that arrive before
+    /// the next prune, so a full window holds at most 1.5 windows of points and never grows
+    /// by doubling. The test is one comparison: a third of the buffer is dead exactly when
+    /// the point a third of the way in is.
     fn prune(&mut self, now: i64) {
         let third = self.ts.len().div_ceil(3);
         if third == 0 || self.ts[third - 1] >= now - self.keep_ms {
             return;
         }
         let cut = self.ts.partition_point(|&t| t < now - self.keep_ms);
+        self.pauses.forget_before(now - self.summary_ms);
         let ts: Vec<i64> = self.ts.drain(cut..).collect();
         let v: Vec<f64> = self.v.drain(cut..).collect();
-        *self = Self {
-            keep_ms: self.keep_ms,
-            stats: self.stats,
-            ..Self::default()
-        };
-        self.reserve_exact(ts.len() + ts.len() / 2 + 4);
+        let n = ts.len() + ts.len() / 2 + 4;
+        let st = self.stats;
+        self.ts = Vec::with_capacity(n);
+        self.v = Vec::with_capacity(n);
+        self.changes = Vec::with_capacity(if st.has(Stats::CHANGES) { n } else { 0 });
+        self.blocks = Vec::new();
+        self.total = Moments::default();
+        self.hi = SuffixExtreme::default();
+        self.lo = SuffixExtreme::default();
         for (t, x) in ts.into_iter().zip(v) {
             self.append(t, x);
-        }
-    }
-
-    fn reserve_exact(&mut self, n: usize) {
-        let st = self.stats;
-        self.ts.reserve_exact(n);
-        self.v.reserve_exact(n);
-        let p = &mut self.p;
-        for (a, kept) in [
-            (&mut p.sy, st.has(Stats::SUM)),
-            (&mut p.syy, st.has(Stats::SQUARES)),
-            (&mut p.sx, st.has(Stats::REGRESSION)),
-            (&mut p.sxx, st.has(Stats::REGRESSION)),
-            (&mut p.sxy, st.has(Stats::REGRESSION)),
-            (&mut p.increase, st.has(Stats::INCREASE)),
-        ] {
-            if kept {
-                a.reserve_exact(n);
-            }
-        }
-        if st.has(Stats::CHANGES) {
-            p.changes.reserve_exact(n);
-        }
-        if st.has(Stats::LAST_CHANGE) {
-            p.last_change.reserve_exact(n);
         }
     }
 
@@ -301,16 +355,37 @@ impl Series {
         lo + 1 + ts[lo + 1..hi].partition_point(|&t| t <= bound)
     }
 
-    fn diff(a: &[f64], i: usize, j: usize) -> f64 {
-        let hi = if j == 0 { 0.0 } else { a[j - 1] };
-        let lo = if i == 0 { 0.0 } else { a[i - 1] };
-        hi - lo
+    /// The moments of the kept points `[0, k)`: a block prefix and a scan of the rest.
+    fn prefix(&self, k: usize) -> Moments {
+        if k == self.ts.len() {
+            return self.total;
+        }
+        let b = k / BLOCK;
+        let mut m = self.blocks.get(b).copied().unwrap_or_default();
+        for p in b * BLOCK..k {
+            let (x, y, inc) = self.point(p);
+            m.add(x, y, inc);
+        }
+        m
+    }
+
+    /// The moments of `[i, j)` from the block sums, or by a scan when they are not kept.
+    fn moments(&self, i: usize, j: usize) -> Moments {
+        if self.stats.any(Stats::MOMENTS) {
+            return self.prefix(j).minus(self.prefix(i));
+        }
+        let mut m = Moments::default();
+        for p in i..j {
+            let (x, y, inc) = self.point(p);
+            m.add(x, y, inc);
+        }
+        m
     }
 
     /// Σy over `[i, j)`.
     pub fn sum(&self, i: usize, j: usize) -> f64 {
         if self.stats.has(Stats::SUM) {
-            Self::diff(&self.p.sy, i, j)
+            self.moments(i, j).sy
         } else {
             self.v[i..j].iter().sum()
         }
@@ -318,33 +393,16 @@ impl Series {
 
     /// Moment sums over `[i, j)`.
     pub fn sums(&self, i: usize, j: usize, to: i64) -> Sums {
-        let x_now = (to - self.origin) as f64 / 1000.0;
-        let n = (j - i) as f64;
-        if self.stats.has(Stats::FIT) {
-            return Sums {
-                n,
-                sy: Self::diff(&self.p.sy, i, j),
-                syy: Self::diff(&self.p.syy, i, j),
-                sx: Self::diff(&self.p.sx, i, j),
-                sxx: Self::diff(&self.p.sxx, i, j),
-                sxy: Self::diff(&self.p.sxy, i, j),
-                x_now,
-            };
+        let m = self.moments(i, j);
+        Sums {
+            n: (j - i) as f64,
+            sy: m.sy,
+            syy: m.syy,
+            sx: m.sx,
+            sxx: m.sxx,
+            sxy: m.sxy,
+            x_now: (to - self.origin) as f64 / 1000.0,
         }
-        let mut s = Sums {
-            n,
-            x_now,
-            ..Sums::default()
-        };
-        for (&t, &y) in self.ts[i..j].iter().zip(&self.v[i..j]) {
-            let x = (t - self.origin) as f64 / 1000.0;
-            s.sy += y;
-            s.syy += y * y;
-            s.sx += x;
-            s.sxx += x * x;
-            s.sxy += x * y;
-        }
-        s
     }
 
     pub fn values(&self, i: usize, j: usize) -> &[f64] {
@@ -361,7 +419,7 @@ impl Series {
             return 0;
         }
         if self.stats.has(Stats::CHANGES) {
-            return self.p.changes[j - 1] - self.p.changes[i];
+            return self.changes[j - 1] - self.changes[i];
         }
         let v = &self.v[i..j];
         v.windows(2).filter(|w| w[0] != w[1]).count() as u32
@@ -373,7 +431,7 @@ impl Series {
             return 0.0;
         }
         if self.stats.has(Stats::INCREASE) {
-            return self.p.increase[j - 1] - self.p.increase[i];
+            return self.prefix(j).inc - self.prefix(i + 1).inc;
         }
         self.v[i..j]
             .windows(2)
@@ -381,12 +439,13 @@ impl Series {
             .sum()
     }
 
-    /// Time of the last value change at or before point `j - 1` (the first kept point's
-    /// time when none).
+    /// Time of the last value change at or before point `j - 1`. At the newest point that is
+    /// the newest change the series ever saw (the first point's time when none); before it,
+    /// the last change among the kept points (the first kept point's time when none).
     pub fn last_change(&self, j: usize) -> Option<i64> {
         let k = j.checked_sub(1)?;
-        if self.stats.has(Stats::LAST_CHANGE) {
-            return Some(self.p.last_change[k]);
+        if j == self.len() {
+            return Some(self.last_change_ts);
         }
         let at = (1..=k)
             .rev()
@@ -395,39 +454,44 @@ impl Series {
         Some(self.ts[at])
     }
 
-    /// The newest value change strictly inside `[i, j)`: (time, new value − old value).
-    pub fn last_step(&self, i: usize, j: usize) -> Option<(i64, f64)> {
-        if self.changes(i, j) == 0 {
-            return None;
+    /// The newest value change strictly inside the window `[i, j)` that starts after
+    /// `from`: (time, new value − old value). At the newest point it comes from the change
+    /// summary, so a window longer than the kept points still sees it.
+    pub fn last_step(&self, i: usize, j: usize, from: i64) -> Option<(i64, f64)> {
+        if j == self.len() && j > 0 {
+            let c = self.newest_change?;
+            return (c.before > from).then_some((c.at, c.delta));
         }
-        let at = self.last_change(j)?;
-        let k = self.ts.partition_point(|&t| t < at);
-        (k > i && k < j).then(|| (at, self.v[k] - self.v[k - 1]))
+        let k = (i + 1..j).rev().find(|&k| self.v[k] != self.v[k - 1])?;
+        Some((self.ts[k], self.v[k] - self.v[k - 1]))
     }
 
     /// The largest value of `[i, j)`.
     pub fn max(&self, i: usize, j: usize) -> Option<f64> {
-        if j == self.len() && self.stats.has(Stats::MAX) {
-            return self.hi.from(i);
+        if j == self.len() && i < j && self.stats.has(Stats::MAX) {
+            return self.hi.from(self.ts[i]);
         }
         self.v[i..j].iter().copied().reduce(f64::max)
     }
 
     /// The smallest value of `[i, j)`.
     pub fn min(&self, i: usize, j: usize) -> Option<f64> {
-        if j == self.len() && self.stats.has(Stats::MIN) {
-            return self.lo.from(i);
+        if j == self.len() && i < j && self.stats.has(Stats::MIN) {
+            return self.lo.from(self.ts[i]);
         }
         self.v[i..j].iter().copied().reduce(f64::min)
     }
 
-    /// The longest pause, in ms, that ended inside `[i, j)`: from an increase of the value
-    /// to the next increase (the earlier one may lie before `i`); 0 when none ended there.
-    pub fn longest_pause(&self, i: usize, j: usize) -> f64 {
+    /// The longest pause, in ms, that ended inside the window `[i, j)` starting after
+    /// `from`: from an increase of the value to the next increase (the earlier one may lie
+    /// before the window); 0 when none ended there. A pause ended by the window's first
+    /// point began before it, which `changes` would not count: it is skipped. At the newest
+    /// point it comes from the pause summary (a window longer than the kept points included);
+    /// before it, a scan sees only the kept points.
+    pub fn longest_pause(&self, i: usize, j: usize, from: i64) -> f64 {
         if j == self.len() && self.stats.has(Stats::PAUSES) {
-            // Pauses are recorded at the point that ends them; the first point of the window
-            // ends a pause that began before it, which `changes` would not count: skip it.
-            return self.pauses.from(i + 1).unwrap_or(0.0);
+            // Keyed by the point before the ending one: that point is inside the window.
+            return self.pauses.from(from + 1).unwrap_or(0.0);
         }
         let mut longest = 0i64;
         let mut up = false;
@@ -448,6 +512,16 @@ impl Series {
             since = Some(self.ts[k]);
         }
         longest as f64
+    }
+
+    /// Bytes held by the series' buffers (capacity, not length).
+    pub fn heap_bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.ts.capacity() * size_of::<i64>()
+            + self.v.capacity() * size_of::<f64>()
+            + self.blocks.capacity() * size_of::<Moments>()
+            + self.changes.capacity() * size_of::<u32>()
+            + (self.hi.entries() + self.lo.entries() + self.pauses.entries()) * 16
     }
 }
 

@@ -53,8 +53,8 @@ pub fn window(s: &Series, f: WindowFn, to: i64, w_ms: i64) -> Option<f64> {
         }
         WindowFn::Age => (to - times[n - 1]) as f64 / 1000.0,
         WindowFn::Span => (times[n - 1] - times[0]) as f64 / 1000.0,
-        WindowFn::MaxUnchangedFor => s.longest_pause(i, j) / 1000.0,
-        WindowFn::LastChange => s.last_step(i, j)?.1,
+        WindowFn::MaxUnchangedFor => s.longest_pause(i, j, to - w_ms) / 1000.0,
+        WindowFn::LastChange => s.last_step(i, j, to - w_ms)?.1,
         WindowFn::Slope => stats::fit(&s.sums(i, j, to))?.slope,
         WindowFn::R2 => stats::fit(&s.sums(i, j, to))?.r2,
         WindowFn::SlopePValue => stats::fit(&s.sums(i, j, to))?.p_value?,
@@ -79,7 +79,7 @@ pub fn stats_for(f: WindowFn) -> Stats {
         WindowFn::Changes => Stats::CHANGES,
         WindowFn::UnchangedFor => Stats::LAST_CHANGE,
         WindowFn::MaxUnchangedFor => Stats::PAUSES,
-        WindowFn::LastChange => Stats::CHANGES.union(Stats::LAST_CHANGE),
+        WindowFn::LastChange => Stats::LAST_CHANGE,
         WindowFn::Slope | WindowFn::R2 | WindowFn::SlopePValue => Stats::FIT,
     }
 }
@@ -302,6 +302,54 @@ mod tests {
         assert_eq!(w(398_000, 399_000), Some(62.0));
         assert_eq!(w(398_000, 200_000), Some(2.0));
         assert_eq!(w(1_000, 2_000), Some(0.0));
+    }
+
+    /// A series that keeps 2 minutes of points and 2 hours of change and pause summaries
+    /// answers `unchanged_for`, `max_unchanged_for` and `last_change` over windows up to 2
+    /// hours exactly as one that keeps every point: a training job stepping every 1–3 s with
+    /// checkpoint pauses, a hang and a restart, through many prunes.
+    #[test]
+    fn summaries_answer_long_windows_without_the_points() {
+        let mut full = Series::new(10_000_000, Stats::ALL);
+        let mut short = Series::with_summary(120_000, 7_200_000, Stats::ALL);
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let (mut t, mut step) = (0i64, 0.0);
+        for k in 0..6000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            t += 1000 + (x % 2000) as i64;
+            let pause = k % 700 > 640 || (2500..2620).contains(&k);
+            if k == 4000 {
+                step = 3.0;
+            } else if !pause {
+                step += 1.0;
+            }
+            full.push(t, step);
+            short.push(t, step);
+            if k % 50 != 0 {
+                continue;
+            }
+            for w in [30_000, 300_000, 1_800_000, 3_600_000, 7_000_000] {
+                for f in [
+                    WindowFn::UnchangedFor,
+                    WindowFn::MaxUnchangedFor,
+                    WindowFn::LastChange,
+                ] {
+                    assert_eq!(
+                        window(&short, f, t, w),
+                        window(&full, f, t, w),
+                        "{f:?} over {w} ms at point {k}"
+                    );
+                }
+            }
+        }
+        assert!(
+            short.len() < 200,
+            "2 minutes of points kept: {}",
+            short.len()
+        );
+        assert!(short.heap_bytes() * 10 < full.heap_bytes());
     }
 
     #[test]

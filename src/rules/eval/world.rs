@@ -43,7 +43,7 @@ pub struct Tracked {
 impl Tracked {
     pub fn new(need: Need) -> Self {
         Self {
-            series: Series::new(need.keep_ms, need.stats),
+            series: Series::with_summary(need.keep_ms, need.summary_ms, need.stats),
             trend: RefCell::default(),
         }
     }
@@ -190,7 +190,7 @@ struct Pending {
 
 impl World {
     pub fn new(needs: Needs, start_after: TsMs) -> Self {
-        let longest = needs.values().map(|n| n.keep_ms).max().unwrap_or(0);
+        let longest = needs.values().map(Need::longest).max().unwrap_or(0);
         let mut sample_metrics: Vec<(Metric, Need)> = needs
             .iter()
             .filter(|(m, _)| {
@@ -216,9 +216,32 @@ impl World {
         }
     }
 
+    /// Bytes the in-memory series hold (their buffers' capacity): what the rule windows cost.
+    pub fn heap_bytes(&self) -> usize {
+        let gpus: usize = self
+            .gpus
+            .values()
+            .map(|g| {
+                g.series
+                    .values()
+                    .map(|t| t.series.heap_bytes())
+                    .sum::<usize>()
+                    + g.procs
+                        .values()
+                        .map(|p| p.mem.series.heap_bytes())
+                        .sum::<usize>()
+            })
+            .sum();
+        gpus + self
+            .training
+            .values()
+            .map(|t| t.points.series.heap_bytes())
+            .sum::<usize>()
+    }
+
     /// The longest history any metric needs.
     pub fn longest_keep(&self) -> i64 {
-        self.needs.values().map(|n| n.keep_ms).max().unwrap_or(0)
+        self.needs.values().map(Need::longest).max().unwrap_or(0)
     }
 
     fn keep(&self, m: Metric) -> Option<Need> {
@@ -460,15 +483,14 @@ impl World {
         }
     }
 
+    /// What a training series keeps before it is joined: enough for either role.
+    fn training_need(&self) -> Need {
+        let step = self.keep(Metric::TrainingStep).unwrap_or_default();
+        step.union(self.keep(Metric::TrainingLoss).unwrap_or_default())
+    }
+
     fn refresh_training(&mut self, conn: &Connection) -> Result<(), StoreError> {
-        let (step, loss) = (
-            self.keep(Metric::TrainingStep).unwrap_or_default(),
-            self.keep(Metric::TrainingLoss).unwrap_or_default(),
-        );
-        let need = Need {
-            keep_ms: step.keep_ms.max(loss.keep_ms),
-            stats: step.stats.union(loss.stats),
-        };
+        let need = self.training_need();
         for row in history::training_series(conn)? {
             self.training
                 .entry(row.series_id)
@@ -512,6 +534,32 @@ impl World {
                 .collect();
             for (c, gpu_id) in choose(&series, refs).into_iter().zip(ids) {
                 chosen.push((*gpu_id, (c.step.series(), c.loss.series())));
+            }
+        }
+        // A joined series keeps what its roles read (a loss series no rule reads keeps its
+        // newest point, not the step's six hours); one no GPU joined keeps enough for either.
+        let (step, loss) = (
+            self.keep(Metric::TrainingStep).unwrap_or_default(),
+            self.keep(Metric::TrainingLoss).unwrap_or_default(),
+        );
+        let mut roles: HashMap<i64, Need> = HashMap::new();
+        for (_, (s, l)) in &chosen {
+            for (id, need) in [(s, step), (l, loss)] {
+                if let Some(id) = id {
+                    let r = roles.entry(*id).or_default();
+                    *r = r.union(need);
+                }
+            }
+        }
+        let unjoined = self.training_need();
+        for (id, t) in self.training.iter_mut() {
+            let need = roles.get(id).copied().unwrap_or(unjoined);
+            let s = &t.points.series;
+            if s.tuning() != (need.keep_ms.max(1), need.longest().max(1), need.stats) {
+                t.points = Tracked {
+                    series: s.retuned(need.keep_ms, need.summary_ms, need.stats),
+                    trend: RefCell::default(),
+                };
             }
         }
         for (gpu_id, t) in chosen {
