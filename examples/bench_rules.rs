@@ -88,6 +88,10 @@ fn main() -> anyhow::Result<()> {
         pick(0.5),
         pick(0.99)
     );
+    println!(
+        "rule windows, full        {:.2} MiB (gpuwatch_rule_window_bytes)",
+        engine.world().heap_bytes() as f64 / (1024.0 * 1024.0)
+    );
     live_path(&path, &mut tg, t0 + ticks * 1000)
 }
 

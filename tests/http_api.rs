@@ -159,6 +159,7 @@ fn metrics_speak_dcgm_exporter_and_only_its_names_draw_lint() {
     );
     assert!(series_value(&m, "gpuwatch_database_used_bytes", &[]).is_some_and(|n| n > 0.0));
     assert!(series_value(&m, "gpuwatch_rule_window_bytes", &[]).is_some_and(|n| n > 0.0));
+    assert!(series_value(&m, "gpuwatch_sqlite_memory_bytes", &[]).is_some_and(|n| n > 0.0));
 
     // promtool: only dcgm-exporter's own names and labels draw lint (modelName, counters
     // without _total), exactly as they do from dcgm-exporter; gpuwatch_* are clean.

@@ -239,6 +239,12 @@ pub fn daemon(
             used_bytes as f64,
         ),
         one(
+            "gpuwatch_sqlite_memory_bytes",
+            Kind::Gauge,
+            "Heap bytes SQLite holds in this process: every connection's page cache, statements and schema.",
+            sqlite_memory_used() as f64,
+        ),
+        one(
             "gpuwatch_database_size_limit_bytes",
             Kind::Gauge,
             "The database's size bound (max_db_size).",
@@ -438,4 +444,11 @@ pub fn remote_write(ctx: &Ctx, backlog: &[crate::store::remote_write::Backlog]) 
         failed,
         ok_at,
     ]
+}
+
+/// SQLite's own count of the heap it holds (all connections of the process).
+fn sqlite_memory_used() -> i64 {
+    // SAFETY: sqlite3_memory_used takes no arguments and only reads SQLite's memory
+    // statistics under its own mutex; it may be called from any thread at any time.
+    unsafe { rusqlite::ffi::sqlite3_memory_used() }
 }

@@ -246,6 +246,14 @@ impl Series {
             self.origin = ts;
         }
         let st = self.stats;
+        if self.ts.len() == self.ts.capacity() {
+            let more = self.next_capacity() - self.ts.len();
+            self.ts.reserve_exact(more);
+            self.v.reserve_exact(more);
+            if st.has(Stats::CHANGES) {
+                self.changes.reserve_exact(more);
+            }
+        }
         let changed = self.v.last().is_some_and(|&p| p != v);
         if st.has(Stats::CHANGES) {
             let ch = self.changes.last().copied().unwrap_or(0);
@@ -269,6 +277,20 @@ impl Series {
                 self.blocks.push(self.total);
             }
         }
+    }
+
+    /// The buffers' next size while a window fills: what the points seen so far say 1.5
+    /// windows hold (the most a buffer holds between prunes), never more than double, at
+    /// least a quarter more. Doubling blindly would leave up to half of every full window's
+    /// buffer unused until its first prune.
+    fn next_capacity(&self) -> usize {
+        let n = self.ts.len();
+        let span = match (self.ts.first(), self.ts.last()) {
+            (Some(&a), Some(&b)) if n >= 16 && b > a => (b - a) as f64,
+            _ => return (2 * n).max(16),
+        };
+        let window = (1.5 * self.keep_ms as f64 * n as f64 / span) as usize + 8;
+        window.clamp(n + n / 4 + 1, 2 * n)
     }
 
     /// Drops points older than `keep_ms` before `now` when a third of the buffer is dead
@@ -599,6 +621,20 @@ mod tests {
         assert_eq!(s.increase(0, 6), 5.0);
         assert_eq!(s.last_change(4), Some(3));
         assert_eq!(s.last_change(6), Some(6));
+    }
+
+    #[test]
+    fn a_full_window_never_holds_more_than_its_bound() {
+        // 30 minutes at 1 s: at most 1.5 windows of points between prunes, and the buffers
+        // sized for that, not doubled past it.
+        let mut s = Series::new(1_800_000, Stats::ALL);
+        let mut most = 0;
+        for k in 0..10_800i64 {
+            s.push(k * 1000, (k % 17) as f64);
+            most = most.max(s.ts.capacity());
+        }
+        assert!(most <= 2_720, "buffer capacity {most}");
+        assert!(s.len() >= 1_800, "the window is kept: {}", s.len());
     }
 
     #[test]
