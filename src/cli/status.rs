@@ -131,6 +131,42 @@ impl Status {
     }
 }
 
+/// A delivery queue's state as `status` words it (alert receivers and remote-write targets).
+struct Queue<'a> {
+    last_ok_ms: Option<i64>,
+    pending: i64,
+    pending_word: &'a str,
+    oldest_ms: Option<i64>,
+    head_attempts: i64,
+    head_error: Option<&'a str>,
+}
+
+/// ` (last 3m ago), 2 pending (oldest 5m old), 4 failed attempts, last error: ...`
+fn queue_text(q: Queue<'_>, now: i64) -> String {
+    let mut out = String::new();
+    if let Some(ok) = q.last_ok_ms {
+        out.push_str(&format!(" (last {} ago)", format::age(now - ok)));
+    }
+    if q.pending > 0 {
+        out.push_str(&format!(
+            ", {} {}{}",
+            q.pending,
+            q.pending_word,
+            q.oldest_ms
+                .map(|o| format!(" (oldest {} old)", format::age(now - o)))
+                .unwrap_or_default()
+        ));
+        if q.head_attempts > 0 {
+            out.push_str(&format!(
+                ", {} failed attempts, last error: {}",
+                q.head_attempts,
+                q.head_error.unwrap_or("?")
+            ));
+        }
+    }
+    out
+}
+
 fn remote_write_text(targets: &[store::remote_write::Backlog], now: i64) -> String {
     let mut out = String::new();
     if targets.is_empty() {
@@ -142,25 +178,17 @@ fn remote_write_text(targets: &[store::remote_write::Backlog], now: i64) -> Stri
             "  {}: {} samples sent in {} requests",
             t.target, t.sent_samples, t.sent_requests
         );
-        if let Some(ok) = t.last_success_ms {
-            line.push_str(&format!(" (last {} ago)", format::age(now - ok)));
-        }
-        if t.pending_requests > 0 {
-            line.push_str(&format!(
-                ", {} request(s) queued{}",
-                t.pending_requests,
-                t.oldest_pending_ms
-                    .map(|o| format!(" (oldest {} old)", format::age(now - o)))
-                    .unwrap_or_default()
-            ));
-            if t.head_attempts > 0 {
-                line.push_str(&format!(
-                    ", {} failed attempts, last error: {}",
-                    t.head_attempts,
-                    t.last_error.as_deref().unwrap_or("?")
-                ));
-            }
-        }
+        line.push_str(&queue_text(
+            Queue {
+                last_ok_ms: t.last_success_ms,
+                pending: t.pending_requests,
+                pending_word: "request(s) queued",
+                oldest_ms: t.oldest_pending_ms,
+                head_attempts: t.head_attempts,
+                head_error: t.last_error.as_deref(),
+            },
+            now,
+        ));
         out.push_str(&line);
         out.push('\n');
         if t.refused_requests > 0 || t.dropped_requests > 0 {
@@ -248,25 +276,17 @@ fn delivery_text(d: &Delivery, now: i64) -> String {
             b.delivered,
             b.messages
         );
-        if let Some(t) = b.last_delivered_ms {
-            line.push_str(&format!(" (last {} ago)", format::age(now - t)));
-        }
-        if b.pending > 0 {
-            line.push_str(&format!(
-                ", {} pending{}",
-                b.pending,
-                b.oldest_pending_ms
-                    .map(|o| format!(" (oldest {} old)", format::age(now - o)))
-                    .unwrap_or_default()
-            ));
-            if b.head_attempts > 0 {
-                line.push_str(&format!(
-                    ", {} failed attempts, last error: {}",
-                    b.head_attempts,
-                    b.head_error.as_deref().unwrap_or("?")
-                ));
-            }
-        }
+        line.push_str(&queue_text(
+            Queue {
+                last_ok_ms: b.last_delivered_ms,
+                pending: b.pending,
+                pending_word: "pending",
+                oldest_ms: b.oldest_pending_ms,
+                head_attempts: b.head_attempts,
+                head_error: b.head_error.as_deref(),
+            },
+            now,
+        ));
         if b.silenced > 0 {
             line.push_str(&format!(", {} silenced", b.silenced));
         }

@@ -85,19 +85,13 @@ impl Health {
 
     /// Milliseconds since the last tick that sampled some GPU (`None`: none yet).
     pub fn sampled_age_ms(&self, now: i64) -> Option<i64> {
-        match self.last_progress_wall_ms.load(Ordering::Relaxed) {
-            0 => None,
-            t => Some(now - t),
-        }
+        age(&self.last_progress_wall_ms, now)
     }
 
     /// (healthy, JSON body).
     pub fn report(&self) -> (bool, serde_json::Value) {
         let now = now_ms();
-        let tick_age = match self.last_tick_wall_ms.load(Ordering::Relaxed) {
-            0 => None,
-            t => Some(now - t),
-        };
+        let tick_age = age(&self.last_tick_wall_ms, now);
         let progress_age = self.sampled_age_ms(now);
         let fresh = |a: Option<i64>| {
             a.map_or(now - self.started_ms < self.stall_after_ms, |a| {
@@ -119,6 +113,14 @@ impl Health {
             "store_write_errors": self.write_errors.load(Ordering::Relaxed),
         });
         (healthy, body)
+    }
+}
+
+/// Milliseconds since the wall time in `t` (`None` while it is 0: never happened).
+fn age(t: &AtomicI64, now: i64) -> Option<i64> {
+    match t.load(Ordering::Relaxed) {
+        0 => None,
+        t => Some(now - t),
     }
 }
 

@@ -137,7 +137,11 @@ mod tests {
         let step = n[&Metric::TrainingStep];
         assert_eq!(step.keep_ms, 1000, "unchanged_for reads the change summary");
         assert_eq!(step.summary_ms, 21_600_000 + 1000);
-        assert_eq!(step.stats, Stats::LAST_CHANGE);
+        assert_eq!(
+            step.stats,
+            Stats::NONE,
+            "the newest change needs no per-point array"
+        );
         assert_eq!(n[&Metric::Temp].keep_ms, 1000);
         assert_eq!(n[&Metric::Temp].stats, Stats::NONE);
     }

@@ -43,14 +43,12 @@ impl Stats {
     pub const REGRESSION: Stats = Stats(1 << 2);
     pub const CHANGES: Stats = Stats(1 << 3);
     pub const INCREASE: Stats = Stats(1 << 4);
-    /// The time of the newest change (always tracked: one number).
-    pub const LAST_CHANGE: Stats = Stats(1 << 5);
-    pub const MAX: Stats = Stats(1 << 6);
-    pub const MIN: Stats = Stats(1 << 7);
-    pub const PAUSES: Stats = Stats(1 << 8);
+    pub const MAX: Stats = Stats(1 << 5);
+    pub const MIN: Stats = Stats(1 << 6);
+    pub const PAUSES: Stats = Stats(1 << 7);
     /// Everything a least-squares fit reads.
     pub const FIT: Stats = Stats(1 | 1 << 1 | 1 << 2);
-    pub const ALL: Stats = Stats((1 << 9) - 1);
+    pub const ALL: Stats = Stats((1 << 8) - 1);
     /// The statistics kept as block sums.
     const MOMENTS: Stats = Stats(1 | 1 << 1 | 1 << 2 | 1 << 4);
 
@@ -127,12 +125,10 @@ pub struct Series {
     /// Pauses, keyed by the time of the point before the one that ended them: a pause is the
     /// time from one increase of the value to the next (see [`Series::longest_pause`]).
     pauses: SuffixExtreme,
-    /// The most recent change was an increase.
-    last_up: bool,
-    /// A value change has been seen (the pause tracker's start is a real change).
-    seen_change: bool,
-    /// Time of the newest value change (the first point's when none).
-    last_change_ts: i64,
+    /// Time of the first point the series ever had (its "last change" until one happens).
+    first_ts: i64,
+    /// The newest value change (`None`: the value never changed); also where the pause
+    /// tracker's current pause started, and whether the value last went up.
     newest_change: Option<Change>,
     /// Regression x origin (ms): x = (ts - origin) / 1000 seconds.
     origin: i64,
@@ -172,18 +168,18 @@ impl Series {
         }
     }
 
-    /// (points kept, summaries kept, statistics).
-    pub fn tuning(&self) -> (i64, i64, Stats) {
-        (self.keep_ms, self.summary_ms, self.stats)
-    }
-
-    /// The same points under another tuning (what was already dropped stays dropped).
-    pub fn retuned(&self, keep_ms: i64, summary_ms: i64, stats: Stats) -> Series {
+    /// Keeps the same points under another tuning, rebuilt from them (what was already
+    /// dropped stays dropped); returns whether anything changed.
+    pub fn retune(&mut self, keep_ms: i64, summary_ms: i64, stats: Stats) -> bool {
         let mut s = Series::with_summary(keep_ms, summary_ms, stats);
+        if (s.keep_ms, s.summary_ms, s.stats) == (self.keep_ms, self.summary_ms, self.stats) {
+            return false;
+        }
         for (&t, &v) in self.ts.iter().zip(&self.v) {
             s.push(t, v);
         }
-        s
+        *self = s;
+        true
     }
 
     pub fn len(&self) -> usize {
@@ -205,20 +201,21 @@ impl Series {
         }
         let prev = self.last();
         if prev.is_none() {
-            self.last_change_ts = ts;
+            // Only the first point: a prune always keeps the newest.
+            self.first_ts = ts;
         }
         if let Some((pt, p)) = prev
             && p != v
         {
-            let up = v > p;
             // A pause runs from one increase to the next: a restart (a decrease) and the
             // time before the first step after it are not pauses of a running job.
-            if self.stats.has(Stats::PAUSES) && up && self.last_up && self.seen_change {
-                self.pauses.push_max(pt, (ts - self.last_change_ts) as f64);
+            if let Some(c) = self.newest_change
+                && self.stats.has(Stats::PAUSES)
+                && v > p
+                && c.delta > 0.0
+            {
+                self.pauses.push_max(pt, (ts - c.at) as f64);
             }
-            self.last_up = up;
-            self.seen_change = true;
-            self.last_change_ts = ts;
             self.newest_change = Some(Change {
                 before: pt,
                 at: ts,
@@ -483,7 +480,7 @@ impl Series {
     pub fn last_change(&self, j: usize) -> Option<i64> {
         let k = j.checked_sub(1)?;
         if j == self.len() {
-            return Some(self.last_change_ts);
+            return Some(self.newest_change.map_or(self.first_ts, |c| c.at));
         }
         let at = (1..=k)
             .rev()

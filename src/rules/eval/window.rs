@@ -77,9 +77,10 @@ pub fn stats_for(f: WindowFn) -> Stats {
         WindowFn::Stddev => Stats::SUM.union(Stats::SQUARES),
         WindowFn::Rate => Stats::INCREASE,
         WindowFn::Changes => Stats::CHANGES,
-        WindowFn::UnchangedFor => Stats::LAST_CHANGE,
+        // The newest change is always tracked (one summary, no per-point array).
+        WindowFn::UnchangedFor => Stats::NONE,
         WindowFn::MaxUnchangedFor => Stats::PAUSES,
-        WindowFn::LastChange => Stats::LAST_CHANGE,
+        WindowFn::LastChange => Stats::NONE,
         WindowFn::Slope | WindowFn::R2 | WindowFn::SlopePValue => Stats::FIT,
     }
 }

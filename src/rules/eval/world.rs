@@ -551,15 +551,14 @@ impl World {
                 }
             }
         }
-        let unjoined = self.training_need();
+        let unjoined = step.union(loss);
         for (id, t) in self.training.iter_mut() {
             let need = roles.get(id).copied().unwrap_or(unjoined);
-            let s = &t.points.series;
-            if s.tuning() != (need.keep_ms.max(1), need.longest().max(1), need.stats) {
-                t.points = Tracked {
-                    series: s.retuned(need.keep_ms, need.summary_ms, need.stats),
-                    trend: RefCell::default(),
-                };
+            if t.points
+                .series
+                .retune(need.keep_ms, need.summary_ms, need.stats)
+            {
+                t.points.trend = RefCell::default();
             }
         }
         for (gpu_id, t) in chosen {
