@@ -93,6 +93,12 @@ threads > "$work/threads.early"
 sleep $(( secs - early ))
 gw_cpu=$(cpu $gw_pid); gw_rss=$(rss $gw_pid); py_cpu=$(cpu $py_pid); py_rss=$(rss $py_pid)
 gw_hwm=$(awk '/VmHWM/ {print $2}' /proc/$gw_pid/status)
+# What the resident memory is: anonymous (heap, stacks) and file-backed (the binary's and the
+# libraries' pages), and the two heap users the daemon reports about itself.
+gw_anon=$(awk '/RssAnon/ {print $2}' /proc/$gw_pid/status)
+gw_file=$(awk '/RssFile/ {print $2}' /proc/$gw_pid/status)
+self_metric() { curl -sf "http://127.0.0.1:$http_port/metrics" | awk -v n="$1" '$1 == n {print $2}'; }
+gw_sqlite=$(self_metric gpuwatch_sqlite_memory_bytes); gw_windows=$(self_metric gpuwatch_rule_window_bytes)
 threads > "$work/threads.end"
 kill -TERM $gw_pid; wait $gw_pid || true
 kill $py_pid 2>/dev/null; wait $py_pid 2>/dev/null || true
@@ -110,6 +116,8 @@ awk -v s="$secs" -v gc="$gw_cpu" -v gr="$gw_rss" -v gh="$gw_hwm" -v pc="$py_cpu"
   printf "gpuwatch peak RSS     %12.1f MiB\n", gh/1024
 }'
 echo "scenario              $scenario ($firing alerts firing at the end)"
+awk -v a="$gw_anon" -v f="$gw_file" -v q="${gw_sqlite:-0}" -v w="${gw_windows:-0}" 'BEGIN {
+  printf "gpuwatch RSS anon/file %6.1f / %.1f MiB (SQLite heap %.2f MB, rule windows %.2f MB)\n", a/1024, f/1024, q/1e6, w/1e6 }'
 [ "${FOOTPRINT_FLEET:-0}" != 0 ] && echo "fleet features        /metrics + /api/v1/status every 15 s, page + history every 60 s, remote write every 15 s ($(sqlite3 "$work/gw.db" "SELECT sent_requests FROM remote_write_status" 2>/dev/null || echo '?') requests sent)"
 awk -v e="$early" -v s="$secs" -v a="$gw_rss_early" -v b="$gw_rss" 'BEGIN {
   printf "gpuwatch RSS at %ds   %12.1f MiB\n", e, a/1024

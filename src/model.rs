@@ -111,6 +111,10 @@ pub struct GpuSample {
     /// namespace sees), or an imported log has no `--query-compute-apps` rows. Unknown is not
     /// "no processes".
     pub process_count: Option<u32>,
+    /// Percent of the interval since the previous sample that any tensor pipe was active
+    /// (NVML GPM's ANY_TENSOR_UTIL, what DCGM calls PIPE_TENSOR_ACTIVE); `None` without GPM
+    /// (before Hopper, an old driver) and on a GPU's first sample, which has no interval.
+    pub tensor_active_pct: Option<f64>,
 }
 
 impl GpuSample {

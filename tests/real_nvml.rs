@@ -61,6 +61,18 @@ fn inventory_is_complete() {
 #[test]
 fn ticks_give_physical_values() {
     let (_h, mut s) = sampler();
+    // Hopper boards have GPM: from the second tick on they give tensor-pipe activity.
+    let hopper: Vec<String> = s
+        .inventories()
+        .filter(|i| {
+            i.name.as_deref().is_some_and(|n| {
+                ["H100", "H200", "H800", "H20", "GH200"]
+                    .iter()
+                    .any(|m| n.contains(m))
+            })
+        })
+        .map(|i| i.uuid.clone())
+        .collect();
     let mut costs = Vec::new();
     for i in 0..20 {
         let t = Instant::now();
@@ -79,6 +91,12 @@ fn ticks_give_physical_values() {
             assert!(smp.clock_sm_mhz.expect("sm clock") > 0);
             assert!(smp.pstate.is_some());
             assert!(smp.throttle_reasons.is_some());
+            if let Some(t) = smp.tensor_active_pct {
+                assert!((0.0..=100.0).contains(&t), "tensor activity {t}");
+            }
+            if i > 0 && hopper.contains(&smp.uuid) {
+                assert!(smp.tensor_active_pct.is_some(), "GPM on {}", smp.uuid);
+            }
         }
         if i == 0 {
             println!("{:#?}", b.samples);

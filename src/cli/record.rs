@@ -204,6 +204,11 @@ fn gpu(out: &mut String, inv: &GpuInventory, samples: &[&GpuSample], ms: i64, t0
     for (symbol, missing) in [
         ("nvmlDeviceGetFanSpeed_v2", never(&|s| s.fan_pct.is_some())),
         ("nvmlDeviceGetPowerUsage", never(&|s| s.power_mw.is_some())),
+        // GPM gave no tensor activity (an old driver, a board without it).
+        (
+            "nvmlGpmSampleGet",
+            samples.len() > 1 && never(&|s| s.tensor_active_pct.is_some()),
+        ),
         (
             "nvmlDeviceGetTotalEnergyConsumption",
             never(&|s| s.energy_mj.is_some()),
@@ -255,6 +260,11 @@ fn gpu(out: &mut String, inv: &GpuInventory, samples: &[&GpuSample], ms: i64, t0
         num(out, "mem_clock", u(s.clock_mem_mhz));
         num(out, "pcie_tx_kbs", u(s.pcie_tx_kbs));
         num(out, "pcie_rx_kbs", u(s.pcie_rx_kbs));
+        num(
+            out,
+            "tensor_active",
+            s.tensor_active_pct.map(|v| format!("{v:.1}")),
+        );
         num(out, "pstate", u(s.pstate));
         num(out, "throttle", s.throttle_reasons.map(|v| v.to_string()));
     }

@@ -62,6 +62,9 @@ pub enum Metric {
     Gap,
     /// Compute processes on the GPU at that tick.
     ProcessCount,
+    /// Percent of the time any tensor pipe was active since the previous sample (GPM,
+    /// Hopper and later; no data elsewhere).
+    TensorActive,
     /// Critical XIDs reported at that tick (0 when none); `count`/`sum` over a window.
     XidCritical,
     /// The number of the last XID seen at that tick (no data when none).

@@ -43,6 +43,7 @@ pub const METRICS: &[(&str, Metric)] = &[
     ("lost", Metric::Lost),
     ("gap", Metric::Gap),
     ("process_count", Metric::ProcessCount),
+    ("tensor_active", Metric::TensorActive),
     ("xid_critical", Metric::XidCritical),
     ("xid", Metric::Xid),
     ("process_mem", Metric::ProcessMem),
@@ -244,7 +245,7 @@ mod tests {
         for (name, s) in STATICS {
             assert_eq!(static_name(*s), *name);
         }
-        assert_eq!(METRICS.len(), 33);
+        assert_eq!(METRICS.len(), 34);
         assert_eq!(STATICS.len(), 10);
     }
 

@@ -304,6 +304,7 @@ fn sample(g: &TestGpu, inv: &GpuInventory, k: usize, ts: TsMs) -> Option<GpuSamp
         retired_pages: int("retired_pages"),
         remapped_rows_uncorrectable: int("remapped_rows_uncorrectable"),
         remap_pending: v("remap_pending").map(|x| x != 0.0),
+        tensor_active_pct: v("tensor_active"),
         ..GpuSample::default()
     })
 }

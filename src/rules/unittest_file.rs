@@ -47,6 +47,7 @@ pub const GPU_METRICS: &[&str] = &[
     "lost",
     "gap",
     "process_count",
+    "tensor_active",
 ];
 
 #[derive(Debug, Clone, PartialEq)]

@@ -124,6 +124,8 @@ pub fn read_sample(
         remap_failure: remap.map(|r| r.3),
         // Set by the coordinator from the process list (when it was observed).
         process_count: None,
+        // Set by the worker from its GPM reader (two samples make one value).
+        tensor_active_pct: None,
     };
     // Row remapping (Ampere and later) replaced page retirement: read pages only without it.
     if remap.is_none() {

@@ -14,6 +14,7 @@
 pub mod device;
 pub mod events;
 pub mod fields;
+pub mod gpm;
 pub mod gpu_procs;
 mod mailbox;
 pub mod nvml;

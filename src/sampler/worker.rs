@@ -13,6 +13,7 @@ use nvml_wrapper::Nvml;
 use crate::model::{GpuInventory, GpuSample, MetricError, SampleStatus, TsMs};
 
 use super::device::{SystemInfo, read_inventory, read_power_limit, read_processes, read_sample};
+use super::gpm::TensorReader;
 use super::gpu_procs::RawProcess;
 use super::mailbox::Mailbox;
 use super::support::Support;
@@ -61,6 +62,7 @@ pub fn run(
     // Read with the inventory (slow-changing), carried on every sample.
     let mut power_limit: Option<u32> = None;
     let mut lost_reported = false;
+    let mut tensor = TensorReader::default();
     for req in requests {
         support.begin(req.ts_ms);
         let mut resp = Response {
@@ -76,6 +78,7 @@ pub fn run(
             if inventory.is_none() || req.refresh_inventory {
                 if inventory.is_some() {
                     support.reprobe();
+                    tensor.reprobe();
                 }
                 let inv = read_inventory(dev, index, &sys, &mut support);
                 power_limit = read_power_limit(dev, &mut support);
@@ -89,8 +92,11 @@ pub fn run(
                 }
             }
             if let Some(inv) = inventory.as_ref().filter(|_| req.sample) {
-                let sample =
+                let mut sample =
                     read_sample(&nvml, dev, &inv.uuid, req.ts_ms, power_limit, &mut support);
+                if sample.status == SampleStatus::Ok {
+                    sample.tensor_active_pct = tensor.read(&nvml, dev, &mut support);
+                }
                 if req.processes && sample.status == SampleStatus::Ok {
                     resp.processes = read_processes(&nvml, dev, &mut support);
                 }

@@ -100,7 +100,10 @@ pub fn samples(
         ", gpu_id FROM samples WHERE ts_ms > ?1 AND ts_ms <= ?2 ORDER BY ts_ms, gpu_id"
     ))?;
     let rows = stmt.query_map(params![after_ms, upto_ms], |r| {
-        Ok((r.get::<_, i64>(28)?, sample_from_row(r, String::new())?))
+        Ok((
+            r.get::<_, i64>(super::rows::SAMPLE_ROW_COLUMNS)?,
+            sample_from_row(r, String::new())?,
+        ))
     })?;
     Ok(rows.collect::<Result<_, _>>()?)
 }

@@ -75,10 +75,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "remote_write",
         sql: include_str!("../../migrations/0011_remote_write.sql"),
     },
+    Migration {
+        version: 12,
+        name: "tensor_active",
+        sql: include_str!("../../migrations/0012_tensor_active.sql"),
+    },
 ];
 
 /// The schema version this binary writes and reads.
-pub const LATEST_VERSION: u32 = 11;
+pub const LATEST_VERSION: u32 = 12;
 
 /// The schema version of the database (`PRAGMA user_version`; 0 for an empty file).
 pub fn schema_version(conn: &Connection) -> Result<u32, StoreError> {

@@ -29,10 +29,15 @@ macro_rules! sample_metric_columns {
          temp_c, fan_pct, clock_sm_mhz, clock_mem_mhz, power_mw, power_limit_mw, energy_mj, \
          pstate, pcie_tx_kbs, pcie_rx_kbs, pcie_gen, pcie_width, throttle_reasons, \
          ecc_corrected, ecc_uncorrected, retired_pages, remapped_rows_correctable, \
-         remapped_rows_uncorrectable, remap_pending, remap_failure, process_count"
+         remapped_rows_uncorrectable, remap_pending, remap_failure, process_count, \
+         tensor_active_pct"
     };
 }
 pub(super) use sample_metric_columns;
+
+/// The columns `SELECT ts_ms, <sample_metric_columns>` reads (0..=28): a column selected
+/// after them is at this index.
+pub(super) const SAMPLE_ROW_COLUMNS: usize = 29;
 
 /// The values of [`sample_metric_columns!`] for one sample, in the same order, as SQL
 /// parameters after the time and GPU key: `params![ts, gpu, ...]` for the writer and the
@@ -69,6 +74,7 @@ macro_rules! sample_params {
             $s.remap_pending,
             $s.remap_failure,
             $s.process_count,
+            $s.tensor_active_pct,
         ]
     };
 }
@@ -252,7 +258,7 @@ impl TickWriter<'_> {
                 "INSERT OR REPLACE INTO samples (ts_ms, gpu_id, ",
                 sample_metric_columns!(),
                 ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                   ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)"
+                   ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)"
             ))?
             .execute(sample_params!(s.ts_ms, gpu_id, s))?;
         // lost_at_ms: set by the first 'lost' sample, cleared by a later 'ok' one; samples

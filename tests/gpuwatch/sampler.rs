@@ -98,6 +98,42 @@ fn per_tick_metrics_match_the_scenario() {
     }
 }
 
+/// Tensor activity is GPM's, between this tick's sample and the last: none at the first tick
+/// (no interval yet) and none on a GPU without GPM; one sample held per GPM GPU, never more.
+#[test]
+fn tensor_activity_comes_from_two_gpm_samples() {
+    let mut r = rig(TWO_GPUS, Duration::from_secs(2));
+    // SAFETY: the fake library the rig loaded; dlopen of the same path shares its state.
+    let lib = unsafe { libloading::Library::new(r.sim.library_path()) }.expect("dlopen");
+    // SAFETY: the fake's control export, `u64 (void)`.
+    let live = unsafe { lib.get::<unsafe extern "C" fn() -> u64>(b"gpuwatchFakeGpmSamplesLive") }
+        .expect("control export");
+    let first = r.tick();
+    assert_eq!(
+        first
+            .samples
+            .iter()
+            .map(|s| s.tensor_active_pct)
+            .collect::<Vec<_>>(),
+        [None, None],
+        "one sample is no interval"
+    );
+    for _ in 0..3 {
+        let n = r.n;
+        let b = r.tick();
+        let want = r.sim.scenario.gpu_state(0, n).tensor_active_pct;
+        assert!(want > 30, "a busy H100's tensor pipes are active: {want}");
+        assert_eq!(b.samples[0].tensor_active_pct, Some(f64::from(want)));
+        assert_eq!(b.samples[1].tensor_active_pct, None, "an A100 has no GPM");
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { live() },
+            1,
+            "the H100's previous sample, nothing leaked"
+        );
+    }
+}
+
 #[test]
 fn real_zeros_stay_zero_and_unsupported_is_none() {
     let scenario = format!(

@@ -5,6 +5,8 @@
 //! - `gpuwatchFakeGetTick() -> u64`: the current tick (0 when not initialised).
 //! - `gpuwatchFakeCallCount() -> u64`: per-device calls answered since the library was loaded
 //!   (what benchmarks divide by GPUs and ticks).
+//! - `gpuwatchFakeGpmSamplesLive() -> u64`: GPM samples allocated and not yet freed (a client
+//!   that leaks them shows here).
 //! - `gpuwatchFakeScenarioPath(buf, len) -> nvmlReturn_t`: the scenario file in use (empty for the
 //!   built-in default); before init, the file init would load. INSUFFICIENT_SIZE when `len` is
 //!   too small for the path and its NUL.
@@ -33,6 +35,11 @@ pub unsafe extern "C" fn gpuwatchFakeSetTick(tick: u64) -> NvmlReturn {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gpuwatchFakeCallCount() -> u64 {
     state::calls()
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gpuwatchFakeGpmSamplesLive() -> u64 {
+    std::panic::catch_unwind(crate::gpm::live).unwrap_or(0)
 }
 
 #[unsafe(no_mangle)]

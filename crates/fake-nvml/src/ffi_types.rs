@@ -96,6 +96,43 @@ pub const PROCESS_R535_SIZE: usize = 32;
 /// "No instance" in process entries and event data.
 pub const NO_INSTANCE: c_uint = 0xFFFF_FFFF;
 
+/// `nvmlGpmSupport_t`: `nvmlGpmQueryDeviceSupport` (version word 1, `NVML_GPM_SUPPORT_VERSION`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct GpmSupport {
+    pub version: c_uint,
+    pub is_supported_device: c_uint,
+}
+
+/// `nvmlGpmMetric_t` (40 bytes): one requested metric and its answer.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct GpmMetric {
+    pub metric_id: c_uint,
+    pub nvml_return: NvmlReturn,
+    pub value: f64,
+    pub short_name: *const c_char,
+    pub long_name: *const c_char,
+    pub unit: *const c_char,
+}
+
+/// `NVML_GPM_METRIC_MAX`: the size of `nvmlGpmMetricsGet_t.metrics`.
+pub const GPM_METRIC_MAX: usize = 210;
+
+/// `nvmlGpmMetricsGet_t`: `nvmlGpmMetricsGet` (version word 1, `NVML_GPM_METRICS_GET_VERSION`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct GpmMetricsGet {
+    pub version: c_uint,
+    pub num_metrics: c_uint,
+    pub sample1: *mut c_void,
+    pub sample2: *mut c_void,
+    pub metrics: [GpmMetric; GPM_METRIC_MAX],
+}
+
+/// The version word both GPM structs carry.
+pub const GPM_STRUCT_VERSION: c_uint = 1;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,6 +162,19 @@ mod tests {
         assert_eq!(PROCESS_V2_SIZE, size_of::<sys::nvmlProcessInfo_v2_t>());
         assert_eq!(PROCESS_V2_SIZE, size_of::<sys::nvmlProcessInfo_t>());
         assert_eq!(PROCESS_R535_SIZE, size_of::<sys::nvmlProcessDetail_v1_t>());
+        assert_eq!(size_of::<GpmSupport>(), size_of::<sys::nvmlGpmSupport_t>());
+        assert_eq!(size_of::<GpmMetric>(), 40);
+        assert_eq!(size_of::<GpmMetric>(), size_of::<sys::nvmlGpmMetric_t>());
+        assert_eq!(
+            size_of::<GpmMetricsGet>(),
+            size_of::<sys::nvmlGpmMetricsGet_t>()
+        );
+        assert_eq!(GPM_STRUCT_VERSION, sys::NVML_GPM_SUPPORT_VERSION);
+        assert_eq!(GPM_STRUCT_VERSION, sys::NVML_GPM_METRICS_GET_VERSION);
+        assert_eq!(
+            GPM_METRIC_MAX,
+            sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_MAX as usize
+        );
     }
 
     #[test]
@@ -165,6 +215,18 @@ mod tests {
             24
         );
         assert_eq!(offset_of!(sys::nvmlProcessInfo_v1_t, usedGpuMemory), 8);
+        assert_eq!(
+            offset_of!(GpmMetric, value),
+            offset_of!(sys::nvmlGpmMetric_t, value)
+        );
+        assert_eq!(
+            offset_of!(GpmMetricsGet, sample2),
+            offset_of!(sys::nvmlGpmMetricsGet_t, sample2)
+        );
+        assert_eq!(
+            offset_of!(GpmMetricsGet, metrics),
+            offset_of!(sys::nvmlGpmMetricsGet_t, metrics)
+        );
     }
 
     #[test]

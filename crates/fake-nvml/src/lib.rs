@@ -7,12 +7,14 @@
 //! - Every per-device export goes through [`device_call`]: initialised? valid handle? then the
 //!   scenario decides (injected error, block, lost GPU, NOT_SUPPORTED) before any value is read,
 //!   and values come from `Scenario::gpu_state` at the current tick (constant time).
-//! - No background threads; no state outside `state::STATE` (and the static handle slots).
+//! - No background threads; no state outside `state::STATE` (and the static handle slots and
+//!   `gpm`'s sample registry).
 //! - Output pointers are checked for null (INVALID_ARGUMENT) and written only on success.
 //!
 //! Module map: `init` (init/shutdown/system/handles/error strings), `device` (inventory and
 //! sensors), `health` (ECC, retirement, throttling, modes), `process` (running processes),
-//! `events` (XID event sets), `fields` (the batch `nvmlDeviceGetFieldValues`), `control`
+//! `events` (XID event sets), `fields` (the batch `nvmlDeviceGetFieldValues`), `gpm` (GPM
+//! samples and metrics: tensor activity), `control`
 //! (gpuwatchFake* test controls), `state`, `ffi_types`.
 //!
 //! Cost model: every per-device call is counted (`gpuwatchFakeCallCount`), and with
@@ -45,6 +47,7 @@ mod device;
 mod events;
 mod ffi_types;
 mod fields;
+mod gpm;
 mod health;
 mod init;
 mod process;

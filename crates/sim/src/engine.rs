@@ -13,6 +13,9 @@ use crate::nvml::{self, code, throttle};
 use crate::timeline::Metric;
 use crate::types::{CallOutcome, GpuState, ProcessSpec, ProcessState, XidEvent};
 
+/// The part of a busy GPU's utilisation its tensor pipes are active, by default.
+const TENSOR_SHARE: f64 = 0.45;
+
 /// Round and clamp into `[lo, hi]`.
 fn clamp_round(v: f64, lo: f64, hi: f64) -> f64 {
     if v.is_nan() {
@@ -120,6 +123,15 @@ impl GpuModel {
             Metric::Throttle,
             if busy { 0.0 } else { throttle::GPU_IDLE as f64 },
         );
+        // Tensor pipes run part of a busy kernel mix (about half of an LLM step's time).
+        let tensor = get(
+            Metric::TensorActive,
+            if busy {
+                TENSOR_SHARE * u + jitter(key(Metric::TensorActive), tick, 3.0)
+            } else {
+                0.0
+            },
+        );
         let energy = self.energy_base_mj + self.energy.energy_mj(tick);
         GpuState {
             tick,
@@ -142,6 +154,7 @@ impl GpuModel {
             mem_clock_mhz: to_u32(memclk),
             pcie_tx_kbs: to_u32(pcie(Metric::PcieTx, pr.pcie_load_tx_kbs)),
             pcie_rx_kbs: to_u32(pcie(Metric::PcieRx, pr.pcie_load_rx_kbs)),
+            tensor_active_pct: clamp_round(tensor, 0.0, 100.0) as u32,
             pcie_gen: to_u32(get(Metric::PcieGen, f64::from(s.pcie_max_gen))),
             pcie_width: to_u32(get(Metric::PcieWidth, f64::from(s.pcie_max_width))),
             pstate: clamp_round(pstate, 0.0, 15.0) as u32,

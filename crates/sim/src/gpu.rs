@@ -175,6 +175,10 @@ pub(crate) fn compile_spec(
         );
     }
     let mut not_supported: Vec<String> = pre.not_supported.iter().map(|s| s.to_string()).collect();
+    // GPM (GPU performance monitoring, NVML's profiling metrics) is Hopper and later.
+    if pre.architecture < nvml::GPM_MIN_ARCHITECTURE {
+        not_supported.push(nvml::GPM_SAMPLE.to_string());
+    }
     for s in &g.not_supported {
         if check_symbol(p, s, false)
             && !not_supported
@@ -284,6 +288,7 @@ fn segment_metrics(seg: &RawSegment) -> Vec<(Metric, f64, RawBehaviour, std::ops
     add(Metric::MemClock, 1.0, &seg.mem_clock);
     add(Metric::PcieTx, 1.0, &seg.pcie_tx_kbs);
     add(Metric::PcieRx, 1.0, &seg.pcie_rx_kbs);
+    add(Metric::TensorActive, 1.0, &seg.tensor_active);
     add(Metric::PcieGen, 1.0, &seg.pcie_gen);
     add(Metric::PcieWidth, 1.0, &seg.pcie_width);
     add(Metric::EccCorrected, 1.0, &seg.ecc_corrected);

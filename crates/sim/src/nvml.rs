@@ -157,7 +157,14 @@ pub const DEVICE_SYMBOLS: &[&str] = &[
     "nvmlDeviceGetMPSComputeRunningProcesses",
     "nvmlDeviceRegisterEvents",
     "nvmlDeviceGetSupportedEventTypes",
+    "nvmlGpmQueryDeviceSupport",
+    "nvmlGpmSampleGet",
 ];
+
+/// The GPM call that reads a device; NOT_SUPPORTED on models without GPM.
+pub const GPM_SAMPLE: &str = "nvmlGpmSampleGet";
+/// `nvmlDeviceArchitecture_t` of Hopper, the first architecture with GPM.
+pub const GPM_MIN_ARCHITECTURE: u32 = 9;
 
 /// `name` without a trailing `_vN` version suffix.
 pub fn base_symbol(name: &str) -> &str {

@@ -115,6 +115,7 @@ pub struct RawSegment {
     pub mem_clock: Option<Spanned<RawBehaviour>>,
     pub pcie_tx_kbs: Option<Spanned<RawBehaviour>>,
     pub pcie_rx_kbs: Option<Spanned<RawBehaviour>>,
+    pub tensor_active: Option<Spanned<RawBehaviour>>,
     pub pcie_gen: Option<Spanned<RawBehaviour>>,
     pub pcie_width: Option<Spanned<RawBehaviour>>,
     pub pstate: Option<Spanned<Pstate>>,

@@ -37,9 +37,11 @@ pub enum Metric {
     RetiredSbe,
     RetiredDbe,
     RetiredPending,
+    /// GPM's tensor-pipe activity (% of the interval), Hopper and later.
+    TensorActive,
 }
 
-pub const METRIC_COUNT: usize = 22;
+pub const METRIC_COUNT: usize = 23;
 
 impl Metric {
     /// Stable number for noise keys and track indexing.
@@ -50,7 +52,7 @@ impl Metric {
     /// The (min, max) a value written for this metric must stay within, before noise.
     pub fn bounds(self) -> (f64, f64) {
         match self {
-            Metric::UtilGpu | Metric::UtilMem | Metric::Fan => (0.0, 100.0),
+            Metric::UtilGpu | Metric::UtilMem | Metric::Fan | Metric::TensorActive => (0.0, 100.0),
             Metric::Temp => (0.0, 150.0),
             Metric::PcieGen => (1.0, 6.0),
             Metric::PcieWidth => (1.0, 32.0),

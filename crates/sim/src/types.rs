@@ -74,6 +74,9 @@ pub struct GpuState {
     pub mem_clock_mhz: u32,
     pub pcie_tx_kbs: u32,
     pub pcie_rx_kbs: u32,
+    /// Tensor-pipe activity, % of the tick (what GPM's ANY_TENSOR_UTIL reports between
+    /// two samples); served only where the model has GPM (Hopper and later).
+    pub tensor_active_pct: u32,
     pub pcie_gen: u32,
     pub pcie_width: u32,
     pub pstate: u32,

@@ -150,6 +150,16 @@ const READINGS: &[Reading] = &[
         |s| f(s.util_mem_pct),
         0.01,
     ),
+    // NVML GPM's ANY_TENSOR_UTIL (%, over the interval since the previous sample): the
+    // tensor-pipe activity DCGM's profiling module serves under this name, as a ratio.
+    gauge(
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "gpuwatch_gpu_tensor_active_ratio",
+        "Ratio of cycles the tensor (HMMA) pipe is active.",
+        None,
+        |s| s.tensor_active_pct.map(|p| p / 100.0),
+        1.0,
+    ),
     gauge(
         "DCGM_FI_DEV_FB_FREE",
         "gpuwatch_gpu_memory_free_bytes",

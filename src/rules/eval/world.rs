@@ -616,6 +616,7 @@ pub fn sample_value(m: Metric, s: &GpuSample) -> Option<f64> {
         Metric::RemapPending => s.remap_pending.map(|b| f64::from(u8::from(b))),
         // Unknown (not observed) stays no data: never "no processes".
         Metric::ProcessCount => s.process_count.map(f64::from),
+        Metric::TensorActive => s.tensor_active_pct,
         Metric::Lost | Metric::Gap | Metric::XidCritical | Metric::Xid => None,
         Metric::ProcessMem | Metric::TrainingStep | Metric::TrainingLoss => None,
         Metric::TrainingSourceFailing => None,

@@ -31,7 +31,7 @@ use publish::{publish_rows, sat};
 
 /// `PRAGMA cache_size` (negative: KiB) while an import is staged and published, and after.
 const IMPORT_CACHE_SIZE: i64 = -65_536;
-const DEFAULT_CACHE_SIZE: i64 = -2_000;
+const DEFAULT_CACHE_SIZE: i64 = super::WRITER_CACHE_KIB;
 
 /// The longest time range one rollup transaction of an import covers.
 pub const ROLLUP_CHUNK_MS: i64 = 3_600_000;
@@ -42,7 +42,7 @@ const CREATE_SQL: &str = concat!(
     "temp_c, fan_pct, clock_sm_mhz, clock_mem_mhz, power_mw, power_limit_mw, energy_mj, ",
     "pstate, pcie_tx_kbs, pcie_rx_kbs, pcie_gen, pcie_width, throttle_reasons, ",
     "ecc_corrected, ecc_uncorrected, retired_pages, remapped_rows_correctable, ",
-    "remapped_rows_uncorrectable, remap_pending, remap_failure, process_count);
+    "remapped_rows_uncorrectable, remap_pending, remap_failure, process_count, tensor_active_pct);
      CREATE TEMP TABLE IF NOT EXISTS gw_imp_apps (ts_ms INTEGER NOT NULL, gpu_ref INTEGER NOT NULL,
        proc INTEGER NOT NULL, used_mem_bytes INTEGER);
      CREATE TEMP TABLE IF NOT EXISTS gw_imp_gpu_map (local INTEGER PRIMARY KEY, gpu_id INTEGER NOT NULL);
@@ -126,7 +126,7 @@ const INSERT_SAMPLE: &str = concat!(
     "INSERT INTO gw_imp_samples (ts_ms, gpu, ",
     sample_metric_columns!(),
     ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-       ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)"
+       ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)"
 );
 
 const INSERT_APP: &str = "INSERT INTO gw_imp_apps (ts_ms, gpu_ref, proc, used_mem_bytes)

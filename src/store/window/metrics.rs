@@ -206,6 +206,13 @@ pub const WINDOW_METRICS: &[WindowMetric] = &[
         "process_count",
         1.0,
     ),
+    raw_only(
+        "tensor_active",
+        "%",
+        "Tensor pipes active",
+        "tensor_active_pct",
+        1.0,
+    ),
     status_flag("lost", "GPU lost", "status = 2"),
     status_flag("gap", "Missed sample deadline", "status = 1"),
 ];
@@ -282,7 +289,8 @@ pub fn is_sample_metric(m: Metric) -> bool {
         | Metric::RemapPending
         | Metric::Lost
         | Metric::Gap
-        | Metric::ProcessCount => true,
+        | Metric::ProcessCount
+        | Metric::TensorActive => true,
         Metric::XidCritical
         | Metric::Xid
         | Metric::ProcessMem

@@ -102,6 +102,17 @@ impl Fake {
         unsafe { f() }
     }
 
+    /// GPM samples the library holds (allocated, not freed).
+    pub fn gpm_samples_live(&self) -> u64 {
+        // SAFETY: as above.
+        let f = unsafe {
+            self.lib
+                .get::<unsafe extern "C" fn() -> u64>(b"gpuwatchFakeGpmSamplesLive")
+        }
+        .expect("gpuwatchFakeGpmSamplesLive exported");
+        unsafe { f() }
+    }
+
     pub fn loaded_path(&self) -> (c_uint, String) {
         // SAFETY: as above.
         let f = unsafe {
