@@ -245,7 +245,6 @@ pub fn open(path: &Path, cfg: &StoreConfig) -> Result<Store, StoreError> {
     }
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "temp_store", "MEMORY")?;
-    conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)?;
     let page_size = pragma_u64(&conn, "page_size")?.max(512);
     let max_pages = cfg.max_db_size / page_size;
     let cap: i64 =
@@ -308,11 +307,6 @@ fn stable_plans(conn: &Connection) -> Result<(), StoreError> {
     )?;
     Ok(())
 }
-
-/// Page cache of the writer's connection, in KiB (as a negative `cache_size`): a tick appends
-/// at the right edge of a few B-trees and a rollup reads the minute just written, so half of
-/// SQLite's default 2 MB holds what the writer touches again.
-pub const WRITER_CACHE_KIB: i64 = -1024;
 
 /// Page cache of the daemon's secondary connections, in KiB (as a negative `cache_size`).
 pub const SMALL_CACHE_KIB: i64 = -512;

@@ -14,7 +14,7 @@ use crate::ffi_types::{
     Bar1Memory, MEMORY_V2_VERSION, Memory, MemoryV2, NvmlDevice, NvmlReturn, PciInfo,
     TEMPERATURE_V1_VERSION, TemperatureV1, Utilization,
 };
-use crate::{Device, device_call, out, out_str};
+use crate::{Device, device_call, out, out_str, versioned_in};
 
 macro_rules! string_fn {
     ($name:ident, |$d:ident| $value:expr) => {
@@ -106,17 +106,14 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     memory: *mut MemoryV2,
 ) -> NvmlReturn {
     device_call(device, "nvmlDeviceGetMemoryInfo_v2", |d| {
-        if memory.is_null() {
-            return code::INVALID_ARGUMENT;
-        }
-        // SAFETY: non-null; the caller passes a whole nvmlMemory_v2_t with `version` set.
-        let version = unsafe { std::ptr::addr_of!((*memory).version).read_unaligned() };
-        if version != MEMORY_V2_VERSION {
-            return code::ARGUMENT_VERSION_MISMATCH;
-        }
+        // SAFETY: null or the caller's whole nvmlMemory_v2_t with `version` set.
+        let given = match unsafe { versioned_in(memory, MEMORY_V2_VERSION) } {
+            Ok(g) => g,
+            Err(c) => return c,
+        };
         let s = d.state();
         let v = MemoryV2 {
-            version,
+            version: given.version,
             total: s.mem_total_bytes,
             reserved: s.mem_reserved_bytes,
             free: s.mem_free_bytes,
@@ -170,14 +167,11 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperatureV(
     temperature: *mut TemperatureV1,
 ) -> NvmlReturn {
     device_call(device, "nvmlDeviceGetTemperatureV", |d| {
-        if temperature.is_null() {
-            return code::INVALID_ARGUMENT;
-        }
-        // SAFETY: non-null; the caller passes a whole nvmlTemperature_t with version and sensor set.
-        let given = unsafe { temperature.read_unaligned() };
-        if given.version != TEMPERATURE_V1_VERSION {
-            return code::ARGUMENT_VERSION_MISMATCH;
-        }
+        // SAFETY: null or the caller's whole nvmlTemperature_t with version and sensor set.
+        let given = match unsafe { versioned_in(temperature, TEMPERATURE_V1_VERSION) } {
+            Ok(g) => g,
+            Err(c) => return c,
+        };
         if given.sensor_type != 0 {
             return code::INVALID_ARGUMENT;
         }

@@ -26,7 +26,7 @@ use gpuwatch_sim::nvml::{GPM_SAMPLE, code};
 use crate::ffi_types::{
     GPM_METRIC_MAX, GPM_STRUCT_VERSION, GpmMetricsGet, GpmSupport, NvmlDevice, NvmlReturn,
 };
-use crate::{device_call, guard, out, state};
+use crate::{device_call, guard, out, state, versioned_in};
 
 /// `NVML_GPM_METRIC_ANY_TENSOR_UTIL`.
 pub const ANY_TENSOR_UTIL: u32 = 5;
@@ -59,16 +59,13 @@ pub unsafe extern "C" fn nvmlGpmQueryDeviceSupport(
     support: *mut GpmSupport,
 ) -> NvmlReturn {
     device_call(device, "nvmlGpmQueryDeviceSupport", |d| {
-        if support.is_null() {
-            return code::INVALID_ARGUMENT;
-        }
-        // SAFETY: non-null, and the caller passes a writable nvmlGpmSupport_t.
-        let version = unsafe { std::ptr::addr_of!((*support).version).read_unaligned() };
-        if version != GPM_STRUCT_VERSION {
-            return code::ARGUMENT_VERSION_MISMATCH;
-        }
+        // SAFETY: null or the caller's writable nvmlGpmSupport_t with `version` set.
+        let given = match unsafe { versioned_in(support, GPM_STRUCT_VERSION) } {
+            Ok(g) => g,
+            Err(c) => return c,
+        };
         let answer = GpmSupport {
-            version,
+            version: given.version,
             is_supported_device: u32::from(d.scenario.supports(d.index, GPM_SAMPLE)),
         };
         // SAFETY: as above.

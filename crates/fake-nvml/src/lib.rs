@@ -81,6 +81,24 @@ pub(crate) unsafe fn out<T>(ptr: *mut T, value: T) -> NvmlReturn {
     code::SUCCESS
 }
 
+/// Read the versioned struct the caller passes in: INVALID_ARGUMENT for null,
+/// ARGUMENT_VERSION_MISMATCH unless its leading `version` word is `expected` (as the driver
+/// checks every `_v` struct before touching it).
+///
+/// # Safety
+/// `ptr` must be null or valid for a read of `T`, whose first field is the `c_uint` version.
+pub(crate) unsafe fn versioned_in<T>(ptr: *const T, expected: u32) -> Result<T, NvmlReturn> {
+    if ptr.is_null() {
+        return Err(code::INVALID_ARGUMENT);
+    }
+    // SAFETY: non-null, and the caller guarantees a readable T that starts with a u32.
+    let (version, given) = unsafe { (ptr.cast::<u32>().read_unaligned(), ptr.read_unaligned()) };
+    if version != expected {
+        return Err(code::ARGUMENT_VERSION_MISMATCH);
+    }
+    Ok(given)
+}
+
 /// Copy `text` into a C buffer of `len` bytes with its NUL, or INSUFFICIENT_SIZE.
 ///
 /// # Safety

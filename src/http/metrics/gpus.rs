@@ -155,7 +155,7 @@ const READINGS: &[Reading] = &[
     gauge(
         "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
         "gpuwatch_gpu_tensor_active_ratio",
-        "Ratio of cycles the tensor (HMMA) pipe is active.",
+        "Ratio of cycles the tensor (HMMA) pipe is active",
         None,
         |s| s.tensor_active_pct.map(|p| p / 100.0),
         1.0,

@@ -31,7 +31,7 @@ use publish::{publish_rows, sat};
 
 /// `PRAGMA cache_size` (negative: KiB) while an import is staged and published, and after.
 const IMPORT_CACHE_SIZE: i64 = -65_536;
-const DEFAULT_CACHE_SIZE: i64 = super::WRITER_CACHE_KIB;
+const DEFAULT_CACHE_SIZE: i64 = -2_000;
 
 /// The longest time range one rollup transaction of an import covers.
 pub const ROLLUP_CHUNK_MS: i64 = 3_600_000;
