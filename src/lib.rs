@@ -2,8 +2,9 @@
 //!
 //! The pipeline, one module per stage: [`sampler`] (NVML → [`model::TickBatch`]) →
 //! [`store`] (SQLite ring buffer) → rules → alerts → notify; plus [`config`], [`http`],
-//! [`daemon`] (wiring, threads, shutdown), [`clock`] (time as a parameter), [`sim`] (simulated
-//! GPUs for the demo and tests) and [`cli`]. See ARCHITECTURE.md.
+//! [`daemon`] (wiring, threads, shutdown), [`doctor`] (diagnosing the GPU stack and the
+//! setup), [`clock`] (time as a parameter), [`sim`] (simulated GPUs for the demo and tests)
+//! and [`cli`]. See ARCHITECTURE.md.
 
 pub mod alerts;
 pub mod attribution;
@@ -11,6 +12,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod daemon;
+pub mod doctor;
 pub mod http;
 pub mod import;
 pub mod model;

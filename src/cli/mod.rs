@@ -7,6 +7,7 @@
 mod alerts;
 mod demo;
 pub mod docs;
+mod doctor;
 mod export;
 mod format;
 mod history;
@@ -66,6 +67,10 @@ pub enum Command {
     Run(run::RunArgs),
     /// Show the GPUs from the database like a compact nvidia-smi.
     Status(status::StatusArgs),
+    /// Diagnose the GPU stack bottom-up (kernel module, device nodes, NVML library and
+    /// version, every GPU) and gpuwatch's setup; one line per check with the fix.
+    /// Exit 0 all ok, 1 warnings, 2 failures.
+    Doctor(doctor::DoctorArgs),
     /// Run the whole daemon on simulated GPUs, faster than real time (no GPU, root or config).
     Demo(demo::DemoArgs),
     /// Work with rule files: `check` them.
@@ -182,6 +187,8 @@ pub fn main() -> i32 {
         Command::Run(a) => run::run(a),
         Command::Status(a) => status::run(a),
         Command::Demo(a) => demo::run(a),
+        // The doctor's exit code is its verdict (0, 1 or 2); it prints its own findings.
+        Command::Doctor(a) => return doctor::run(a),
         Command::Rules(a) => rules::run(a),
         Command::Replay(a) => replay::run(a),
         Command::Scenario(ScenarioCommand::Record(a)) => record::run(a),

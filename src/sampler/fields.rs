@@ -90,7 +90,10 @@ pub fn read_counters(nvml: &Nvml, dev: &Device<'_>, s: &mut Support) -> Counters
 }
 
 /// (correctable, uncorrectable, pending, failure) remapped rows; nvml-wrapper lacks this call.
-fn remapped_rows(nvml: &Nvml, dev: &Device<'_>) -> Result<(u32, u32, bool, bool), NvmlError> {
+pub(crate) fn remapped_rows(
+    nvml: &Nvml,
+    dev: &Device<'_>,
+) -> Result<(u32, u32, bool, bool), NvmlError> {
     let sym = nvml
         .lib()
         .nvmlDeviceGetRemappedRows

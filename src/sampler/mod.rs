@@ -12,12 +12,14 @@
 //! - Process identity is `(pid, start time)`; command lines are redacted before storing.
 
 pub mod device;
+pub mod diagnosis;
 pub mod events;
 pub mod fields;
 pub mod gpm;
 pub mod gpu_procs;
 mod mailbox;
 pub mod nvml;
+pub mod probe;
 pub mod procs;
 pub mod redact;
 pub mod support;

@@ -9,31 +9,32 @@ use std::sync::Arc;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::error::NvmlError;
 
-/// Why NVML could not be started.
+use super::diagnosis::{self, Diagnosis};
+
+/// Why NVML could not be started. The causes and fixes come from the one table of NVML
+/// errors ([`super::diagnosis`]), which `gpuwatch doctor` shares.
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
-    #[error(
-        "cannot load the NVML library {path}: {reason} (install the NVIDIA driver, or point `nvml_library` / --nvml-library at libnvidia-ml.so.1)"
-    )]
+    #[error("cannot load the NVML library {path}: {reason} ({fix})", fix = diagnosis::LIBRARY_NOT_FOUND.fix)]
     LibraryMissing { path: String, reason: String },
-    #[error(
-        "the NVIDIA kernel driver is not loaded (load it with `modprobe nvidia` or reinstall the driver; `nvidia-smi` shows the same error)"
-    )]
-    DriverNotLoaded,
-    #[error(
-        "no permission to open the NVIDIA devices (run as a user that can read /dev/nvidia*, e.g. in the `video` group)"
-    )]
-    NoPermission,
-    #[error(
-        "the NVML library and the kernel driver have different versions (reboot or reload the nvidia kernel module after a driver upgrade)"
-    )]
-    VersionMismatch,
     #[error(
         "NVML library {path} lacks the symbol {symbol} (it is not a usable libnvidia-ml.so.1; point `nvml_library` at the driver's)"
     )]
     MissingSymbol { path: String, symbol: String },
-    #[error("NVML initialisation failed: {0} (check the driver with `nvidia-smi`)")]
-    Other(String),
+    /// `nvmlInit` answered an error.
+    #[error("NVML initialisation failed: {0}")]
+    Nvml(Diagnosis),
+}
+
+impl InitError {
+    /// The table's entry for this failure.
+    pub fn diagnosis(&self) -> Diagnosis {
+        match self {
+            Self::LibraryMissing { .. } => diagnosis::LIBRARY_NOT_FOUND,
+            Self::MissingSymbol { .. } => diagnosis::FUNCTION_NOT_FOUND,
+            Self::Nvml(d) => *d,
+        }
+    }
 }
 
 /// A started NVML with the system-level facts read once at start.
@@ -92,14 +93,11 @@ fn map_init_error(e: NvmlError, shown: &str) -> InitError {
             path: shown.to_string(),
             reason: "not found".into(),
         },
-        NvmlError::DriverNotLoaded => InitError::DriverNotLoaded,
-        NvmlError::NoPermission => InitError::NoPermission,
-        NvmlError::LibRmVersionMismatch => InitError::VersionMismatch,
         NvmlError::FailedToLoadSymbol(s) => InitError::MissingSymbol {
             path: shown.to_string(),
             symbol: first_line(&s),
         },
-        other => InitError::Other(first_line(&error_text(&other))),
+        other => InitError::Nvml(diagnosis::diagnose(&other)),
     }
 }
 

@@ -1,0 +1,407 @@
+//! gpuwatch's own setup: the configuration and rules, the database (`PRAGMA quick_check` on a
+//! read-only connection, its size against `max_db_size`), process attribution (`proc_root`
+//! and the PID namespace), the kubelet's pod-resources socket, Prometheus and every receiver.
+//!
+//! Invariant: nothing is written or sent. Prometheus and receivers get a TCP connect with a
+//! deadline, the kubelet a unix-socket connect; a secret URL is read only to learn its host
+//! and port, and only `host:port` is ever printed.
+
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::Path;
+use std::time::Duration;
+
+use super::{Check, Options};
+use crate::config::{Config, Kubelet, ReceiverKind, SecretSource, UrlSource};
+use crate::sampler::procs::{self, PidNamespace};
+
+/// Every setup check, in order.
+pub fn checks(opts: &Options, cfg: &Config) -> Vec<Check> {
+    let mut out = vec![
+        config(opts, cfg),
+        database(cfg),
+        processes(cfg),
+        kubelet(cfg),
+        prometheus(cfg, opts.connect_timeout),
+    ];
+    if cfg.notify.receivers.is_empty() {
+        out.push(Check::ok(
+            "receivers",
+            "none configured: alerts are only logged",
+        ));
+    }
+    for r in &cfg.notify.receivers {
+        out.push(receiver(r, opts.connect_timeout));
+    }
+    out
+}
+
+fn config(opts: &Options, cfg: &Config) -> Check {
+    let name = "config";
+    let shown = opts.config_path.as_ref().map_or_else(
+        || "no config file: built-in defaults".to_string(),
+        |p| p.display().to_string(),
+    );
+    match &opts.config {
+        Err(e) => Check::fail(
+            name,
+            format!("{shown}: {}", e.lines().collect::<Vec<_>>().join("; ")),
+            "fix the file at the lines named (every key is documented in examples/gpuwatch.toml); `gpuwatch run --check` checks it again; the other checks used the built-in defaults",
+        ),
+        Ok(_) => match crate::rules::load_configured(cfg.rules.default_rules, &cfg.rules.files) {
+            Ok(rules) => Check::ok(
+                name,
+                format!(
+                    "{shown}: valid; {} rules enabled",
+                    rules.iter().filter(|r| r.enabled).count()
+                ),
+            ),
+            Err(e) => Check::fail(
+                name,
+                format!(
+                    "{shown}: the rules do not load: {}",
+                    e.to_string().lines().collect::<Vec<_>>().join("; ")
+                ),
+                "fix the rule files (`gpuwatch rules check FILE` shows every error)",
+            ),
+        },
+    }
+}
+
+fn database(cfg: &Config) -> Check {
+    let name = "database";
+    let path = &cfg.database;
+    if !path.exists() {
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+        return match parent {
+            Some(dir) if !dir.is_dir() => Check::fail(
+                name,
+                format!(
+                    "{}: its directory {} does not exist",
+                    path.display(),
+                    dir.display()
+                ),
+                format!(
+                    "create it (`mkdir -p {}`) for the user gpuwatch runs as, or set `database`",
+                    dir.display()
+                ),
+            ),
+            _ => Check::ok(
+                name,
+                format!(
+                    "{} does not exist yet; `gpuwatch run` creates it",
+                    path.display()
+                ),
+            ),
+        };
+    }
+    let conn = match crate::store::open_read_only(path) {
+        Ok(c) => c,
+        Err(e @ crate::store::StoreError::Outdated { .. }) => {
+            return Check::warn(
+                name,
+                e.to_string(),
+                "start `gpuwatch run` once: it upgrades the schema in place",
+            );
+        }
+        Err(crate::store::StoreError::Sqlite(e)) if is_corrupt(&e) => return damaged(path, &e),
+        Err(e) => {
+            return Check::fail(
+                name,
+                format!("{}: {e}", path.display()),
+                "point `database` / --db at gpuwatch's database; if the file is damaged, move it aside (the daemon starts a new one)",
+            );
+        }
+    };
+    let quick: Result<Vec<String>, rusqlite::Error> =
+        conn.prepare("PRAGMA quick_check").and_then(|mut s| {
+            s.query_map([], |r| r.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()
+        });
+    let sizes: Result<(i64, i64, i64), rusqlite::Error> = conn.query_row(
+        "SELECT * FROM pragma_page_count(), pragma_freelist_count(), pragma_page_size()",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    );
+    match (quick, sizes) {
+        (Ok(lines), Ok((pages, free, size))) if lines == ["ok"] => {
+            let total = u64::try_from(pages * size).unwrap_or(0);
+            let used = u64::try_from((pages - free) * size).unwrap_or(0);
+            let max = cfg.max_db_size;
+            let found = format!(
+                "{}: quick_check ok; {} in use, file {}, bound {} ({:.0}% used)",
+                path.display(),
+                bytesize::ByteSize::b(used),
+                bytesize::ByteSize::b(total),
+                bytesize::ByteSize::b(max),
+                used as f64 * 100.0 / max.max(1) as f64
+            );
+            if total > max {
+                Check::warn(
+                    name,
+                    format!("{found}: the file is larger than max_db_size"),
+                    "the writer keeps the data under the bound from now on; raise `max_db_size`, or stop gpuwatch and `VACUUM` the file to shrink it",
+                )
+            } else {
+                Check::ok(name, found)
+            }
+        }
+        (Ok(lines), Ok(_)) => Check::fail(
+            name,
+            format!(
+                "{}: quick_check found damage: {}",
+                path.display(),
+                lines.iter().take(3).cloned().collect::<Vec<_>>().join("; ")
+            ),
+            DAMAGED_FIX,
+        ),
+        (Err(e), _) | (_, Err(e)) if is_corrupt(&e) => damaged(path, &e),
+        (Err(e), _) | (_, Err(e)) => Check::fail(
+            name,
+            format!("{}: {e}", path.display()),
+            "check the file's permissions and the disk; move a damaged file aside",
+        ),
+    }
+}
+
+const DAMAGED_FIX: &str = "stop gpuwatch, move the file aside (keep it for a post-mortem) and start again with a new one, or restore a backup";
+
+/// SQLite says the file is damaged (or not a database at all).
+fn is_corrupt(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+    )
+}
+
+fn damaged(path: &Path, e: &rusqlite::Error) -> Check {
+    Check::fail(
+        "database",
+        format!("{}: the file is damaged: {e}", path.display()),
+        DAMAGED_FIX,
+    )
+}
+
+fn processes(cfg: &Config) -> Check {
+    let name = "process attribution";
+    if !cfg.processes.enabled {
+        return Check::ok(
+            name,
+            "process sampling is off ([processes] enabled = false)",
+        );
+    }
+    let root = &cfg.processes.proc_root;
+    if !root.join("1").is_dir() {
+        return Check::fail(
+            name,
+            format!(
+                "proc_root {} has no processes (no {}/1)",
+                root.display(),
+                root.display()
+            ),
+            "set [processes] proc_root to the host's procfs (e.g. /host/proc with the host's /proc mounted there)",
+        );
+    }
+    const HOST_PID: &str =
+        "run with the host's PID namespace (Kubernetes: hostPID: true; Docker/Podman: --pid=host)";
+    match procs::pid_namespace(Path::new("/proc")) {
+        PidNamespace::Host => Check::ok(
+            name,
+            format!("host PID namespace; processes read from {}", root.display()),
+        ),
+        PidNamespace::Other(ns) if procs::shows_host_processes(root) => Check::warn(
+            name,
+            format!(
+                "PID namespace {ns}, not the host's: {} shows the host's processes, but NVML lists only this namespace's, so process counts are unknown",
+                root.display()
+            ),
+            HOST_PID,
+        ),
+        PidNamespace::Other(ns) => Check::warn(
+            name,
+            format!(
+                "PID namespace {ns}, not the host's, and {} does not show the host's processes: process counts are unknown and processes are known by PID only",
+                root.display()
+            ),
+            format!(
+                "{HOST_PID}, or mount the host's /proc (e.g. at /host/proc) and set [processes] proc_root"
+            ),
+        ),
+        PidNamespace::Unknown => Check::warn(
+            name,
+            "cannot tell the PID namespace (no /proc/self/ns/pid)",
+            "run on a kernel with PID namespaces in /proc, or check hostPID / --pid=host by hand",
+        ),
+    }
+}
+
+fn kubelet(cfg: &Config) -> Check {
+    let name = "kubelet";
+    let k = &cfg.kubernetes;
+    let sock = &k.pod_resources_socket;
+    if k.enabled == Kubelet::Off {
+        return Check::ok(
+            name,
+            "pod attribution is off ([kubernetes] enabled = false)",
+        );
+    }
+    let fix = "check that the kubelet runs and that its pod-resources directory is mounted into gpuwatch's container (/var/lib/kubelet/pod-resources), or set [kubernetes] pod_resources_socket";
+    if !sock.exists() {
+        return if k.enabled == Kubelet::Auto {
+            Check::ok(
+                name,
+                format!(
+                    "no pod-resources socket at {}: not a Kubernetes node",
+                    sock.display()
+                ),
+            )
+        } else {
+            Check::fail(name, format!("{} does not exist", sock.display()), fix)
+        };
+    }
+    match std::os::unix::net::UnixStream::connect(sock) {
+        Ok(_) => Check::ok(
+            name,
+            format!("{} accepts connections (nothing asked)", sock.display()),
+        ),
+        Err(e) => Check::fail(
+            name,
+            format!("cannot connect to {}: {e}", sock.display()),
+            fix,
+        ),
+    }
+}
+
+/// `host:port` of a URL, for connecting and printing (never the path, query or credentials).
+fn host_port(url: &str) -> Result<(String, u16), String> {
+    let u = reqwest::Url::parse(url).map_err(|e| format!("not a URL: {e}"))?;
+    let host = u.host_str().ok_or("the URL has no host")?.to_string();
+    let port = u.port_or_known_default().ok_or("the URL has no port")?;
+    Ok((host, port))
+}
+
+/// A TCP connect within `timeout`, to every address the name resolves to until one answers.
+fn connect(host: &str, port: u16, timeout: Duration) -> Result<(), String> {
+    let addrs: Vec<_> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .collect();
+    let mut last = format!("{host} resolves to no address");
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, timeout) {
+            Ok(_) => return Ok(()),
+            Err(e) => last = format!("{a}: {e}"),
+        }
+    }
+    Err(last)
+}
+
+fn reach(
+    name: &str,
+    what: &str,
+    url: Result<String, String>,
+    timeout: Duration,
+    fix: &str,
+) -> Check {
+    let scrub = crate::notify::secret::scrub;
+    let target = url.and_then(|u| host_port(&u));
+    match target {
+        Err(e) => Check::fail(name, scrub(&format!("{what}: {e}")), fix),
+        Ok((host, port)) => match connect(&host, port, timeout) {
+            Ok(()) => Check::ok(
+                name,
+                format!("{what}: {host}:{port} accepts TCP connections (nothing sent)"),
+            ),
+            Err(e) => Check::fail(
+                name,
+                scrub(&format!("{what}: cannot connect to {host}:{port}: {e}")),
+                fix,
+            ),
+        },
+    }
+}
+
+fn prometheus(cfg: &Config, timeout: Duration) -> Check {
+    let Some(p) = &cfg.prometheus else {
+        return Check::ok("prometheus", "not configured: no training metrics");
+    };
+    reach(
+        "prometheus",
+        "[prometheus] url",
+        Ok(p.url.clone()),
+        timeout,
+        "check [prometheus] url, the network path and firewalls (`curl URL/-/ready` from this machine)",
+    )
+}
+
+fn secret_url(what: &str, s: &SecretSource) -> Result<String, String> {
+    crate::notify::secret::read(what, s).map(|v| v.expose().to_string())
+}
+
+fn receiver(r: &crate::config::ReceiverConfig, timeout: Duration) -> Check {
+    let name = format!("receiver {}", r.name);
+    let what = r.kind.type_name();
+    let fix = "check the receiver's address, the network path and firewalls; `gpuwatch notify test` sends a real test message";
+    match &r.kind {
+        ReceiverKind::Slack(s) => {
+            let url = secret_url("Slack webhook URL", &s.webhook_url);
+            let fix = if url.is_err() {
+                "set the environment variable or file the receiver's webhook_url_env / webhook_url_file names"
+            } else {
+                fix
+            };
+            reach(&name, what, url, timeout, fix)
+        }
+        ReceiverKind::Webhook(w) => {
+            let url = match &w.url {
+                UrlSource::Plain(u) => Ok(u.clone()),
+                UrlSource::Secret(s) => secret_url("webhook URL", s),
+            };
+            let fix = if url.is_err() {
+                "set the environment variable or file the receiver's url_env / url_file names"
+            } else {
+                fix
+            };
+            reach(&name, what, url, timeout, fix)
+        }
+        ReceiverKind::Email(e) => match connect(&e.smtp_host, e.smtp_port, timeout) {
+            Ok(()) => Check::ok(
+                &name,
+                format!(
+                    "email: SMTP {}:{} accepts TCP connections (nothing sent)",
+                    e.smtp_host, e.smtp_port
+                ),
+            ),
+            Err(err) => Check::fail(
+                &name,
+                format!(
+                    "email: cannot connect to SMTP {}:{}: {err}",
+                    e.smtp_host, e.smtp_port
+                ),
+                fix,
+            ),
+        },
+        ReceiverKind::Alertmanager(a) => {
+            let mut bad = Vec::new();
+            let mut good = Vec::new();
+            for u in &a.urls {
+                match host_port(u)
+                    .and_then(|(h, p)| connect(&h, p, timeout).map(|()| format!("{h}:{p}")))
+                {
+                    Ok(hp) => good.push(hp),
+                    Err(e) => bad.push(e),
+                }
+            }
+            if bad.is_empty() {
+                Check::ok(
+                    &name,
+                    format!(
+                        "alertmanager: {} accept TCP connections (nothing sent)",
+                        good.join(", ")
+                    ),
+                )
+            } else {
+                Check::fail(&name, format!("alertmanager: {}", bad.join("; ")), fix)
+            }
+        }
+    }
+}
