@@ -101,16 +101,16 @@ fn map_init_error(e: NvmlError, shown: &str) -> InitError {
     }
 }
 
-/// A short text for an NVML error, naming the return codes that nvml-wrapper leaves unmapped.
+/// A short text for an NVML error; the return codes that nvml-wrapper leaves unmapped are
+/// named by the error table's code (`NOT_READY` → "not ready").
 pub fn error_text(e: &NvmlError) -> String {
-    match e {
-        NvmlError::UnexpectedVariant(23) => "insufficient resources".into(),
-        NvmlError::UnexpectedVariant(25) => "argument version mismatch".into(),
-        NvmlError::UnexpectedVariant(26) => "deprecated".into(),
-        NvmlError::UnexpectedVariant(27) => "not ready".into(),
-        NvmlError::UnexpectedVariant(28) => "GPU not found".into(),
-        NvmlError::UnexpectedVariant(29) => "invalid state".into(),
-        other => first_line(&other.to_string()),
+    match (e, diagnosis::diagnose(e)) {
+        (NvmlError::UnexpectedVariant(_), d) if d != diagnosis::WRAPPER => d
+            .code
+            .to_lowercase()
+            .replace('_', " ")
+            .replace("gpu ", "GPU "),
+        (other, _) => first_line(&other.to_string()),
     }
 }
 

@@ -35,6 +35,16 @@ macro_rules! sample_metric_columns {
 }
 pub(super) use sample_metric_columns;
 
+/// The placeholders of `(ts_ms, gpu, <sample_metric_columns>)`, for the inserts that bind
+/// [`sample_params!`].
+macro_rules! sample_placeholders {
+    () => {
+        "?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, \
+         ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30"
+    };
+}
+pub(super) use sample_placeholders;
+
 /// The columns `SELECT ts_ms, <sample_metric_columns>` reads (0..=28): a column selected
 /// after them is at this index.
 pub(super) const SAMPLE_ROW_COLUMNS: usize = 29;
@@ -257,8 +267,9 @@ impl TickWriter<'_> {
             .prepare_cached(concat!(
                 "INSERT OR REPLACE INTO samples (ts_ms, gpu_id, ",
                 sample_metric_columns!(),
-                ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                   ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)"
+                ") VALUES (",
+                sample_placeholders!(),
+                ")"
             ))?
             .execute(sample_params!(s.ts_ms, gpu_id, s))?;
         // lost_at_ms: set by the first 'lost' sample, cleared by a later 'ok' one; samples

@@ -24,7 +24,7 @@ use rusqlite::{Connection, OptionalExtension, Statement, params};
 mod publish;
 
 use super::rollup::{ceil_minute, floor_minute, rollup_host, set_done};
-use super::rows::{sample_metric_columns, sample_params};
+use super::rows::{sample_metric_columns, sample_params, sample_placeholders};
 use super::{Store, StoreError};
 use crate::model::{GpuInventory, GpuSample, TsMs};
 use publish::{publish_rows, sat};
@@ -38,11 +38,8 @@ pub const ROLLUP_CHUNK_MS: i64 = 3_600_000;
 
 const CREATE_SQL: &str = concat!(
     "CREATE TEMP TABLE IF NOT EXISTS gw_imp_samples (ts_ms INTEGER NOT NULL, gpu INTEGER NOT NULL, ",
-    "status, util_gpu_pct, util_mem_pct, mem_used_bytes, mem_free_bytes, mem_total_bytes, ",
-    "temp_c, fan_pct, clock_sm_mhz, clock_mem_mhz, power_mw, power_limit_mw, energy_mj, ",
-    "pstate, pcie_tx_kbs, pcie_rx_kbs, pcie_gen, pcie_width, throttle_reasons, ",
-    "ecc_corrected, ecc_uncorrected, retired_pages, remapped_rows_correctable, ",
-    "remapped_rows_uncorrectable, remap_pending, remap_failure, process_count, tensor_active_pct);
+    sample_metric_columns!(),
+    ");
      CREATE TEMP TABLE IF NOT EXISTS gw_imp_apps (ts_ms INTEGER NOT NULL, gpu_ref INTEGER NOT NULL,
        proc INTEGER NOT NULL, used_mem_bytes INTEGER);
      CREATE TEMP TABLE IF NOT EXISTS gw_imp_gpu_map (local INTEGER PRIMARY KEY, gpu_id INTEGER NOT NULL);
@@ -125,8 +122,9 @@ pub struct Staging<'a> {
 const INSERT_SAMPLE: &str = concat!(
     "INSERT INTO gw_imp_samples (ts_ms, gpu, ",
     sample_metric_columns!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-       ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)"
+    ") VALUES (",
+    sample_placeholders!(),
+    ")"
 );
 
 const INSERT_APP: &str = "INSERT INTO gw_imp_apps (ts_ms, gpu_ref, proc, used_mem_bytes)
