@@ -4,10 +4,10 @@
 //! - the **sampling thread** (this module's loop) waits for the ticker, asks the sampler for a
 //!   batch (bounded by the sample deadline) and hands it to the store writer;
 //! - one **NVML thread per GPU** and one **event thread** (in [`crate::sampler`]);
-//! - the **store writer thread** (in [`crate::store`]) owns the write connection;
+//! - the **store writer thread** (in [`crate::store`]) owns the write connection and runs
+//!   the rule evaluation ([`crate::alerts::evaluator`]) after each committed tick;
 //! - a small **tokio runtime** serves HTTP;
-//! - the **rules thread** (in [`crate::alerts::evaluator`]) and the **sender thread** (in
-//!   [`crate::notify::sender`]) that delivers the outbox.
+//! - the **sender thread** (in [`crate::notify::sender`]) that delivers the outbox.
 //!
 //! Invariants: stopping (`stop` set by SIGINT/SIGTERM or the caller) ends the loop within a
 //! tick, then every batch already produced is written before `run` returns; nothing in the
@@ -137,40 +137,37 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
             host: config.host.clone(),
         },
     )?;
-    let writer = store::WriterHandle::spawn(store).map_err(DaemonError::Thread)?;
     let health = Health::new(config.http.stall_after);
     let eval_stop = Arc::new(AtomicBool::new(false));
-    // The rules thread wakes the sender when it queued notifications (no polling).
+    // The rules run on the writer thread after each commit; they wake the sender when they
+    // queued notifications (no polling).
     let outbox_bell = Arc::new(tokio::sync::Notify::new());
     let evaluator = if rules.iter().any(|r| r.enabled) {
         let bell = outbox_bell.clone();
-        Some(
-            crate::alerts::evaluator::spawn(
-                config.database.clone(),
-                rules,
-                crate::alerts::engine::EngineOptions {
-                    staleness_ms: 3 * ticker.interval().as_millis() as i64,
-                    eval_every_ms: config
-                        .rules
-                        .eval_interval
-                        .map_or(0, |d| d.as_millis() as i64),
-                },
-                writer.committed(),
-                ticker.interval().max(Duration::from_secs(1)),
-                eval_stop.clone(),
-                crate::alerts::evaluator::Outputs {
-                    sink: alert_sink.unwrap_or_else(|| Box::new(|_| {})),
-                    reload,
-                    router: crate::notify::route::Router::new(&config.notify),
-                    wake: Some(Box::new(move || bell.notify_one())),
-                    health: Some(health.clone()),
-                },
-            )
-            .map_err(DaemonError::Thread)?,
-        )
+        Some(crate::alerts::evaluator::after_commit(
+            config.database.clone(),
+            rules,
+            crate::alerts::engine::EngineOptions {
+                staleness_ms: 3 * ticker.interval().as_millis() as i64,
+                eval_every_ms: config
+                    .rules
+                    .eval_interval
+                    .map_or(0, |d| d.as_millis() as i64),
+            },
+            eval_stop.clone(),
+            crate::alerts::evaluator::Outputs {
+                sink: alert_sink.unwrap_or_else(|| Box::new(|_| {})),
+                reload,
+                router: crate::notify::route::Router::new(&config.notify),
+                wake: Some(Box::new(move || bell.notify_one())),
+                health: Some(health.clone()),
+            },
+        ))
     } else {
         None
     };
+    let writer = store::WriterHandle::spawn_with(store, store::WRITER_QUEUE_CAPACITY, evaluator)
+        .map_err(DaemonError::Thread)?;
     // Alert delivery: its own thread, reading the outbox the rules thread fills.
     let notify_stop = Arc::new(AtomicBool::new(false));
     let sender = crate::notify::sender::spawn(crate::notify::sender::SenderParts {
@@ -325,13 +322,10 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     if let Some(f) = fetcher {
         let _ = runtime.block_on(f);
     }
-    // Let the evaluator see every tick that was written before it stops.
+    // Every tick produced is written and evaluated; from here a failing alert save gives up
+    // after a few tries instead of holding the shutdown.
     let _ = writer.flush();
     eval_stop.store(true, Ordering::Relaxed);
-    writer.committed().ring();
-    if let Some(e) = evaluator {
-        let _ = e.join();
-    }
     // Remote write sends what it can within its grace period; the rest stays queued.
     push_stop.store(true, Ordering::Relaxed);
     push_bell.notify_one();

@@ -1,21 +1,21 @@
-//! The live daemon's evaluation thread: follows what the store writer has committed and runs
-//! the [`Engine`] at every stored sample time, exactly as `replay` does.
+//! The live daemon's rule evaluation: follows what the store writer has committed and runs
+//! the [`Engine`] at every stored sample time, exactly as `replay` does. It runs on the writer
+//! thread after each commit ([`after_commit`]), reading through the writer's connection.
 //!
 //! Transitions are routed ([`Router`]) into outbox rows saved in the transaction that saves
 //! the alert state; the sender thread ([`crate::notify::sender`]) delivers them.
 //!
-//! Invariants: it reads through its own read-only connection (WAL: it never blocks the
-//! writer), each new slice in one read transaction; it never does network I/O; it evaluates
-//! each sample time once, in order, and only after the writer committed it; between ticks it
-//! sleeps until the writer commits (no polling); on stop it catches up with what was
-//! committed, then ends.
+//! Invariants: it reads each new slice in one read transaction, between the writer's
+//! transactions (it never sees uncommitted data); it never does network I/O; it evaluates
+//! each sample time once, in order, and only after the writer committed it; it needs no
+//! wake-up of its own (the writer runs it after each commit); alert state and notifications
+//! are saved through their own connection ([`store::alerts::AlertDb`]).
 
 use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::model::TsMs;
@@ -212,75 +212,61 @@ impl Live {
     }
 }
 
-/// Starts the thread. `committed` says up to which time the writer has committed and wakes
-/// the thread when that moves (ring it after setting `stop`); `idle` bounds one wait (a
-/// reload request is seen at the next commit or after `idle`).
-pub fn spawn(
+/// The daemon's rule evaluation as the store writer's [`store::AfterCommit`]: built on the
+/// writer thread (the windows are filled from the stored history there, before the first tick
+/// is written) and run after every committed tick with the writer's connection, so it needs no
+/// thread of its own and reads the slice from the pages just written. A reload request
+/// (SIGHUP) is taken at the next commit. `stop` makes a failing save give up (at shutdown).
+pub fn after_commit(
     db: PathBuf,
     rules: Vec<Rule>,
     opts: EngineOptions,
-    committed: store::Committed,
-    idle: Duration,
     stop: Arc<AtomicBool>,
     outputs: Outputs,
-) -> std::io::Result<JoinHandle<()>> {
-    let Outputs {
-        sink,
-        reload,
-        router,
-        wake,
-        health,
-    } = outputs;
-    std::thread::Builder::new().name("gpuwatch-rules".into()).spawn(move || {
-        // The rules thread reads the newest pages only: a 1 MB page cache, not SQLite's 2 MB.
-        let small_cache = |c: rusqlite::Connection| -> Result<_, store::StoreError> {
-            c.pragma_update(None, "cache_size", 2 * store::SMALL_CACHE_KIB)?;
-            Ok(c)
-        };
-        let conn = match store::open_read_only(&db).and_then(small_cache) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!(error = %e, "rule evaluation disabled: cannot open the database");
-                return;
-            }
-        };
-        let fallback = committed.get().unwrap_or(0);
+) -> store::AfterCommitStart {
+    Box::new(move |conn: &Connection| {
+        let Outputs {
+            sink,
+            reload,
+            router,
+            wake,
+            health,
+        } = outputs;
         let delivery = Delivery { router, sink, wake };
-        let mut live = Live::start(&db, &conn, rules, opts, fallback, delivery, &stop);
-        let mut upto = committed.get();
-        loop {
-            let stopping = stop.load(Ordering::Relaxed);
-            if let Some(r) = reload.as_ref().filter(|r| r.requested.swap(false, Ordering::Relaxed)) {
-                live.reload(&conn, &r.load, &stop);
-            }
-            if let Some(limit) = upto {
-                let started = std::time::Instant::now();
-                live.catch_up(&conn, limit, &stop);
-                if let Some(h) = &health {
-                    h.eval_seconds.observe(started.elapsed());
-                    let bytes = live.engine.world().heap_bytes() as u64;
-                    h.rule_window_bytes.store(bytes, Ordering::Relaxed);
-                }
-            }
-            if stopping {
-                return;
-            }
-            continue_after(&committed, &mut upto, idle, &stop);
-        }
+        let live = Live::start(&db, conn, rules, opts, 0, delivery, &stop);
+        Box::new(Follower {
+            live,
+            reload,
+            health,
+            stop,
+        })
     })
 }
 
-/// Sleeps until the writer commits past `upto` (or a ring, or `idle`).
-fn continue_after(
-    committed: &store::Committed,
-    upto: &mut Option<TsMs>,
-    idle: Duration,
-    stop: &AtomicBool,
-) {
-    if !stop.load(Ordering::Relaxed) {
-        *upto = committed.wait_past(*upto, idle);
-    } else {
-        *upto = committed.get();
+/// [`Live`] following the writer's commits.
+struct Follower {
+    live: Live,
+    reload: Option<Reload>,
+    health: Option<Arc<crate::http::Health>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl store::AfterCommit for Follower {
+    fn committed(&mut self, conn: &Connection, upto: TsMs) {
+        if let Some(r) = self
+            .reload
+            .as_ref()
+            .filter(|r| r.requested.swap(false, Ordering::Relaxed))
+        {
+            self.live.reload(conn, &r.load, &self.stop);
+        }
+        let started = std::time::Instant::now();
+        self.live.catch_up(conn, upto, &self.stop);
+        if let Some(h) = &self.health {
+            h.eval_seconds.observe(started.elapsed());
+            let bytes = self.live.engine.world().heap_bytes() as u64;
+            h.rule_window_bytes.store(bytes, Ordering::Relaxed);
+        }
     }
 }
 

@@ -59,7 +59,8 @@ pub use migrate::{LATEST_VERSION, migrate_to, schema_version};
 pub use rows::labels_json;
 pub use write::WriteStats;
 pub use writer::{
-    Committed, SendTickError, TrainingSender, WRITER_QUEUE_CAPACITY, WriterHandle, WriterStats,
+    AfterCommit, AfterCommitStart, Committed, SendTickError, TrainingSender, WRITER_QUEUE_CAPACITY,
+    WriterHandle, WriterStats,
 };
 
 /// `PRAGMA application_id` of a gpuwatch database ("GPUW").

@@ -17,6 +17,10 @@
 //! - [`TrainingSender`] (for the training fetcher's task) never blocks: a full queue refuses
 //!   the poll's write (counted in `dropped_batches`); the next poll's overlap refetches it.
 //!   After the writer shuts down, its sends fail with [`SendTickError::Closed`].
+//! - An [`AfterCommit`] (the daemon's rule evaluator) runs on this thread after every committed
+//!   tick, with the writer's own connection: it reads what was just committed from a warm page
+//!   cache, and never anything uncommitted (it runs between transactions). A flush replies
+//!   after it ran for every tick queued before the flush.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
@@ -24,8 +28,21 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use rusqlite::Connection;
+
 use super::{Store, StoreError};
 use crate::model::{TickBatch, TrainingWrite, TsMs};
+
+/// Work that follows the writer's commits on the writer's own thread (the rule evaluator):
+/// no thread of its own to wake, and the pages it reads are the ones just written.
+pub trait AfterCommit: Send {
+    /// Called after each committed tick, with `upto` the newest committed tick time.
+    fn committed(&mut self, conn: &Connection, upto: TsMs);
+}
+
+/// Builds the [`AfterCommit`] on the writer thread, with its connection, before the first tick
+/// is written (the evaluator fills its windows from the stored history here).
+pub type AfterCommitStart = Box<dyn FnOnce(&Connection) -> Box<dyn AfterCommit> + Send>;
 
 /// Ticks the queue holds by default.
 pub const WRITER_QUEUE_CAPACITY: usize = 64;
@@ -139,6 +156,16 @@ impl WriterHandle {
 
     /// Starts the writer thread with a queue of `capacity` ticks (at least 1).
     pub fn spawn_with_capacity(store: Store, capacity: usize) -> std::io::Result<WriterHandle> {
+        Self::spawn_with(store, capacity, None)
+    }
+
+    /// Starts the writer thread with a queue of `capacity` ticks and `after`, which is built on
+    /// the thread and then runs after every committed tick.
+    pub fn spawn_with(
+        store: Store,
+        capacity: usize,
+        after: Option<AfterCommitStart>,
+    ) -> std::io::Result<WriterHandle> {
         let (tx, rx) = sync_channel(capacity.max(1));
         let shared = Arc::new(Shared {
             stats: Mutex::new(WriterStats::default()),
@@ -149,7 +176,10 @@ impl WriterHandle {
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("gpuwatch-store".into())
-            .spawn(move || run(store, rx, &thread_shared))?;
+            .spawn(move || {
+                let after = after.map(|start| start(store.conn()));
+                run(store, rx, &thread_shared, after)
+            })?;
         Ok(WriterHandle {
             tx: Some(tx),
             thread: Some(thread),
@@ -276,10 +306,20 @@ impl std::fmt::Debug for TrainingSender {
     }
 }
 
-fn run(mut store: Store, rx: Receiver<Command>, shared: &Shared) {
+fn run(
+    mut store: Store,
+    rx: Receiver<Command>,
+    shared: &Shared,
+    mut after: Option<Box<dyn AfterCommit>>,
+) {
     while let Ok(cmd) = rx.recv() {
         match cmd {
-            Command::Tick(batch) => write_one(&mut store, &batch, shared),
+            Command::Tick(batch) => {
+                let upto = write_one(&mut store, &batch, shared);
+                if let (Some(a), Some(upto)) = (after.as_mut(), upto) {
+                    a.committed(store.conn(), upto);
+                }
+            }
             Command::Training(w) => write_training(&mut store, &w, shared),
             Command::Flush(reply) => {
                 let _ = reply.send(shared.snapshot());
@@ -299,7 +339,8 @@ fn run(mut store: Store, rx: Receiver<Command>, shared: &Shared) {
 /// (an import publishing a long log): the queue holds the ticks meanwhile.
 const BUSY_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 
-fn write_one(store: &mut Store, batch: &TickBatch, shared: &Shared) {
+/// Writes one tick; returns the newest committed tick time when it was written.
+fn write_one(store: &mut Store, batch: &TickBatch, shared: &Shared) -> Option<TsMs> {
     let started = std::time::Instant::now();
     let mut result = store.write_tick(batch);
     while result.as_ref().is_err_and(StoreError::is_busy) && started.elapsed() < BUSY_RETRY_FOR {
@@ -321,11 +362,13 @@ fn write_one(store: &mut Store, batch: &TickBatch, shared: &Shared) {
                 s.maintenance_errors += 1;
                 s.last_error = Some(e);
             }
+            s.last_tick_ms
         }
         Err(e) => {
             s.write_errors += 1;
             s.last_error = Some(e.to_string());
             tracing::error!(error = %e, ts_ms = batch.ts_ms, "writing a sample batch failed");
+            None
         }
     }
 }
