@@ -85,7 +85,7 @@ gw_rss_early=$(rss $gw_pid); gw_cpu_early=$(cpu $gw_pid)
 # involuntary context switches (each one a wake-up).
 threads() {
   for t in /proc/$gw_pid/task/*; do
-    printf '%s %s %s %s\n' "${t##*/}" "$(sed 's/gpuwatch-gpu[0-9]*/gpuwatch-gpu*/' "$t/comm")" \
+    printf '%s %s %s %s\n' "${t##*/}" "$(sed 's/gpuwatch-gpu[0-9]*/gpuwatch-gpu*/; s/gpuwatch-lane[0-9]*/gpuwatch-lane*/' "$t/comm")" \
       "$(cut -d' ' -f1 "$t/schedstat")" "$(awk '/ctxt_switches/ {s += $2} END {print s}' "$t/status")"
   done
 }

@@ -1,41 +1,45 @@
-//! Where GPU workers leave their answers: one queue the coordinator drains once per tick,
-//! woken once, by the answer that completes the tick (or by its deadline), instead of once
-//! per GPU.
+//! Where lanes leave their answers: one queue the coordinator drains once per tick, woken
+//! once, by the answer that completes the tick (or by its deadline), instead of once per GPU.
 //!
 //! Invariants: every answer is kept until drained, whatever tick it belongs to (a late one
-//! frees its GPU for the next tick); only answers to the tick being waited for count
-//! towards waking the coordinator; a wait never outlasts its deadline.
+//! frees its GPU for the next tick); the coordinator waits for a set of GPUs, and only the
+//! first answer of each of them to the tick being waited for counts (a GPU read twice, by the
+//! lane it left and the lane it moved to, does not end the wait early); a wait never outlasts
+//! its deadline.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use super::worker::Response;
+use super::lane::Response;
 
 #[derive(Debug, Default)]
 struct State {
     answers: VecDeque<Response>,
-    /// The tick being waited for and how many of its answers are still out.
+    /// The tick being waited for and the GPUs whose answer to it is still out.
     tick_id: u64,
-    outstanding: usize,
+    outstanding: Vec<u32>,
 }
 
-/// Shared by the coordinator and every worker (clone it into each).
+/// Shared by the coordinator and every lane (clone it into each).
 #[derive(Debug, Clone, Default)]
 pub struct Mailbox(Arc<(Mutex<State>, Condvar)>);
 
 impl Mailbox {
     fn lock(&self) -> MutexGuard<'_, State> {
-        // A worker that panicked while holding the lock left a consistent queue.
+        // A lane that panicked while holding the lock left a consistent queue.
         self.0.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A worker's answer; wakes the coordinator when it is the last one it waits for.
+    /// A lane's answer for one GPU; wakes the coordinator when it is the last one it waits for.
     pub fn post(&self, r: Response) {
         let mut s = self.lock();
-        let completes = r.tick_id == s.tick_id && s.outstanding == 1;
-        if r.tick_id == s.tick_id && s.outstanding > 0 {
-            s.outstanding -= 1;
+        let mut completes = false;
+        if r.tick_id == s.tick_id
+            && let Some(at) = s.outstanding.iter().position(|&g| g == r.index)
+        {
+            s.outstanding.swap_remove(at);
+            completes = s.outstanding.is_empty();
         }
         s.answers.push_back(r);
         drop(s);
@@ -49,33 +53,44 @@ impl Mailbox {
         self.lock().answers.drain(..).collect()
     }
 
-    /// Says that `n` answers to `tick_id` are coming (call before sending the requests).
-    pub fn expect(&self, tick_id: u64, n: usize) {
+    /// Says that the answers of `gpus` to `tick_id` are coming (call before sending the
+    /// requests).
+    pub fn expect(&self, tick_id: u64, gpus: &[u32]) {
         let mut s = self.lock();
         s.tick_id = tick_id;
-        s.outstanding = n;
+        s.outstanding.clear();
+        s.outstanding.extend_from_slice(gpus);
+    }
+
+    /// The GPUs whose answer to the tick being waited for is still out.
+    pub fn outstanding(&self) -> Vec<u32> {
+        self.lock().outstanding.clone()
     }
 
     /// One expected answer will not come (its request could not be sent).
-    pub fn forgo(&self) {
+    pub fn forgo(&self, gpu: u32) {
         let mut s = self.lock();
-        s.outstanding = s.outstanding.saturating_sub(1);
+        s.outstanding.retain(|&g| g != gpu);
     }
 
-    /// Waits until every expected answer arrived or `deadline` passed, then drains.
-    pub fn wait(&self, deadline: Instant) -> Vec<Response> {
+    /// Waits until every expected answer arrived or `until` passed; true when they all did.
+    pub fn wait(&self, until: Instant) -> bool {
         let mut s = self.lock();
-        while s.outstanding > 0 {
-            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-                break;
+        while !s.outstanding.is_empty() {
+            let Some(left) = until.checked_duration_since(Instant::now()) else {
+                return false;
             };
             s = match self.0.1.wait_timeout(s, left) {
                 Ok((g, _)) => g,
                 Err(e) => e.into_inner().0,
             };
         }
-        s.outstanding = 0;
-        s.answers.drain(..).collect()
+        true
+    }
+
+    /// Ends the wait for the current tick: answers still out count as late.
+    pub fn close(&self) {
+        self.lock().outstanding.clear();
     }
 }
 
@@ -99,7 +114,7 @@ mod tests {
     #[test]
     fn wakes_when_the_last_answer_arrives_and_keeps_late_ones() {
         let m = Mailbox::default();
-        m.expect(2, 3);
+        m.expect(2, &[0, 1, 2]);
         m.post(answer(0, 1)); // late, from tick 1: kept, does not count
         let posters: Vec<_> = (0..3)
             .map(|i| {
@@ -107,10 +122,9 @@ mod tests {
                 std::thread::spawn(move || m.post(answer(i, 2)))
             })
             .collect();
-        let got = m.wait(Instant::now() + Duration::from_secs(30));
+        assert!(m.wait(Instant::now() + Duration::from_secs(30)));
         posters.into_iter().for_each(|p| p.join().expect("poster"));
-        let rest = m.drain();
-        let all: Vec<_> = got.iter().chain(&rest).map(|r| r.tick_id).collect();
+        let all: Vec<_> = m.drain().iter().map(|r| r.tick_id).collect();
         assert_eq!(all.iter().filter(|&&t| t == 2).count(), 3);
         assert_eq!(all.iter().filter(|&&t| t == 1).count(), 1);
     }
@@ -118,14 +132,27 @@ mod tests {
     #[test]
     fn a_missing_answer_ends_the_wait_at_the_deadline() {
         let m = Mailbox::default();
-        m.expect(5, 2);
+        m.expect(5, &[0, 1]);
         m.post(answer(0, 5));
         let start = Instant::now();
-        let got = m.wait(start + Duration::from_millis(50));
+        assert!(!m.wait(start + Duration::from_millis(50)));
         assert!(start.elapsed() >= Duration::from_millis(50));
-        assert_eq!(got.len(), 1);
+        assert_eq!(m.outstanding(), vec![1]);
+        m.close();
+        assert_eq!(m.drain().len(), 1);
         // The straggler arrives later and waits for the next drain.
         m.post(answer(1, 5));
         assert_eq!(m.drain().len(), 1);
+    }
+
+    #[test]
+    fn a_gpu_answered_twice_counts_once() {
+        let m = Mailbox::default();
+        m.expect(7, &[0, 1]);
+        m.post(answer(0, 7));
+        m.post(answer(0, 7));
+        assert!(!m.wait(Instant::now() + Duration::from_millis(20)));
+        m.post(answer(1, 7));
+        assert!(m.wait(Instant::now() + Duration::from_millis(20)));
     }
 }

@@ -1,13 +1,19 @@
 //! The sampler: reads every GPU through NVML once per tick and turns it into a [`TickBatch`].
 //!
-//! Threads: one worker per GPU ([`worker`]) makes all NVML calls for that GPU; one thread
-//! waits for NVML events ([`events`]); the caller of [`Sampler::tick`] (the daemon's
-//! sampling thread) coordinates. Nothing outside these threads ever calls NVML.
+//! Threads: lanes ([`lane`]) make every NVML call — one lane reads every GPU in turn until a
+//! call stalls, then the stalled GPU stays alone on the lane stuck in it and the others move
+//! to a new lane; one thread waits for NVML events ([`events`]); the caller of
+//! [`Sampler::tick`] (the daemon's sampling thread) coordinates. Nothing outside these
+//! threads ever calls NVML.
 //!
 //! Invariants:
 //! - `tick` returns within the sample deadline whatever the driver does: a GPU that has not
-//!   answered by then gets a `DeadlineMissed` row (a gap), and a worker still busy with an
-//!   old request gets no new one, so a call that never returns costs one GPU, not the daemon.
+//!   answered by then gets a `DeadlineMissed` row (a gap), and a lane still busy with an old
+//!   request gets no new one (its other GPUs move to a new lane), so a call that never returns
+//!   costs one GPU, not the daemon. A read stalled for a quarter of the deadline moves the
+//!   lane's other GPUs at once, and those not yet read are asked again in the same tick.
+//! - A lane split off by a stall is merged back after [`MERGE_AFTER`] ticks answered in time,
+//!   so the threads woken per tick return to one.
 //! - A lost GPU gets a `Lost` row every tick (it stays visible) and one `gpu_lost` event.
 //! - Process identity is `(pid, start time)`; command lines are redacted before storing.
 
@@ -17,30 +23,35 @@ pub mod events;
 pub mod fields;
 pub mod gpm;
 pub mod gpu_procs;
+pub mod lane;
 mod mailbox;
 pub mod nvml;
 pub mod probe;
 pub mod procs;
 pub mod redact;
 pub mod support;
-pub mod worker;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::{Duration, Instant};
+
+use nvml_wrapper::Nvml;
 
 use crate::model::{Event, GpuInventory, GpuSample, ProcessSample, SampleStatus, TickBatch, TsMs};
 
 use self::device::SystemInfo;
 use self::gpu_procs::RawProcess;
+use self::lane::{GpuCell, IDLE, LaneParts, Progress, Request, Response};
 use self::mailbox::Mailbox;
 use self::nvml::{NvmlHandle, error_text};
 use self::procs::{ProcResolver, ProcessOverrides};
 use self::redact::Redactor;
-use self::worker::{Request, Response};
+
+/// Ticks a split-off lane answers in time before its GPUs go back to the main lane.
+pub const MERGE_AFTER: u32 = 60;
 
 /// What the sampler needs from the configuration.
 #[derive(Debug, Clone)]
@@ -83,15 +94,49 @@ pub enum SamplerError {
 
 struct Slot {
     index: u32,
-    tx: Sender<Request>,
     uuid: Option<String>,
-    /// The tick id a request is outstanding for.
-    busy: Option<u64>,
     lost: bool,
+}
+
+/// The coordinator's handle on one lane.
+struct Lane {
+    id: usize,
+    tx: Sender<Request>,
+    /// The GPUs it owns, in index order.
+    gpus: Vec<u32>,
+    progress: Arc<Progress>,
+    /// The tick of the newest request sent to it.
+    asked: Option<u64>,
+    /// Consecutive requests it finished within their tick's deadline.
+    on_time: u32,
+}
+
+impl Lane {
+    /// Still working on an earlier request (or stuck in it).
+    fn busy(&self) -> bool {
+        self.asked
+            .is_some_and(|t| self.progress.done_tick.load(Ordering::Acquire) < t)
+    }
+
+    /// The GPU it has been reading for at least `stall`, if any.
+    fn stalled_in(&self, stall: Duration) -> Option<u32> {
+        let current = self.progress.current.load(Ordering::Acquire);
+        if current == IDLE || !self.busy() {
+            return None;
+        }
+        let since = self.progress.since_us.load(Ordering::Acquire);
+        let stall_us = u64::try_from(stall.as_micros()).unwrap_or(u64::MAX);
+        (lane::now_us().saturating_sub(since) >= stall_us).then_some(current)
+    }
 }
 
 pub struct Sampler {
     slots: Vec<Slot>,
+    cells: Arc<[GpuCell]>,
+    lanes: Vec<Lane>,
+    next_lane_id: usize,
+    nvml: Arc<Nvml>,
+    sys: SystemInfo,
     responses: Mailbox,
     events: Receiver<Event>,
     xid_watch: Arc<crate::http::telemetry::XidWatch>,
@@ -110,8 +155,7 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// Starts the per-GPU workers and the event thread, and waits (bounded) for every GPU's
-    /// inventory.
+    /// Starts the lane and the event thread, and waits (bounded) for every GPU's inventory.
     pub fn start(
         h: &NvmlHandle,
         cfg: SamplerConfig,
@@ -121,23 +165,6 @@ impl Sampler {
             .nvml
             .device_count()
             .map_err(|e| SamplerError::DeviceCount(error_text(&e)))?;
-        let responses = Mailbox::default();
-        let sys = SystemInfo::from_handle(h);
-        let mut slots = Vec::new();
-        for index in 0..count {
-            let (tx, rx) = mpsc::channel();
-            let (nvml, sys, mailbox) = (h.nvml.clone(), sys.clone(), responses.clone());
-            std::thread::Builder::new()
-                .name(format!("gpuwatch-gpu{index}"))
-                .spawn(move || worker::run(nvml, index, sys, rx, mailbox))?;
-            slots.push(Slot {
-                index,
-                tx,
-                uuid: None,
-                busy: None,
-                lost: false,
-            });
-        }
         let stop = Arc::new(AtomicBool::new(false));
         let (ev_tx, events) = mpsc::channel();
         let xid_watch = Arc::new(crate::http::telemetry::XidWatch::default());
@@ -156,8 +183,19 @@ impl Sampler {
             &cfg.pod_logs_dir,
         );
         let mut s = Self {
-            slots,
-            responses,
+            slots: (0..count)
+                .map(|index| Slot {
+                    index,
+                    uuid: None,
+                    lost: false,
+                })
+                .collect(),
+            cells: (0..count).map(|index| GpuCell::new(index, 0)).collect(),
+            lanes: Vec::new(),
+            next_lane_id: 0,
+            nvml: h.nvml.clone(),
+            sys: SystemInfo::from_handle(h),
+            responses: Mailbox::default(),
             events,
             xid_watch,
             stop,
@@ -171,6 +209,9 @@ impl Sampler {
             pending_errors: Vec::new(),
             inventories: HashMap::new(),
         };
+        if count > 0 {
+            s.spawn_lane((0..count).collect())?;
+        }
         s.discover();
         Ok(s)
     }
@@ -184,9 +225,211 @@ impl Sampler {
         self.slots.len()
     }
 
+    /// How many lanes (NVML threads) there are now: one, unless calls stalled.
+    pub fn lane_count(&self) -> usize {
+        self.lanes.len()
+    }
+
     /// Which GPUs' XID events are watched (for `/metrics`: no XID seen is 0 only there).
     pub fn xid_watch(&self) -> Arc<crate::http::telemetry::XidWatch> {
         self.xid_watch.clone()
+    }
+
+    /// Starts a lane owning `gpus`; returns its position in `lanes`.
+    fn spawn_lane(&mut self, gpus: Vec<u32>) -> Result<usize, std::io::Error> {
+        let id = self.next_lane_id;
+        let (tx, rx) = mpsc::channel();
+        let progress = Arc::new(Progress::default());
+        let parts = LaneParts {
+            id,
+            nvml: self.nvml.clone(),
+            sys: self.sys.clone(),
+            cells: self.cells.clone(),
+            progress: progress.clone(),
+            requests: rx,
+            mailbox: self.responses.clone(),
+        };
+        std::thread::Builder::new()
+            .name(format!("gpuwatch-lane{id}"))
+            .spawn(move || lane::run(parts))?;
+        self.next_lane_id += 1;
+        // Owned from now on: the lane it leaves skips these GPUs from its next read on.
+        for &g in &gpus {
+            if let Some(cell) = self.cells.get(g as usize) {
+                cell.owner.store(id, Ordering::Release);
+            }
+        }
+        self.lanes.push(Lane {
+            id,
+            tx,
+            gpus,
+            progress,
+            asked: None,
+            on_time: 0,
+        });
+        Ok(self.lanes.len() - 1)
+    }
+
+    /// Moves every GPU of the lane at `pos` but `stuck` to a new lane; returns the new lane's
+    /// position and the GPUs moved.
+    fn split(&mut self, pos: usize, stuck: u32) -> Option<(usize, Vec<u32>)> {
+        let moving: Vec<u32> = self.lanes[pos]
+            .gpus
+            .iter()
+            .copied()
+            .filter(|&g| g != stuck)
+            .collect();
+        if moving.is_empty() {
+            return None;
+        }
+        tracing::warn!(
+            gpu = stuck,
+            others = ?moving,
+            "an NVML call on this GPU stalls; the other GPUs of its lane move to a new one"
+        );
+        match self.spawn_lane(moving.clone()) {
+            Ok(new) => {
+                self.lanes[pos].gpus.retain(|&g| g == stuck);
+                self.lanes[pos].on_time = 0;
+                Some((new, moving))
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start a new NVML lane; these GPUs wait for the stalled call");
+                None
+            }
+        }
+    }
+
+    /// Lanes still stuck in an earlier tick keep only the GPU they are in.
+    fn split_stuck(&mut self) {
+        for pos in 0..self.lanes.len() {
+            let lane = &self.lanes[pos];
+            if !lane.busy() || lane.gpus.len() < 2 {
+                continue;
+            }
+            let current = lane.progress.current.load(Ordering::Acquire);
+            if current != IDLE {
+                self.split(pos, current);
+            }
+        }
+    }
+
+    /// During a tick's wait: lanes stalled in one GPU for `stall` give their other GPUs to a
+    /// new lane, which is asked at once for those of them this tick still waits for.
+    fn split_stalled(&mut self, req: &Request, stall: Duration) {
+        let outstanding = self.responses.outstanding();
+        for pos in 0..self.lanes.len() {
+            let lane = &self.lanes[pos];
+            if lane.asked != Some(req.tick_id) || lane.gpus.len() < 2 {
+                continue;
+            }
+            let Some(stuck) = lane.stalled_in(stall) else {
+                continue;
+            };
+            let Some((new, moved)) = self.split(pos, stuck) else {
+                continue;
+            };
+            let again: Vec<u32> = moved
+                .into_iter()
+                .filter(|g| outstanding.contains(g))
+                .collect();
+            if !again.is_empty() {
+                self.ask(new, req, again);
+            }
+        }
+    }
+
+    /// Gives the GPUs of split-off lanes that answered in time for [`MERGE_AFTER`] ticks back
+    /// to the lane with the most GPUs; their threads end.
+    fn merge_recovered(&mut self) {
+        let Some(main) = (0..self.lanes.len())
+            .filter(|&p| !self.lanes[p].busy())
+            .max_by_key(|&p| (self.lanes[p].gpus.len(), std::cmp::Reverse(p)))
+        else {
+            return;
+        };
+        let main_id = self.lanes[main].id;
+        let ready: Vec<usize> = (0..self.lanes.len())
+            .filter(|&p| p != main)
+            .filter(|&p| !self.lanes[p].busy() && self.lanes[p].on_time >= MERGE_AFTER)
+            .collect();
+        for &p in ready.iter().rev() {
+            let lane = self.lanes.remove(p);
+            for &g in &lane.gpus {
+                if let Some(cell) = self.cells.get(g as usize) {
+                    cell.owner.store(main_id, Ordering::Release);
+                }
+            }
+            let Some(main) = self.lanes.iter_mut().find(|l| l.id == main_id) else {
+                continue;
+            };
+            main.gpus.extend(&lane.gpus);
+            main.gpus.sort_unstable();
+            tracing::info!(gpus = ?lane.gpus, "NVML calls answer in time again; the GPUs rejoin the main lane");
+        }
+    }
+
+    /// Sends `req` for `gpus` to the lane at `pos`; the GPUs whose request could not be sent
+    /// are not waited for.
+    fn ask(&mut self, pos: usize, req: &Request, gpus: Vec<u32>) {
+        let lane = &mut self.lanes[pos];
+        let sent = lane
+            .tx
+            .send(Request {
+                gpus: gpus.clone(),
+                ..req.clone()
+            })
+            .is_ok();
+        if sent {
+            lane.asked = Some(req.tick_id);
+        } else {
+            for g in gpus {
+                self.responses.forgo(g);
+            }
+        }
+    }
+
+    /// Asks every lane that is free for its GPUs that are not lost; returns the GPUs asked.
+    fn ask_all(&mut self, req: &Request) -> Vec<u32> {
+        let plan: Vec<(usize, Vec<u32>)> = self
+            .lanes
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| !l.busy())
+            .map(|(p, l)| {
+                let gpus = l
+                    .gpus
+                    .iter()
+                    .copied()
+                    .filter(|&g| self.slots.get(g as usize).is_some_and(|s| !s.lost))
+                    .collect::<Vec<u32>>();
+                (p, gpus)
+            })
+            .filter(|(_, g)| !g.is_empty())
+            .collect();
+        let asked: Vec<u32> = plan.iter().flat_map(|(_, g)| g.iter().copied()).collect();
+        self.responses.expect(req.tick_id, &asked);
+        for (pos, gpus) in plan {
+            self.ask(pos, req, gpus);
+        }
+        asked
+    }
+
+    /// Waits for the answers of `req` until `deadline`, moving GPUs off stalled lanes.
+    fn wait(&mut self, req: &Request, deadline: Instant) {
+        let stall = self.cfg.deadline / 4;
+        let mut check = Instant::now() + stall;
+        loop {
+            if self.responses.wait(check.min(deadline)) {
+                break;
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            self.split_stalled(req, stall);
+            check = Instant::now() + (stall / 2).max(Duration::from_millis(1));
+        }
+        self.responses.close();
     }
 
     /// Asks every GPU for its inventory and waits up to `startup_timeout`.
@@ -198,19 +441,12 @@ impl Sampler {
             refresh_inventory: true,
             sample: false,
             processes: false,
+            gpus: Vec::new(),
         };
-        self.responses.expect(req.tick_id, self.slots.len());
-        for slot in &mut self.slots {
-            if slot.tx.send(req).is_ok() {
-                slot.busy = Some(req.tick_id);
-            } else {
-                self.responses.forgo();
-            }
-        }
-        for r in self
-            .responses
-            .wait(Instant::now() + self.cfg.startup_timeout)
-        {
+        self.ask_all(&req);
+        let deadline = Instant::now() + self.cfg.startup_timeout;
+        self.wait(&req, deadline);
+        for r in self.responses.drain() {
             self.absorb(r, 0);
         }
         for slot in self.slots.iter().filter(|s| s.uuid.is_none()) {
@@ -228,9 +464,6 @@ impl Sampler {
         tick_id: u64,
     ) -> Option<(GpuSample, Option<Vec<RawProcess>>)> {
         let slot = self.slots.get_mut(r.index as usize)?;
-        if slot.busy == Some(r.tick_id) {
-            slot.busy = None;
-        }
         if let Some(inv) = r.inventory {
             if slot.uuid.is_some() {
                 self.pending_events.push(Event {
@@ -273,37 +506,34 @@ impl Sampler {
         if refresh {
             self.last_inventory = Some(ts_ms);
         }
+        // Answers that arrived after an earlier tick's deadline are absorbed (their samples
+        // are stale and dropped; their inventory and errors are kept); a lane still stuck in
+        // an earlier tick keeps only the GPU it is in, the others are asked on a new lane.
+        for r in self.responses.drain() {
+            let _stale = self.absorb(r, tick_id);
+        }
+        self.split_stuck();
+        self.merge_recovered();
         let req = Request {
             tick_id,
             ts_ms,
             refresh_inventory: refresh,
             sample: true,
             processes: self.cfg.processes,
+            gpus: Vec::new(),
         };
-        // Answers that arrived after an earlier tick's deadline free their GPU for this tick
-        // (their samples are stale and dropped; their inventory and errors are kept). Without
-        // this, a tick where every GPU missed the deadline would send no request, wait for
-        // nothing and leave every GPU busy for good.
-        for r in self.responses.drain() {
-            let _stale = self.absorb(r, tick_id);
-        }
-        let free: Vec<usize> = (0..self.slots.len())
-            .filter(|&i| !self.slots[i].lost && self.slots[i].busy.is_none())
-            .collect();
-        self.responses.expect(tick_id, free.len());
-        for i in free {
-            let slot = &mut self.slots[i];
-            if slot.tx.send(req).is_ok() {
-                slot.busy = Some(tick_id);
-            } else {
-                self.responses.forgo();
+        self.ask_all(&req);
+        self.wait(&req, started + self.cfg.deadline);
+        for lane in &mut self.lanes {
+            if lane.asked == Some(tick_id) {
+                lane.on_time = if lane.busy() { 0 } else { lane.on_time + 1 };
             }
         }
         let mut got: HashMap<u32, (GpuSample, Option<Vec<RawProcess>>)> = HashMap::new();
-        for r in self.responses.wait(started + self.cfg.deadline) {
+        for r in self.responses.drain() {
             let index = r.index;
             if let Some(v) = self.absorb(r, tick_id) {
-                got.insert(index, v);
+                got.entry(index).or_insert(v);
             }
         }
         let mut batch = TickBatch {
@@ -361,7 +591,7 @@ impl Sampler {
 
 impl Drop for Sampler {
     fn drop(&mut self) {
-        // Workers end when their channel closes; a worker stuck in the driver keeps its own
+        // Lanes end when their channel closes; a lane stuck in the driver keeps its own
         // reference to NVML, so the library is never unloaded under it.
         crate::clock::request_stop(&self.stop);
     }

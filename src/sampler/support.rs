@@ -38,6 +38,14 @@ impl Support {
         }
     }
 
+    /// Starts over under the GPU's real identity once its UUID is known (only `lost` is kept:
+    /// what the reads under the index found is probed again under the UUID).
+    pub fn rename(&mut self, uuid: &str) {
+        let lost = self.lost.take();
+        *self = Support::new(uuid);
+        self.lost = lost;
+    }
+
     /// Sets the timestamp used for error counters of the coming reads.
     pub fn begin(&mut self, now_ms: TsMs) {
         self.now_ms = now_ms;

@@ -307,6 +307,70 @@ fn a_call_that_never_returns_costs_one_gpu_not_the_daemon() {
     }
 }
 
+/// One lane reads every GPU in turn: when the first GPU's call never returns, the GPUs after
+/// it move to a new lane within the same tick, so they miss nothing.
+#[test]
+fn a_call_that_never_returns_on_the_first_gpu_costs_only_that_gpu() {
+    let scenario = format!(
+        "{TWO_GPUS}\n[[fault]]\ngpu = 0\nsymbol = \"nvmlDeviceGetTemperature\"\nfrom = \"2s\"\nblock = \"forever\"\n"
+    );
+    let deadline = Duration::from_millis(400);
+    let mut r = rig(&scenario, deadline);
+    assert_eq!(r.sampler.lane_count(), 1, "one NVML thread for every GPU");
+    for n in 0..6 {
+        let started = Instant::now();
+        let b = r.tick();
+        assert!(
+            started.elapsed() < deadline + Duration::from_millis(500),
+            "tick {n}"
+        );
+        let want = if n < 2 {
+            SampleStatus::Ok
+        } else {
+            SampleStatus::DeadlineMissed
+        };
+        assert_eq!(b.samples[0].status, want, "GPU 0 at tick {n}");
+        assert_eq!(
+            b.samples[1].status,
+            SampleStatus::Ok,
+            "GPU 1 is sampled at tick {n}"
+        );
+        assert_eq!(
+            b.samples[1].util_gpu_pct,
+            Some(r.sim.scenario.gpu_state(1, n).util_gpu)
+        );
+    }
+    assert_eq!(
+        r.sampler.lane_count(),
+        2,
+        "the stuck call keeps its own lane"
+    );
+}
+
+/// A lane split off by a stall rejoins the main lane once its calls answer in time again.
+#[test]
+fn a_lane_split_off_by_a_slow_call_merges_back() {
+    let scenario = format!(
+        "{TWO_GPUS}\n[[fault]]\ngpu = 0\nsymbol = \"nvmlDeviceGetPowerUsage\"\nfrom = \"1s\"\nuntil = \"2s\"\nblock = \"300ms\"\n"
+    );
+    let mut r = rig(&scenario, Duration::from_millis(200));
+    let mut lanes = Vec::new();
+    let mut gpu1 = Vec::new();
+    for _ in 0..(gpuwatch::sampler::MERGE_AFTER + 10) {
+        let b = r.tick();
+        lanes.push(r.sampler.lane_count());
+        gpu1.push(b.samples[1].status);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(lanes[0], 1);
+    assert_eq!(lanes[1], 2, "{lanes:?}");
+    assert!(
+        gpu1.iter().all(|s| *s == SampleStatus::Ok),
+        "GPU 1 never waits for GPU 0's slow call: {gpu1:?}"
+    );
+    assert_eq!(lanes.last(), Some(&1), "merged back: {lanes:?}");
+}
+
 #[test]
 fn a_slow_call_makes_a_gap_then_sampling_resumes() {
     let scenario = format!(
