@@ -27,3 +27,4 @@ pub mod specs;
 pub mod store;
 pub mod text;
 pub mod training;
+pub mod xid;
