@@ -15,6 +15,7 @@ pub mod daemon;
 pub mod doctor;
 pub mod http;
 pub mod import;
+pub mod kmsg;
 pub mod model;
 pub mod notify;
 pub mod pages;
