@@ -3,7 +3,9 @@
 //! Threads and tasks:
 //! - the **sampling thread** (this module's loop) waits for the ticker, asks the sampler for a
 //!   batch (bounded by the sample deadline) and hands it to the store writer;
-//! - one **NVML thread per GPU** and one **event thread** (in [`crate::sampler`]);
+//! - the **NVML lanes** (one, unless a call stalls) and one **event thread** (in
+//!   [`crate::sampler`]), and the **kernel-log thread** ([`crate::kmsg`]) that sends its XIDs
+//!   on the event thread's channel;
 //! - the **store writer thread** (in [`crate::store`]) owns the write connection and runs
 //!   the rule evaluation ([`crate::alerts::evaluator`]) after each committed tick;
 //! - a small **tokio runtime** serves HTTP;
@@ -116,6 +118,17 @@ fn start_kubelet(
     }
 }
 
+/// The kernel log to follow for XIDs, if any: `[xid] kmsg_path`, or `/dev/kmsg` for real
+/// GPUs (simulated ones have nothing in the host's kernel log).
+fn kernel_log_path(x: &crate::config::XidConfig, simulated: bool) -> Option<std::path::PathBuf> {
+    match (&x.kmsg_path, x.kernel_log, simulated) {
+        (_, false, _) => None,
+        (Some(p), true, _) => Some(p.clone()),
+        (None, true, false) => Some(crate::config::DEFAULT_KMSG_PATH.into()),
+        (None, true, true) => None,
+    }
+}
+
 /// Runs until `stop` is set or the ticker ends. Blocks the calling thread.
 pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, DaemonError> {
     let DaemonParts {
@@ -137,6 +150,8 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
             host: config.host.clone(),
         },
     )?;
+    // Kernel-log history up to the newest XID already stored is not stored again.
+    let xids_stored_until = store::events::newest_xid_ms(store.conn(), &config.host)?;
     let health = Health::new(config.http.stall_after);
     let eval_stop = Arc::new(AtomicBool::new(false));
     // The rules run on the writer thread after each commit; they wake the sender when they
@@ -253,6 +268,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         _ => None,
     };
 
+    let simulated = overrides.simulated;
     let mut sampler = Sampler::start(
         &nvml,
         SamplerConfig {
@@ -267,6 +283,16 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         overrides,
     )?;
     summary.gpus = sampler.gpu_count();
+    if let Some(path) = kernel_log_path(&config.xid, simulated) {
+        crate::kmsg::spawn(
+            crate::kmsg::Follow {
+                path,
+                stored_until_ms: xids_stored_until,
+            },
+            sampler.event_sender(),
+            stop.clone(),
+        );
+    }
     health.set_xid_watch(sampler.xid_watch());
     let mut holders = crate::attribution::holders::Holders::new(start_kubelet(&config, &stop));
     health

@@ -189,6 +189,36 @@ pub struct Event {
     /// Numeric code where the kind has one (the XID number).
     pub code: Option<i64>,
     pub message: String,
+    /// The GPU's PCI address (`dddd:bb:dd`, see [`crate::xid::nvrm::PciAddr`]) when a kernel
+    /// log named the GPU by it; the store finds the GPU at that address.
+    pub pci_bus_id: Option<String>,
+    /// Who reported it; `None` for the events gpuwatch raises itself.
+    pub source: Option<EventSource>,
+    /// When the kernel logged it (kernel-log XIDs), ms UTC.
+    pub kernel_ms: Option<TsMs>,
+}
+
+/// Who reported an event: the store treats the same XID from NVML and from the kernel log as
+/// one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventSource {
+    /// NVML's event API.
+    Nvml,
+    /// The daemon following the kernel log (`/dev/kmsg`).
+    Kmsg,
+    /// `gpuwatch import dmesg`.
+    Import,
+}
+
+impl EventSource {
+    /// The `events.source` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventSource::Nvml => "nvml",
+            EventSource::Kmsg => "kmsg",
+            EventSource::Import => "import",
+        }
+    }
 }
 
 /// A failing NVML call, counted per GPU and metric (persisted so `status` can show it).

@@ -358,8 +358,27 @@ fn alerts_and_incidents_of_a_demo_run() {
     ));
     let events = inc["events"].as_array().expect("events");
     assert!(
-        events.iter().any(|e| e["kind"] == "xid" && e["code"] == 48),
+        events.iter().any(|e| e["kind"] == "xid"
+            && e["code"] == 48
+            && e["xid_meaning"] == "double-bit (uncorrectable) ECC error"
+            && e["xid_action"] == "reset the GPU"),
         "{events:?}"
+    );
+    // The text says what it means too, and the alert's summary from the catalogue.
+    let text = ok_stdout(&gpuwatch(
+        &["incident", &xid["alert_id"].to_string(), "--window", "5m"],
+        &db,
+    ));
+    assert!(
+        text.contains("XID 48: double-bit (uncorrectable) ECC error; action: reset the GPU"),
+        "{text}"
+    );
+    assert!(
+        xid["summary"]
+            .as_str()
+            .is_some_and(|s| s
+                .contains("XID 48 (double-bit (uncorrectable) ECC error; action: reset the GPU)")),
+        "{xid}"
     );
 
     // A per-process alert's story has the process's own memory, growing.

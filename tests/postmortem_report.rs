@@ -339,6 +339,7 @@ fn hostile_text_is_escaped_and_unknown_values_are_gaps() {
                     kind: "xid".into(),
                     code: Some(79),
                     message: "XID 79: <fallen off the bus>".into(),
+                    ..Event::default()
                 });
             }
             b

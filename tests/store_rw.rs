@@ -244,6 +244,7 @@ fn events_errors_training_and_lost_gpus() {
         kind: "xid".into(),
         code: Some(79),
         message: "GPU has fallen off the bus".into(),
+        ..Event::default()
     });
     b.events.push(Event {
         ts_ms: T0,
@@ -251,6 +252,7 @@ fn events_errors_training_and_lost_gpus() {
         kind: "sampler_error".into(),
         code: None,
         message: "x".into(),
+        ..Event::default()
     });
     b.errors.push(MetricError {
         gpu_uuid: u0.clone(),

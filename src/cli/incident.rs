@@ -242,10 +242,19 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
                     "pod": h.pod, "namespace": h.namespace, "container": h.container,
                     "from": rfc3339(*from), "to": to.map(rfc3339),
                 })).collect::<Vec<_>>(),
-                "events": events.iter().map(|e| json!({
-                    "at": rfc3339(e.ts_ms), "at_ms": e.ts_ms, "gpu": e.on_gpu, "kind": e.kind,
-                    "code": e.code, "message": e.message,
-                })).collect::<Vec<_>>(),
+                "events": events.iter().map(|e| {
+                    let mut v = json!({
+                        "at": rfc3339(e.ts_ms), "at_ms": e.ts_ms, "gpu": e.on_gpu, "kind": e.kind,
+                        "code": e.code, "message": e.message,
+                    });
+                    // An XID's catalogue entry: meaning and action (null when not listed).
+                    if let (true, Some(c)) = (e.kind == "xid", e.code) {
+                        let entry = crate::xid::lookup(c);
+                        v["xid_meaning"] = json!(entry.map(|x| x.meaning));
+                        v["xid_action"] = json!(entry.map(|x| x.action.as_str()));
+                    }
+                    v
+                }).collect::<Vec<_>>(),
                 "training": training.iter().map(|t| json!({
                     "metric": t.name,
                     "labels": t.labels.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),

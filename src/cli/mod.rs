@@ -11,6 +11,7 @@ mod doctor;
 mod export;
 mod format;
 mod history;
+mod import_dmesg;
 mod import_om;
 mod import_smi;
 mod incident;
@@ -91,7 +92,8 @@ pub enum Command {
     Incident(incident::IncidentArgs),
     /// A self-contained HTML report with charts, for an alert or a time window.
     Report(report::ReportArgs),
-    /// Import logs recorded elsewhere (nvidia-smi CSV, OpenMetrics) for post-mortems and replay.
+    /// Import logs recorded elsewhere (nvidia-smi CSV, OpenMetrics, kernel logs) for
+    /// post-mortems and replay.
     #[command(subcommand)]
     Import(ImportCommand),
     /// Export stored samples as CSV or JSON lines.
@@ -108,6 +110,8 @@ pub enum ImportCommand {
     NvidiaSmi(import_smi::ImportSmiArgs),
     /// OpenMetrics / Prometheus text exposition files into the training metrics.
     Openmetrics(import_om::ImportOmArgs),
+    /// XIDs from saved kernel logs (dmesg -T, --time-format iso, journalctl -k, syslog).
+    Dmesg(import_dmesg::ImportDmesgArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -201,6 +205,7 @@ pub fn main() -> i32 {
         Command::Report(a) => report::run(a),
         Command::Import(ImportCommand::NvidiaSmi(a)) => import_smi::run(a),
         Command::Import(ImportCommand::Openmetrics(a)) => import_om::run(a),
+        Command::Import(ImportCommand::Dmesg(a)) => import_dmesg::run(a),
         Command::Export(a) => export::run(a),
     };
     match result {

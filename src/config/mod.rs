@@ -67,6 +67,31 @@ pub struct Config {
     pub notify: NotifyConfig,
     /// `[log] format`: how the daemon writes its log lines (`--log-format` wins).
     pub log_format: LogFormat,
+    /// `[xid]`: where XIDs come from besides NVML's event API.
+    pub xid: XidConfig,
+}
+
+/// `[xid] kmsg_path` when the config does not set it.
+pub const DEFAULT_KMSG_PATH: &str = "/dev/kmsg";
+
+/// `[xid]`: the kernel log as a second source of XIDs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XidConfig {
+    /// Follow the kernel log for `NVRM: Xid` lines (besides NVML's event API).
+    pub kernel_log: bool,
+    /// The kernel log device, or a FIFO or file of records in its format (tests, a host's
+    /// `/dev/kmsg` mounted elsewhere); `None`: [`DEFAULT_KMSG_PATH`], which simulated GPUs
+    /// (the demo) do not follow: the host's kernel log says nothing about them.
+    pub kmsg_path: Option<PathBuf>,
+}
+
+impl Default for XidConfig {
+    fn default() -> Self {
+        Self {
+            kernel_log: true,
+            kmsg_path: None,
+        }
+    }
 }
 
 /// How log lines are written.
@@ -188,6 +213,7 @@ impl Default for Config {
                 eval_interval: None,
             },
             log_format: LogFormat::Text,
+            xid: XidConfig::default(),
         }
     }
 }

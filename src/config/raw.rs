@@ -40,6 +40,15 @@ pub struct RawConfig {
     notify: RawNotify,
     #[serde(default)]
     log: RawLog,
+    #[serde(default)]
+    xid: RawXid,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawXid {
+    kernel_log: Option<bool>,
+    kmsg_path: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -454,6 +463,10 @@ impl RawConfig {
             remote_write,
             notify,
             log_format,
+            xid: super::XidConfig {
+                kernel_log: self.xid.kernel_log.unwrap_or(true),
+                kmsg_path: self.xid.kmsg_path,
+            },
             rules: super::RulesConfig {
                 default_rules: self.rules.default_rules.unwrap_or(true),
                 eval_interval,

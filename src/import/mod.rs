@@ -6,5 +6,7 @@
 //!
 //! - [`nvidia_smi`]: CSV logs of `nvidia-smi --query-gpu=... --format=csv -l N` and of
 //!   `--query-compute-apps`.
+//! - [`dmesg`]: XIDs from saved kernel logs (`dmesg`, `journalctl -k`, syslog).
 
+pub mod dmesg;
 pub mod nvidia_smi;

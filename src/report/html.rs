@@ -353,10 +353,19 @@ fn events(o: &mut String, d: &ReportData) {
                 .map_or_else(|| "host".into(), |g| esc(&d.gpu_label(g))),
             esc(&e.kind),
             e.code.map_or_else(|| "-".into(), |c| c.to_string()),
-            esc(e.message.as_deref().unwrap_or("")),
+            esc(&event_text(&e.kind, e.code, e.message.as_deref())),
         );
     }
     o.push_str("</table></section>\n");
+}
+
+/// An event's message; an XID's also says what it means and what to do (the catalogue).
+fn event_text(kind: &str, code: Option<i64>, message: Option<&str>) -> String {
+    let message = message.unwrap_or("");
+    match (kind, code) {
+        ("xid", Some(c)) => format!("{message} — XID {c}: {}", crate::xid::describe(c)),
+        _ => message.to_string(),
+    }
 }
 
 #[cfg(test)]

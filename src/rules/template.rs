@@ -1,7 +1,9 @@
 //! Summary and description templates: `GPU {gpu} ({model}) grows {rate:.0} MiB/min`.
 //!
-//! Syntax: `{name}` inserts a variable, `{name:.N}` a number with N decimals (0–9), `{{` and
-//! `}}` are literal braces. Everything else is literal text.
+//! Syntax: `{name}` inserts a variable, `{name:.N}` a number with N decimals (0–9),
+//! `{name:xid}` a number as an XID with its meaning and action from the XID catalogue
+//! (`79 (GPU has fallen off the bus; action: drain the node)`), `{{` and `}}` are literal
+//! braces. Everything else is literal text.
 //!
 //! Invariants: a `Template` is parsed once at load and rendering never fails; which names
 //! exist is checked by the rule loader against the rule's scope and values (a name the
@@ -23,6 +25,8 @@ enum Part {
     Var {
         name: String,
         decimals: Option<usize>,
+        /// `{name:xid}`: the number is an XID, rendered with its catalogue entry.
+        xid: bool,
         /// Character offset of the name in the source.
         offset: usize,
     },
@@ -89,8 +93,18 @@ impl Template {
         for part in &self.parts {
             match part {
                 Part::Text(t) => out.push_str(t),
-                Part::Var { name, decimals, .. } => match vars(name) {
+                Part::Var {
+                    name,
+                    decimals,
+                    xid,
+                    ..
+                } => match vars(name) {
                     Some(TemplateValue::Text(t)) => out.push_str(&t),
+                    Some(TemplateValue::Number(x))
+                        if *xid && x.fract() == 0.0 && x.abs() < 1e15 =>
+                    {
+                        let _ = write!(out, "{x:.0} ({})", crate::xid::describe(x as i64));
+                    }
                     Some(TemplateValue::Number(x)) => out.push_str(&number(x, *decimals)),
                     Some(TemplateValue::NoData) => out.push_str("unknown"),
                     None => {
@@ -143,8 +157,9 @@ fn placeholder(inner: &str, offset: usize) -> Result<Part, (usize, String)> {
             format!("`{name}` is not a variable name (names are letters, digits and `_`)"),
         ));
     }
+    let xid = spec == Some("xid");
     let decimals = match spec {
-        None => None,
+        None | Some("xid") => None,
         Some(s) => {
             let at = offset + name.chars().count() + 1;
             match s.strip_prefix('.').map(str::parse::<usize>) {
@@ -152,7 +167,9 @@ fn placeholder(inner: &str, offset: usize) -> Result<Part, (usize, String)> {
                 _ => {
                     return Err((
                         at,
-                        format!("invalid format `:{s}` (write `{{{name}:.1}}` for one decimal)"),
+                        format!(
+                            "invalid format `:{s}` (write `{{{name}:.1}}` for one decimal, or `{{{name}:xid}}` for an XID with its meaning)"
+                        ),
                     ));
                 }
             }
@@ -161,6 +178,7 @@ fn placeholder(inner: &str, offset: usize) -> Result<Part, (usize, String)> {
     Ok(Part::Var {
         name: name.to_string(),
         decimals,
+        xid,
         offset,
     })
 }
@@ -199,6 +217,8 @@ mod tests {
             "gpu" => Some(TemplateValue::Number(3.0)),
             "model" => Some(TemplateValue::Text("H100".into())),
             "rate" => Some(TemplateValue::Number(112.4567)),
+            "xid" => Some(TemplateValue::Number(79.0)),
+            "unlisted" => Some(TemplateValue::Number(2.0)),
             "neg" => Some(TemplateValue::Number(-0.0001)),
             "left" => Some(TemplateValue::NoData),
             _ => None,
@@ -216,6 +236,11 @@ mod tests {
             "112.457 112.46 0.0 0"
         );
         assert_eq!(render("{{literal}} {{{gpu}}}"), "{literal} {3}");
+        assert_eq!(
+            render("XID {xid:xid}, {unlisted:xid}, {rate:xid}, {left:xid}"),
+            "XID 79 (GPU has fallen off the bus; action: drain the node), \
+             2 (not in the catalogue), 112.457, unknown"
+        );
         assert_eq!(render("{unknown} é"), "{unknown} é");
         assert_eq!(render(""), "");
         assert_eq!(number(f64::NAN, None), "unknown");
@@ -260,7 +285,7 @@ mod tests {
             e("{rate:2}"),
             (
                 6,
-                "invalid format `:2` (write `{rate:.1}` for one decimal)".into()
+                "invalid format `:2` (write `{rate:.1}` for one decimal, or `{rate:xid}` for an XID with its meaning)".into()
             )
         );
         assert_eq!(e("{rate:.10}").0, 6);

@@ -94,7 +94,10 @@ fn run(nvml: &Nvml, count: u32, stop: &AtomicBool, out: &Sender<Event>, watch: &
                     _ => None,
                 };
                 let message = match xid {
-                    Some(x) => format!("XID {x}: {}", xid_description(x)),
+                    Some(x) => format!(
+                        "XID {x}: {}",
+                        crate::xid::lookup(x).map_or(crate::xid::NOT_IN_CATALOGUE, |e| e.meaning)
+                    ),
                     None => "XID (unknown number)".to_string(),
                 };
                 let event = Event {
@@ -103,6 +106,8 @@ fn run(nvml: &Nvml, count: u32, stop: &AtomicBool, out: &Sender<Event>, watch: &
                     kind: "xid".into(),
                     code: xid,
                     message,
+                    source: Some(crate::model::EventSource::Nvml),
+                    ..Event::default()
                 };
                 if out.send(event).is_err() {
                     return;
@@ -114,26 +119,5 @@ fn run(nvml: &Nvml, count: u32, stop: &AtomicBool, out: &Sender<Event>, watch: &
                 return;
             }
         }
-    }
-}
-
-/// Short meaning of well-known XIDs (NVIDIA's XID catalogue).
-pub fn xid_description(xid: i64) -> &'static str {
-    match xid {
-        13 => "graphics engine exception",
-        31 => "GPU memory page fault",
-        43 => "GPU stopped processing",
-        45 => "preemptive cleanup, due to previous errors",
-        48 => "double-bit ECC error",
-        61 | 62 => "internal micro-controller error",
-        63 => "ECC page retirement or row remapping recording event",
-        64 => "ECC page retirement or row remapper recording failure",
-        74 => "NVLink error",
-        79 => "GPU has fallen off the bus",
-        92 => "high single-bit ECC error rate",
-        94 => "contained ECC error",
-        95 => "uncontained ECC error",
-        119 | 120 => "GSP RPC timeout / GSP error",
-        _ => "see NVIDIA's XID catalogue",
     }
 }

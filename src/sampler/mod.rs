@@ -139,6 +139,8 @@ pub struct Sampler {
     sys: SystemInfo,
     responses: Mailbox,
     events: Receiver<Event>,
+    /// The sending side of `events`, for other sources of events (the kernel-log follower).
+    event_tx: Sender<Event>,
     xid_watch: Arc<crate::http::telemetry::XidWatch>,
     stop: Arc<AtomicBool>,
     resolver: ProcResolver,
@@ -172,7 +174,7 @@ impl Sampler {
             h.nvml.clone(),
             count,
             stop.clone(),
-            ev_tx,
+            ev_tx.clone(),
             xid_watch.clone(),
         )?;
         let observe_processes = cfg.processes && processes_observable(&overrides, &cfg.proc_root);
@@ -197,6 +199,7 @@ impl Sampler {
             sys: SystemInfo::from_handle(h),
             responses: Mailbox::default(),
             events,
+            event_tx: ev_tx,
             xid_watch,
             stop,
             resolver,
@@ -228,6 +231,12 @@ impl Sampler {
     /// How many lanes (NVML threads) there are now: one, unless calls stalled.
     pub fn lane_count(&self) -> usize {
         self.lanes.len()
+    }
+
+    /// A sender into the channel NVML's XID events arrive on: events sent there are stamped
+    /// with the tick that picks them up and written with NVML's.
+    pub fn event_sender(&self) -> Sender<Event> {
+        self.event_tx.clone()
     }
 
     /// Which GPUs' XID events are watched (for `/metrics`: no XID seen is 0 only there).
@@ -472,6 +481,7 @@ impl Sampler {
                     kind: "inventory_changed".into(),
                     code: None,
                     message: format!("GPU {} inventory changed", inv.index),
+                    ..Event::default()
                 });
             }
             slot.uuid = Some(inv.uuid.clone());
@@ -486,6 +496,7 @@ impl Sampler {
                 kind: "gpu_lost".into(),
                 code: None,
                 message: format!("GPU {} lost: {reason}", slot.index),
+                ..Event::default()
             });
         }
         self.pending_errors.extend(r.errors);

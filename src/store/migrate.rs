@@ -80,10 +80,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "tensor_active",
         sql: include_str!("../../migrations/0012_tensor_active.sql"),
     },
+    Migration {
+        version: 13,
+        name: "kernel_xids",
+        sql: include_str!("../../migrations/0013_kernel_xids.sql"),
+    },
 ];
 
 /// The schema version this binary writes and reads.
-pub const LATEST_VERSION: u32 = 12;
+pub const LATEST_VERSION: u32 = 13;
 
 /// The schema version of the database (`PRAGMA user_version`; 0 for an empty file).
 pub fn schema_version(conn: &Connection) -> Result<u32, StoreError> {

@@ -5,6 +5,7 @@
 //! - `migrate.rs`: the embedded `migrations/*.sql`, schema versions, upgrades in place;
 //! - `write.rs`: [`Store::write_tick`] and [`Store::write_ticks`], id caches, SQLITE_FULL retry;
 //! - `rows.rs`: the SQL of one tick's rows (upserts, NULLs, id resolution);
+//! - `events.rs`: events, one row per XID whether NVML, the kernel log or both reported it;
 //! - `rollup.rs`: 1-minute rollups ([`Store::rollup_range`]) and the per-host rollup progress;
 //! - `bounds.rs`: maintenance steps and retention per host ([`Store::maintain_step`]);
 //! - `size.rs`: the `max_db_size` bound (oldest raw data first, then rollups) and SQLITE_FULL;
@@ -28,6 +29,7 @@
 
 pub mod alerts;
 mod bounds;
+pub mod events;
 pub mod export;
 pub mod history;
 pub mod import;

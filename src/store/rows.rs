@@ -3,7 +3,8 @@
 //!
 //! Invariants:
 //! - Rows are upserted by their natural key, so writing the same tick twice is harmless
-//!   (except for events, which have no natural key).
+//!   (except for events, which have no natural key; an XID reported by both NVML and the
+//!   kernel log is one row, `events.rs`).
 //! - `None` is bound as SQL NULL and `Some(0)` as 0; u64 values above `i64::MAX` saturate,
 //!   except `throttle_reasons`, a bitmask stored as the i64 with the same bits.
 //! - A GPU, process or series seen for the first time gets its row here (a GPU seen before
@@ -12,10 +13,12 @@
 use rusqlite::{Connection, params};
 
 use super::StoreError;
+use super::events;
 use super::write::{Caches, PROCESS_SEEN_RESOLUTION_MS, ProcEntry};
 use crate::model::{
-    GpuAllocation, GpuInventory, GpuSample, ProcessSample, TickBatch, TrainingPoint, TsMs,
+    Event, GpuAllocation, GpuInventory, GpuSample, ProcessSample, TickBatch, TrainingPoint, TsMs,
 };
+use crate::xid::nvrm::PciAddr;
 
 /// Saturating conversion for counters and byte counts.
 pub(crate) fn sat(v: Option<u64>) -> Option<i64> {
@@ -134,24 +137,7 @@ impl TickWriter<'_> {
             self.allocation(a, b.ts_ms)?;
         }
         for e in &b.events {
-            let gpu_id = match &e.gpu_uuid {
-                Some(uuid) => Some(self.gpu_id(uuid, e.ts_ms)?),
-                None => None,
-            };
-            self.conn
-                .prepare_cached(
-                    "INSERT INTO events (ts_ms, host_id, gpu_id, kind, code, message)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )?
-                .execute(params![
-                    e.ts_ms,
-                    self.host_id,
-                    gpu_id,
-                    e.kind,
-                    e.code,
-                    e.message
-                ])?;
-            self.rows += 1;
+            self.event(e)?;
         }
         for m in &b.errors {
             let gpu_id = self.gpu_id(&m.gpu_uuid, m.last_ms)?;
@@ -239,10 +225,41 @@ impl TickWriter<'_> {
             )?;
         self.caches.gpus.insert(g.uuid.clone(), id);
         self.rows += 1;
+        // Kernel-log XIDs that named only this GPU's address now have their GPU.
+        if let Some(pci) = g.pci_bus_id.as_deref().and_then(PciAddr::parse) {
+            self.rows += events::join_address(self.conn, self.host_id, &pci, id)?;
+        }
         Ok(())
     }
 
     /// The id of a GPU of this host; a GPU seen before its inventory gets a bare row.
+    /// One event: its GPU by UUID, else by the PCI address a kernel log gave (see
+    /// [`events`] for the XID pairing).
+    fn event(&mut self, e: &Event) -> Result<(), StoreError> {
+        let pci = e.pci_bus_id.as_deref().and_then(PciAddr::parse);
+        let gpu_id = match (&e.gpu_uuid, &pci) {
+            (Some(uuid), _) => Some(self.gpu_id(uuid, e.ts_ms)?),
+            (None, Some(pci)) => events::gpu_at(self.conn, self.host_id, pci)?,
+            (None, None) => None,
+        };
+        events::write(
+            self.conn,
+            self.host_id,
+            &events::NewEvent {
+                ts_ms: e.ts_ms,
+                gpu_id,
+                kind: &e.kind,
+                code: e.code,
+                message: &e.message,
+                pci: pci.as_ref().map(PciAddr::as_str),
+                source: e.source,
+                kernel_ms: e.kernel_ms,
+            },
+        )?;
+        self.rows += 1;
+        Ok(())
+    }
+
     fn gpu_id(&mut self, uuid: &str, ts_ms: TsMs) -> Result<i64, StoreError> {
         if let Some(&id) = self.caches.gpus.get(uuid) {
             return Ok(id);

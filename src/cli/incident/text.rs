@@ -220,6 +220,10 @@ pub(super) fn render(
             e.kind,
             e.message
         ));
+        // What an XID means and what to do, from the catalogue (docs/XID.md).
+        if let (true, Some(c)) = (e.kind == "xid", e.code) {
+            o.push_str(&format!("      XID {c}: {}\n", crate::xid::describe(c)));
+        }
     }
     o
 }

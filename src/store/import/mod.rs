@@ -18,10 +18,15 @@
 //!   the host's rollup progress, so history, reports and retention see imported minutes.
 //! - [`Store::forget_unused_host`] removes only a host row nothing refers to, so a failed
 //!   import leaves no trace; callers use it only for a host they created.
+//! - XIDs from saved kernel logs (`xids.rs`) are few: they are held in memory, not staged, and
+//!   published in one IMMEDIATE transaction of their own ([`Store::publish_kernel_xids`]).
 
 use rusqlite::{Connection, OptionalExtension, Statement, params};
 
 mod publish;
+mod xids;
+
+pub use xids::{KERNEL_DUPLICATE_MS, KernelXid, XidsPublished};
 
 use super::rollup::{ceil_minute, floor_minute, rollup_host, set_done};
 use super::rows::{sample_metric_columns, sample_params, sample_placeholders};

@@ -9,6 +9,7 @@
 //!   [`PROCESS_SNAP_MS`] (imported or already stored), so `process_count` sees them.
 //! - A host whose `--query-compute-apps` log is part of the import gets `process_count` on
 //!   its samples of the imported span; without one the counts stay NULL (not observed).
+//! - A GPU with a PCI address takes the host's kernel-log XIDs that named only that address.
 
 use rusqlite::{Connection, params};
 
@@ -19,10 +20,12 @@ use rusqlite::{Connection, params};
 pub const PROCESS_SNAP_MS: i64 = 1_000;
 
 use super::super::StoreError;
+use super::super::events;
 use super::super::rows::sample_metric_columns;
 use super::super::write::ensure_host;
 use super::{ImportPlan, Published};
 use crate::model::TsMs;
+use crate::xid::nvrm::PciAddr;
 
 pub(super) fn sat(v: Option<u64>) -> Option<i64> {
     v.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
@@ -136,6 +139,10 @@ pub(super) fn publish_rows(conn: &Connection, plan: &ImportPlan) -> Result<Publi
         conn.prepare_cached("INSERT INTO gw_imp_gpu_map (local, gpu_id) VALUES (?1, ?2)")?
             .execute(params![local as i64, id])?;
         gpu_ids.push(id);
+        // Kernel-log XIDs of the host that named only this GPU's address now have their GPU.
+        if let Some(pci) = inv.pci_bus_id.as_deref().and_then(PciAddr::parse) {
+            events::join_address(conn, host_ids[g.host], &pci, id)?;
+        }
         widen(g.host, g.first_ms, g.last_ms);
     }
     let samples = conn.execute(
