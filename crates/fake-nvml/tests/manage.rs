@@ -117,9 +117,6 @@ fn setters_change_what_the_getters_report_within_the_constraints() {
     );
 
     // The session holds the settings: a re-init after the last shutdown is a driver reload.
-    drop(h100);
-    drop(t4);
-    drop(rtx);
     drop(nvml);
     let nvml = fake.nvml();
     let h100 = nvml.device_by_index(0).expect("handle");

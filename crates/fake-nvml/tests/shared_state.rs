@@ -48,7 +48,6 @@ fn two_instances_share_the_settings_of_a_state_directory() {
             }
         });
     });
-    drop(da);
     drop(na);
     // A new session (a new process) starts from the shared state, not the scenario.
     let na = a.nvml();
@@ -56,6 +55,5 @@ fn two_instances_share_the_settings_of_a_state_directory() {
     assert_eq!(da.power_management_limit().expect("limit"), 450_000);
     assert!(!da.is_in_persistent_mode().expect("persistence"));
     assert_eq!(da.clock_info(Clock::SM).expect("still locked"), 1400);
-    drop(db);
     unsafe { std::env::remove_var("GPUWATCH_FAKE_STATE_DIR") };
 }
