@@ -153,6 +153,10 @@ impl TickWriter<'_> {
                 ])?;
             self.rows += 1;
         }
+        for c in &b.setting_changes {
+            let gpu_id = self.gpu_id(&c.gpu_uuid, c.ts_ms)?;
+            self.rows += super::audit::observed(self.conn, gpu_id, c)?;
+        }
         for m in &b.errors {
             let gpu_id = self.gpu_id(&m.gpu_uuid, m.last_ms)?;
             self.conn
