@@ -335,6 +335,91 @@ fn a_write_one_gpu_refuses_is_reported_for_that_gpu_and_the_others_are_applied_a
     );
 }
 
+#[test]
+fn locked_clocks_are_set_and_reset_with_an_unknown_old_value() {
+    let m = Machine::new(TWO_GPUS);
+    let o = m.gpu(&[
+        "set",
+        "--gpu",
+        "0",
+        "--lock-clocks",
+        "1200,1500",
+        "--lock-memory-clocks",
+        "2619,2619",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        out(&o).contains(
+            "  locked clocks unknown → 1200-1500 MHz: ok
+  locked memory clocks unknown → 2619-2619 MHz: ok
+"
+        ),
+        "{}",
+        out(&o)
+    );
+    let o = m.gpu(&[
+        "set",
+        "--gpu",
+        "0",
+        "--reset-clocks",
+        "--reset-memory-clocks",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let rows = m.audit_json(&[]);
+    let got: Vec<(&str, &Value, &str, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["setting"].as_str().expect("setting"),
+                &r["old_value"],
+                r["new_value"].as_str().expect("new"),
+                r["result"].as_str().expect("result"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("gpu_locked_clocks", &Value::Null, "1200-1500 MHz", "ok"),
+            ("memory_locked_clocks", &Value::Null, "2619-2619 MHz", "ok"),
+            ("gpu_locked_clocks", &Value::Null, "unlocked", "ok"),
+            ("memory_locked_clocks", &Value::Null, "unlocked", "ok"),
+        ]
+    );
+    // --lock-clocks and --reset-clocks together are a usage error.
+    let o = m.gpu(&[
+        "set",
+        "--gpu",
+        "0",
+        "--lock-clocks",
+        "1200,1500",
+        "--reset-clocks",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn an_audit_that_cannot_be_written_stops_everything_before_the_first_write() {
+    let m = Machine::new(TWO_GPUS);
+    let o = m.gpu(&[
+        "set",
+        "--gpu",
+        "all",
+        "--power-limit",
+        "300",
+        "--db",
+        "/nonexistent-dir/g.db",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err(&o).starts_with("error: cannot open the audit database /nonexistent-dir/g.db:")
+            && err(&o).contains("nothing was changed"),
+        "{}",
+        err(&o)
+    );
+    assert!(!m.path("driver-state").exists(), "no setter was called");
+}
+
 /// A running `gpuwatch run`, killed when dropped.
 struct Daemon(Child);
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use nvml_wrapper::Nvml;
 
 use super::ManageError;
-use super::nvml::{self, GpuId, Hung};
+use super::nvml::{self, GpuId, Unanswered};
 use super::plan::{GpuPlan, Step};
 use super::who::Actor;
 use crate::sampler::diagnosis::{self, Diagnosis};
@@ -40,8 +40,9 @@ pub enum StepResult {
     /// Nothing to do: the GPU already had the value.
     Unchanged,
     Failed(Diagnosis),
-    /// The write did not answer in time; whether it took effect is unknown.
-    Unknown(Hung),
+    /// The write gave no answer in time (or could not be started); whether it took effect
+    /// is unknown.
+    Unknown(Unanswered),
 }
 
 /// One finished step.

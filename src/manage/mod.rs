@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use nvml_wrapper::Nvml;
 
-use self::nvml::{GpuId, Hung, call};
+use self::nvml::{GpuId, Unanswered, call};
 use self::plan::{GpuPlan, Selector, gpu_label};
 use self::setting::Change;
 use crate::sampler::diagnosis::Diagnosis;
@@ -41,7 +41,7 @@ use crate::store::StoreError;
 #[derive(Debug, thiserror::Error)]
 pub enum ManageError {
     #[error("listing the GPUs: {0}")]
-    Hung(#[from] Hung),
+    Unanswered(#[from] Unanswered),
     #[error("cannot list the GPUs: {0}")]
     Gpus(Diagnosis),
     /// Validation failed: one line per problem.

@@ -28,10 +28,14 @@ use crate::sampler::diagnosis::{Diagnosis, diagnose};
 /// An NVML answer: the value, or what its error means.
 pub type Answer<T> = Result<T, Diagnosis>;
 
-/// The call did not return within the deadline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("NVML did not answer within {0:?} (the GPU or its driver may be hung)")]
-pub struct Hung(pub Duration);
+/// An NVML call that gave no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unanswered {
+    #[error("NVML did not answer within {0:?} (the GPU or its driver may be hung)")]
+    Hung(Duration),
+    #[error("cannot start a thread for the NVML call: {0}")]
+    Thread(String),
+}
 
 /// Return code NVML_ERROR_INSUFFICIENT_SIZE.
 const INSUFFICIENT_SIZE: u32 = 7;
@@ -41,7 +45,7 @@ pub fn call<T: Send + 'static>(
     nvml: &Arc<Nvml>,
     deadline: Duration,
     f: impl FnOnce(&Nvml) -> T + Send + 'static,
-) -> Result<T, Hung> {
+) -> Result<T, Unanswered> {
     let (tx, rx) = mpsc::channel();
     let nvml = Arc::clone(nvml);
     let spawned = std::thread::Builder::new()
@@ -49,11 +53,11 @@ pub fn call<T: Send + 'static>(
         .spawn(move || {
             let _ = tx.send(f(&nvml));
         });
-    if spawned.is_err() {
-        // No thread: the answer is as unknown as a hung call's.
-        return Err(Hung(Duration::ZERO));
+    if let Err(e) = spawned {
+        return Err(Unanswered::Thread(e.to_string()));
     }
-    rx.recv_timeout(deadline).map_err(|_| Hung(deadline))
+    rx.recv_timeout(deadline)
+        .map_err(|_| Unanswered::Hung(deadline))
 }
 
 /// Who a GPU is.
