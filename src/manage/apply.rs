@@ -125,13 +125,12 @@ pub fn apply<'a>(
                 StepResult::Applied => summary.applied += 1,
                 StepResult::Unchanged => {}
                 StepResult::Failed(d) if d == diagnosis::NO_PERMISSION => {
-                    summary.failed.push(what);
                     summary.stopped = Some(format!(
-                        "not permitted to change GPU settings ({} refused with NVML \
+                        "not permitted to change GPU settings ({what} refused with NVML \
                          NO_PERMISSION): run `gpuwatch gpu set` as root (sudo) or with \
-                         CAP_SYS_ADMIN",
-                        summary.failed.last().map_or("", String::as_str)
+                         CAP_SYS_ADMIN"
                     ));
+                    summary.failed.push(what);
                     return Ok(summary);
                 }
                 StepResult::Failed(_) => summary.failed.push(what),
