@@ -3,7 +3,7 @@
 //! The pipeline, one module per stage: [`sampler`] (NVML → [`model::TickBatch`]) →
 //! [`store`] (SQLite ring buffer) → rules → alerts → notify; plus [`config`], [`http`],
 //! [`daemon`] (wiring, threads, shutdown), [`doctor`] (diagnosing the GPU stack and the
-//! setup), [`clock`] (time as a parameter), [`sim`] (simulated GPUs for the demo and tests)
+//! setup), [`manage`] (`gpu set`: GPU settings changed through NVML, audited), [`clock`] (time as a parameter), [`sim`] (simulated GPUs for the demo and tests)
 //! and [`cli`]. See ARCHITECTURE.md.
 
 pub mod alerts;
@@ -16,6 +16,7 @@ pub mod doctor;
 pub mod http;
 pub mod import;
 pub mod kmsg;
+pub mod manage;
 pub mod model;
 pub mod notify;
 pub mod pages;

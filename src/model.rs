@@ -256,6 +256,25 @@ pub struct TickBatch {
     pub training: Vec<TrainingPoint>,
     /// GPUs whose holder (from the kubelet) changed: `None` = released.
     pub allocations: Vec<GpuAllocation>,
+    /// Settings (power limit, persistence mode) seen to change between two inventory reads.
+    pub setting_changes: Vec<SettingChange>,
+}
+
+/// A GPU setting that changed between two of the daemon's inventory reads: by someone else
+/// (`nvidia-smi`, another tool), unless a `gpuwatch gpu set` audit row explains it. The store
+/// records it in the audit as `who = 'observed'` in that case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettingChange {
+    /// When it was seen (the tick of the read that found it).
+    pub ts_ms: TsMs,
+    pub gpu_uuid: String,
+    /// The audit's setting name (`power_limit`, `persistence`).
+    pub setting: String,
+    /// Both values as the audit writes them (`700 W`, `on`).
+    pub old: String,
+    pub new: String,
+    /// The previous read, which still saw `old`: the change happened after it.
+    pub since_ms: TsMs,
 }
 
 /// Who a GPU (or MIG device) is allocated to, by the kubelet's device plugin.

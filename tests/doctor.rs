@@ -755,27 +755,25 @@ fn a_damaged_database_fails_with_the_move_aside_fix() {
     let db = h.path("var/g.db");
     std::fs::create_dir_all(db.parent().expect("parent")).expect("mkdir");
     drop(gpuwatch::store::open(&db, &gpuwatch::store::StoreConfig::new("h")).expect("db"));
-    // Overwrite the root page of the table created last (a table's, not the schema's nor an
-    // index's, whatever the migrations add): what a torn disk write or a bad copy leaves.
-    let root: usize = rusqlite::Connection::open(&db)
-        .expect("open db")
+    // Overwrite the root page of the newest table (a table's, not the schema's): what a torn
+    // disk write or a bad copy leaves.
+    let root: i64 = rusqlite::Connection::open(&db)
+        .expect("open")
         .query_row(
-            "SELECT max(rootpage) FROM sqlite_master WHERE type = 'table'",
+            "SELECT max(rootpage) FROM sqlite_schema WHERE type = 'table'",
             [],
-            |r| r.get::<_, i64>(0),
+            |r| r.get(0),
         )
-        .map(|p| usize::try_from(p).expect("page number"))
-        .expect("tables");
+        .expect("root page");
     let mut bytes = std::fs::read(&db).expect("read db");
     let page = match u16::from_be_bytes([bytes[16], bytes[17]]) {
         1 => 65_536,
         n => usize::from(n),
     };
-    assert!(
-        bytes.len() > 2 * page && root > 1,
-        "the schema spans several pages"
-    );
-    for b in &mut bytes[(root - 1) * page..root * page] {
+    assert!(bytes.len() > 2 * page, "the schema spans several pages");
+    let start = (usize::try_from(root).expect("page number") - 1) * page;
+    assert!(start > 0, "not the schema's page");
+    for b in &mut bytes[start..start + page] {
         *b = 0xA5;
     }
     std::fs::write(&db, &bytes).expect("write db");

@@ -379,6 +379,7 @@ fn beyond_loopback_every_route_but_health_needs_the_token() {
         "/api/v1/status",
         "/api/v1/alerts",
         "/api/v1/history?since=5m",
+        "/api/v1/gpu/audit?since=1h",
     ] {
         let (code, _, body) = node.get(path, None);
         assert_eq!(code, 401, "{path}: {body}");

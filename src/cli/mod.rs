@@ -10,6 +10,8 @@ pub mod docs;
 mod doctor;
 mod export;
 mod format;
+mod gpu;
+mod gpu_audit;
 mod history;
 mod import_dmesg;
 mod import_om;
@@ -72,6 +74,9 @@ pub enum Command {
     /// version, every GPU) and gpuwatch's setup; one line per check with the fix.
     /// Exit 0 all ok, 1 warnings, 2 failures.
     Doctor(doctor::DoctorArgs),
+    /// GPU management: `gpu set` changes power limits, persistence and compute modes and
+    /// locked clocks (root), every write audited; `gpu audit` shows the changes.
+    Gpu(gpu::GpuArgs),
     /// Run the whole daemon on simulated GPUs, faster than real time (no GPU, root or config).
     Demo(demo::DemoArgs),
     /// Work with rule files: `check` them.
@@ -193,6 +198,7 @@ pub fn main() -> i32 {
         Command::Demo(a) => demo::run(a),
         // The doctor's exit code is its verdict (0, 1 or 2); it prints its own findings.
         Command::Doctor(a) => return doctor::run(a),
+        Command::Gpu(a) => gpu::run(a),
         Command::Rules(a) => rules::run(a),
         Command::Replay(a) => replay::run(a),
         Command::Scenario(ScenarioCommand::Record(a)) => record::run(a),

@@ -1,7 +1,7 @@
 //! The HTTP listener: `/healthz`, `/metrics` (dcgm-exporter-compatible, see [`metrics`]),
-//! the read-only JSON API (`/api/v1/status`, `/api/v1/alerts`, `/api/v1/history`: the CLI's
-//! `--format json` documents, rendered by the same functions, [`crate::cli::docs`]) and the
-//! live page at `/`.
+//! the read-only JSON API (`/api/v1/status`, `/api/v1/alerts`, `/api/v1/history`,
+//! `/api/v1/gpu/audit`: the CLI's `--format json` documents, rendered by the same functions,
+//! [`crate::cli::docs`]) and the live page at `/`.
 //!
 //! Invariants: binds 127.0.0.1 unless configured otherwise, and beyond loopback the config
 //! refuses to load without a token; with a token every route but `/healthz` and the page's
@@ -217,6 +217,17 @@ async fn history(
     .await
 }
 
+async fn gpu_audit(
+    State(api): State<Arc<Api>>,
+    headers: HeaderMap,
+    Query(q): Query<Vec<(String, String)>>,
+) -> Response {
+    document(api, headers, move |_, c| {
+        crate::cli::docs::gpu_audit(&q, c, now_ms())
+    })
+    .await
+}
+
 pub fn router(api: Arc<Api>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
@@ -224,6 +235,7 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/api/v1/status", get(status))
         .route("/api/v1/alerts", get(alerts))
         .route("/api/v1/history", get(history))
+        .route("/api/v1/gpu/audit", get(gpu_audit))
         .route("/", get(page::page))
         .with_state(api)
 }

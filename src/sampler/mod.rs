@@ -40,7 +40,9 @@ use std::time::{Duration, Instant};
 
 use nvml_wrapper::Nvml;
 
-use crate::model::{Event, GpuInventory, GpuSample, ProcessSample, SampleStatus, TickBatch, TsMs};
+use crate::model::{
+    Event, GpuInventory, GpuSample, ProcessSample, SampleStatus, SettingChange, TickBatch, TsMs,
+};
 
 use self::device::SystemInfo;
 use self::gpu_procs::RawProcess;
@@ -149,9 +151,13 @@ pub struct Sampler {
     observe_processes: bool,
     tick_id: u64,
     last_inventory: Option<TsMs>,
+    /// The inventory read before `last_inventory`: a change found by the latest read happened
+    /// after it.
+    changes_since: TsMs,
     /// Inventories learnt outside a tick (start-up, late answers), to emit with the next batch.
     pending_inventory: Vec<GpuInventory>,
     pending_events: Vec<Event>,
+    pending_changes: Vec<SettingChange>,
     pending_errors: Vec<crate::model::MetricError>,
     inventories: HashMap<u32, GpuInventory>,
 }
@@ -207,8 +213,10 @@ impl Sampler {
             observe_processes,
             tick_id: 0,
             last_inventory: None,
+            changes_since: 0,
             pending_inventory: Vec::new(),
             pending_events: Vec::new(),
+            pending_changes: Vec::new(),
             pending_errors: Vec::new(),
             inventories: HashMap::new(),
         };
@@ -474,6 +482,23 @@ impl Sampler {
     ) -> Option<(GpuSample, Option<Vec<RawProcess>>)> {
         let slot = self.slots.get_mut(r.index as usize)?;
         if let Some(inv) = r.inventory {
+            if let Some(old) = self
+                .inventories
+                .get(&inv.index)
+                .filter(|o| o.uuid == inv.uuid)
+            {
+                for (label, c) in setting_changes(old, &inv, self.changes_since) {
+                    self.pending_events.push(Event {
+                        ts_ms: 0,
+                        gpu_uuid: Some(inv.uuid.clone()),
+                        kind: "setting_changed".into(),
+                        code: None,
+                        message: format!("GPU {} {}: {} → {}", inv.index, label, c.old, c.new),
+                        ..Event::default()
+                    });
+                    self.pending_changes.push(c);
+                }
+            }
             if slot.uuid.is_some() {
                 self.pending_events.push(Event {
                     ts_ms: 0,
@@ -515,6 +540,7 @@ impl Sampler {
             .last_inventory
             .is_none_or(|t| ts_ms - t >= self.cfg.inventory_interval.as_millis() as i64);
         if refresh {
+            self.changes_since = self.last_inventory.unwrap_or(ts_ms);
             self.last_inventory = Some(ts_ms);
         }
         // Answers that arrived after an earlier tick's deadline are absorbed (their samples
@@ -596,8 +622,51 @@ impl Sampler {
                 ev.ts_ms = ts_ms;
             }
         }
+        batch.setting_changes = std::mem::take(&mut self.pending_changes);
+        for c in &mut batch.setting_changes {
+            c.ts_ms = ts_ms;
+        }
         batch
     }
+}
+
+/// The settings that differ between two inventory reads of one GPU (both values known):
+/// the power limit and persistence mode, in the audit's words.
+fn setting_changes(
+    old: &GpuInventory,
+    new: &GpuInventory,
+    since_ms: TsMs,
+) -> Vec<(&'static str, SettingChange)> {
+    use crate::manage::setting::{Setting, on_off, watts};
+    let pairs = [
+        (
+            Setting::PowerLimit,
+            old.power_limit_mw.map(watts),
+            new.power_limit_mw.map(watts),
+        ),
+        (
+            Setting::Persistence,
+            old.persistence_mode.map(|p| on_off(p).to_string()),
+            new.persistence_mode.map(|p| on_off(p).to_string()),
+        ),
+    ];
+    pairs
+        .into_iter()
+        .filter_map(|(setting, was, now)| match (was, now) {
+            (Some(was), Some(now)) if was != now => Some((
+                setting.label(),
+                SettingChange {
+                    ts_ms: 0,
+                    gpu_uuid: new.uuid.clone(),
+                    setting: setting.name().into(),
+                    old: was,
+                    new: now,
+                    since_ms,
+                },
+            )),
+            _ => None,
+        })
+        .collect()
 }
 
 impl Drop for Sampler {

@@ -6,6 +6,11 @@
 //! - Pending migrations are applied in order in ONE `BEGIN IMMEDIATE` transaction: a crash
 //!   or an error leaves the database at its old version, never half-upgraded; two processes
 //!   opening the same file at once upgrade it once.
+//! - Versions are strictly increasing but may have gaps (numbers are reserved per branch of
+//!   work, e.g. 0013 and 0014 written side by side). A migration is pending when
+//!   `schema_migrations` does not record it — not merely when it is above `user_version` — so
+//!   a database upgraded by a build that lacked a lower number still gets it later, whatever
+//!   order the branches were merged in; `user_version` is the highest version applied.
 //! - A database with a version newer than [`LATEST_VERSION`] is refused, never touched.
 //! - Migrations are append-only: a released file is never edited, a change is a new file.
 
@@ -85,10 +90,43 @@ const MIGRATIONS: &[Migration] = &[
         name: "kernel_xids",
         sql: include_str!("../../migrations/0013_kernel_xids.sql"),
     },
+    Migration {
+        version: 14,
+        name: "gpu_audit",
+        sql: include_str!("../../migrations/0014_gpu_audit.sql"),
+    },
 ];
 
-/// The schema version this binary writes and reads.
-pub const LATEST_VERSION: u32 = 13;
+/// The schema version this binary writes and reads: the highest migration's.
+pub const LATEST_VERSION: u32 = MIGRATIONS[MIGRATIONS.len() - 1].version;
+
+/// How many migrations this binary knows (`schema_migrations` holds as many rows once a
+/// database is at [`LATEST_VERSION`]).
+pub const MIGRATION_COUNT: usize = MIGRATIONS.len();
+
+/// The migrations up to `version` that the database has not recorded, in version order.
+fn pending(
+    conn: &Connection,
+    list: &'static [Migration],
+    version: u32,
+) -> Result<Vec<&'static Migration>, StoreError> {
+    let applied: std::collections::HashSet<u32> = if schema_version(conn)? == 0 {
+        std::collections::HashSet::new()
+    } else {
+        let mut stmt = conn.prepare("SELECT version FROM schema_migrations")?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        rows.collect::<Result<_, _>>()?
+    };
+    Ok(list
+        .iter()
+        .filter(|m| m.version <= version && !applied.contains(&m.version))
+        .collect())
+}
+
+/// Whether the database lacks a migration this binary has (read-only opens refuse it).
+pub(super) fn needs_upgrade(conn: &Connection) -> Result<bool, StoreError> {
+    Ok(!pending(conn, MIGRATIONS, LATEST_VERSION)?.is_empty())
+}
 
 /// The schema version of the database (`PRAGMA user_version`; 0 for an empty file).
 pub fn schema_version(conn: &Connection) -> Result<u32, StoreError> {
@@ -123,20 +161,29 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
 /// Does nothing when it is already there; fails with [`StoreError::TooNew`] when the database
 /// is newer than `version` or than this binary.
 pub fn migrate_to(conn: &mut Connection, version: u32) -> Result<(), StoreError> {
-    if version > LATEST_VERSION {
+    apply(conn, MIGRATIONS, version)
+}
+
+fn apply(
+    conn: &mut Connection,
+    list: &'static [Migration],
+    version: u32,
+) -> Result<(), StoreError> {
+    let latest = list.last().map_or(0, |m| m.version);
+    if version > latest {
         return Err(StoreError::Config(format!(
             "cannot migrate to version {version}: this gpuwatch knows versions up to \
-             {LATEST_VERSION}"
+             {latest}"
         )));
     }
     check_application_id(conn)?;
     // Cheap check outside a transaction first, so a read-only or too-new file is refused
     // without taking the write lock.
     let found = schema_version(conn)?;
-    if found > LATEST_VERSION || found > version {
+    if found > latest || found > version {
         return Err(too_new(conn, found, version));
     }
-    if found == version {
+    if found == version && pending(conn, list, version)?.is_empty() {
         return Ok(());
     }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -159,10 +206,7 @@ pub fn migrate_to(conn: &mut Connection, version: u32) -> Result<(), StoreError>
         }
     }
     let now_ms = chrono::Utc::now().timestamp_millis();
-    for m in MIGRATIONS
-        .iter()
-        .filter(|m| m.version > found && m.version <= version)
-    {
+    for m in pending(&tx, list, version)? {
         let fail = |source| StoreError::Migration {
             version: m.version,
             name: m.name,
@@ -174,7 +218,7 @@ pub fn migrate_to(conn: &mut Connection, version: u32) -> Result<(), StoreError>
             (m.version, m.name, now_ms),
         )
         .map_err(fail)?;
-        tx.pragma_update(None, "user_version", m.version)
+        tx.pragma_update(None, "user_version", m.version.max(found))
             .map_err(fail)?;
         tracing::info!(
             version = m.version,
@@ -200,10 +244,52 @@ mod tests {
 
     #[test]
     fn migrations_are_numbered_in_order() {
-        for (i, m) in MIGRATIONS.iter().enumerate() {
-            assert_eq!(m.version as usize, i + 1, "{}", m.name);
+        assert_eq!(MIGRATIONS[0].version, 1);
+        for w in MIGRATIONS.windows(2) {
+            assert!(
+                w[0].version < w[1].version,
+                "{} before {}",
+                w[0].name,
+                w[1].name
+            );
         }
-        assert_eq!(MIGRATIONS.len() as u32, LATEST_VERSION);
+        assert_eq!(MIGRATIONS.len(), MIGRATION_COUNT);
+    }
+
+    const A: Migration = Migration {
+        version: 1,
+        name: "a",
+        sql: "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,
+              applied_ms INTEGER NOT NULL); CREATE TABLE a (x);",
+    };
+    const B: Migration = Migration {
+        version: 2,
+        name: "b",
+        sql: "CREATE TABLE b (x);",
+    };
+    const D: Migration = Migration {
+        version: 4,
+        name: "d",
+        sql: "CREATE TABLE d (x);",
+    };
+    static WITH_GAP: [Migration; 2] = [A, D];
+    static MERGED: [Migration; 3] = [A, B, D];
+
+    #[test]
+    fn a_gap_is_filled_when_the_missing_number_arrives_later() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        apply(&mut conn, &WITH_GAP, 4).unwrap();
+        assert_eq!(schema_version(&conn).unwrap(), 4);
+        assert_eq!(pending(&conn, &MERGED, 4).unwrap().len(), 1);
+        // The branch with 2 merged after the database reached 4: 2 is applied, 4 stays.
+        apply(&mut conn, &MERGED, 4).unwrap();
+        assert_eq!(schema_version(&conn).unwrap(), 4);
+        let n: i64 = conn
+            .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 3);
+        conn.execute("INSERT INTO b VALUES (1)", []).unwrap();
+        apply(&mut conn, &MERGED, 4).unwrap();
     }
 
     #[test]
@@ -215,7 +301,7 @@ mod tests {
         let n: i64 = conn
             .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(n, LATEST_VERSION as i64);
+        assert_eq!(n, MIGRATION_COUNT as i64);
     }
 
     #[test]

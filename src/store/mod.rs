@@ -10,6 +10,8 @@
 //! - `bounds.rs`: maintenance steps and retention per host ([`Store::maintain_step`]);
 //! - `size.rs`: the `max_db_size` bound (oldest raw data first, then rollups) and SQLITE_FULL;
 //! - `training.rs`: [`Store::write_training`], training points plus `training_source` status;
+//! - `audit.rs`: the audit of GPU setting changes (`gpu set`'s attempts and outcomes, the
+//!   daemon's observed changes, `gpu audit`'s rows);
 //! - `writer.rs`: the dedicated writer thread ([`WriterHandle`]);
 //! - read queries, one reader per job: `history.rs` (the rule evaluator's and `replay`'s time
 //!   slices), `window/` (a GPU metric over a time window, for display: downsampled series for
@@ -28,6 +30,7 @@
 //! - Readers use [`open_read_only`]; WAL means they never block the writer.
 
 pub mod alerts;
+pub mod audit;
 mod bounds;
 pub mod events;
 pub mod export;
@@ -57,7 +60,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 
 pub use bounds::MaintenanceStats;
-pub use migrate::{LATEST_VERSION, migrate_to, schema_version};
+pub use migrate::{LATEST_VERSION, MIGRATION_COUNT, migrate_to, schema_version};
 pub use rows::labels_json;
 pub use write::WriteStats;
 pub use writer::{
@@ -346,7 +349,7 @@ pub fn open_read_only(path: &Path) -> Result<Connection, StoreError> {
             known: LATEST_VERSION,
         });
     }
-    if found < LATEST_VERSION {
+    if found < LATEST_VERSION || migrate::needs_upgrade(&conn)? {
         return Err(StoreError::Outdated {
             path,
             found,

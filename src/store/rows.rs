@@ -139,6 +139,10 @@ impl TickWriter<'_> {
         for e in &b.events {
             self.event(e)?;
         }
+        for c in &b.setting_changes {
+            let gpu_id = self.gpu_id(&c.gpu_uuid, c.ts_ms)?;
+            self.rows += super::audit::observed(self.conn, gpu_id, c)?;
+        }
         for m in &b.errors {
             let gpu_id = self.gpu_id(&m.gpu_uuid, m.last_ms)?;
             self.conn

@@ -226,13 +226,19 @@ pub unsafe extern "C" fn nvmlDeviceGetFanSpeed_v2(
     })
 }
 
-/// Clock types: 0 graphics, 1 SM, 2 memory, 3 video.
+/// Clock types: 0 graphics, 1 SM, 2 memory, 3 video. Current clocks stay inside the ranges
+/// locked by `nvmlDeviceSet{Gpu,Memory}LockedClocks`.
 fn clock(d: &Device, kind: c_uint, max: bool) -> Option<c_uint> {
     let (g, s) = (d.spec(), d.state());
     let (sm, mem) = if max {
         (g.sm_clock_max_mhz, g.mem_clock_max_mhz)
     } else {
-        (s.sm_clock_mhz, s.mem_clock_mhz)
+        let locked = d.settings();
+        let hold = |v: u32, range: Option<(u32, u32)>| range.map_or(v, |(lo, hi)| v.clamp(lo, hi));
+        (
+            hold(s.sm_clock_mhz, locked.gpu_locked),
+            hold(s.mem_clock_mhz, locked.mem_locked),
+        )
     };
     match kind {
         0 | 1 => Some(sm),
@@ -273,15 +279,20 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(
 }
 
 getter!(nvmlDeviceGetPowerUsage, c_uint, |d| d.state().power_mw);
-getter!(nvmlDeviceGetPowerManagementLimit, c_uint, |d| d
-    .spec()
-    .power_limit_mw);
+/// The limit `nvmlDeviceSetPowerManagementLimit` set, else the scenario's.
+fn power_limit(d: &Device) -> c_uint {
+    d.settings()
+        .power_limit_mw
+        .unwrap_or(d.spec().power_limit_mw)
+}
+
+getter!(nvmlDeviceGetPowerManagementLimit, c_uint, |d| power_limit(
+    d
+));
 getter!(nvmlDeviceGetPowerManagementDefaultLimit, c_uint, |d| d
     .spec()
     .power_default_mw);
-getter!(nvmlDeviceGetEnforcedPowerLimit, c_uint, |d| d
-    .spec()
-    .power_limit_mw);
+getter!(nvmlDeviceGetEnforcedPowerLimit, c_uint, |d| power_limit(d));
 getter!(nvmlDeviceGetTotalEnergyConsumption, c_ulonglong, |d| d
     .state()
     .energy_mj);

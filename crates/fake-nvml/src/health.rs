@@ -1,5 +1,6 @@
 //! Per-device health and modes: ECC counters and mode, remapped rows, retired pages,
-//! performance state, clock throttle (event) reasons, persistence/display/compute/MIG modes.
+//! performance state, clock throttle (event) reasons, display and MIG modes (persistence and
+//! compute modes, which the setters change, are in `manage`).
 //!
 //! Invariants: volatile and aggregate ECC counters report the same scenario value; retired
 //! pages follow NVML's two-call protocol (a too-small count gets INSUFFICIENT_SIZE and the needed
@@ -206,9 +207,5 @@ getter!(
     c_ulonglong,
     |_d| throttle::ALL
 );
-getter!(nvmlDeviceGetPersistenceMode, c_uint, |d| c_uint::from(
-    d.spec().persistence_mode
-));
 getter!(nvmlDeviceGetDisplayMode, c_uint, |_d| 0);
 getter!(nvmlDeviceGetDisplayActive, c_uint, |_d| 0);
-getter!(nvmlDeviceGetComputeMode, c_uint, |_d| 0);

@@ -7,15 +7,16 @@
 //! - Every per-device export goes through [`device_call`]: initialised? valid handle? then the
 //!   scenario decides (injected error, block, lost GPU, NOT_SUPPORTED) before any value is read,
 //!   and values come from `Scenario::gpu_state` at the current tick (constant time).
-//! - No background threads; no state outside `state::STATE` (and the static handle slots and
-//!   `gpm`'s sample registry).
+//! - No background threads; no state outside `state::STATE` (and the static handle slots,
+//!   `gpm`'s sample registry, and the settings files of a `GPUWATCH_FAKE_STATE_DIR`).
 //! - Output pointers are checked for null (INVALID_ARGUMENT) and written only on success.
 //!
 //! Module map: `init` (init/shutdown/system/handles/error strings), `device` (inventory and
 //! sensors), `health` (ECC, retirement, throttling, modes), `process` (running processes),
 //! `events` (XID event sets), `fields` (the batch `nvmlDeviceGetFieldValues`), `gpm` (GPM
-//! samples and metrics: tensor activity), `control`
-//! (gpuwatchFake* test controls), `state`, `ffi_types`.
+//! samples and metrics: tensor activity), `manage` (setters and supported clocks), `settings`
+//! (what the setters change, shared between processes through `GPUWATCH_FAKE_STATE_DIR`, and
+//! who may change it), `control` (gpuwatchFake* test controls), `state`, `ffi_types`.
 //!
 //! Cost model: every per-device call is counted (`gpuwatchFakeCallCount`), and with
 //! `GPUWATCH_FAKE_CALL_US=N` in the environment each one also spins for N µs of CPU, as a
@@ -50,7 +51,9 @@ mod fields;
 mod gpm;
 mod health;
 mod init;
+mod manage;
 mod process;
+mod settings;
 mod state;
 
 use std::ffi::c_char;
@@ -148,6 +151,11 @@ impl Device {
 
     pub fn state(&self) -> GpuState {
         self.scenario.gpu_state(self.index, self.tick)
+    }
+
+    /// The settings the setters changed (power limit, modes, locked clocks).
+    pub fn settings(&self) -> settings::Settings {
+        settings::read(self.index, &self.spec().uuid)
     }
 }
 

@@ -34,6 +34,12 @@ pub struct Session {
     manual_tick: Option<u64>,
     pub event_sets: HashMap<usize, EventSet>,
     pub next_set_id: usize,
+    /// Who may call the setters, decided at init (`settings::privileged_at_init`).
+    pub privileged: bool,
+    /// `GPUWATCH_FAKE_STATE_DIR`: where the settings live when shared between processes.
+    pub state_dir: Option<PathBuf>,
+    /// The settings of each GPU when they live in this process (no state directory).
+    pub settings: Vec<crate::settings::Settings>,
 }
 
 impl Session {
@@ -203,6 +209,8 @@ pub fn init() -> Result<(), u32> {
     if let Some(code) = scenario.init_error() {
         return Err(code);
     }
+    let privileged = crate::settings::privileged_at_init(&scenario);
+    let settings = vec![crate::settings::Settings::default(); scenario.gpu_count()];
     st.session = Some(Session {
         speed: speed_for(&scenario),
         scenario: Arc::new(scenario),
@@ -211,6 +219,9 @@ pub fn init() -> Result<(), u32> {
         manual_tick: None,
         event_sets: HashMap::new(),
         next_set_id: 1,
+        privileged,
+        state_dir: crate::settings::state_dir(),
+        settings,
     });
     st.refcount = 1;
     Ok(())

@@ -262,6 +262,7 @@ pub(crate) fn parse(text: &str, origin: &str) -> Result<Scenario, ScenarioError>
         cuda_driver_version: h.cuda_driver_version.unwrap_or(12040),
         process_struct_size,
         init_error: h.init_error.as_ref().map(|c| c.0),
+        privileged: h.privileged,
         gpus,
         processes,
         faults,

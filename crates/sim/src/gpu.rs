@@ -224,6 +224,8 @@ pub(crate) fn compile_spec(
         pcie_max_width: g.pcie_max_width.unwrap_or(pre.pcie_max_width),
         sm_clock_max_mhz: g.sm_clock_max.unwrap_or(pre.sm_clock_max),
         mem_clock_max_mhz: g.mem_clock_max.unwrap_or(pre.mem_clock_max),
+        sm_clock_idle_mhz: g.sm_clock_idle.unwrap_or(pre.sm_clock_idle),
+        mem_clock_idle_mhz: g.mem_clock_idle.unwrap_or(pre.mem_clock_idle),
         num_fans,
         persistence_mode: g.persistence_mode.unwrap_or(pre.persistence_mode),
         mig_mode: g.mig_mode.unwrap_or(false),

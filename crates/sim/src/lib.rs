@@ -56,6 +56,7 @@ pub struct Scenario {
     cuda_driver_version: i32,
     process_struct_size: u32,
     init_error: Option<u32>,
+    privileged: Option<bool>,
     gpus: Vec<gpu::GpuModel>,
     processes: Vec<ProcessSpec>,
     pods: Vec<PodSpec>,
@@ -138,6 +139,12 @@ impl Scenario {
     /// (no driver, no permission, library/driver mismatch, ...).
     pub fn init_error(&self) -> Option<u32> {
         self.init_error
+    }
+
+    /// Whether callers may change GPU settings (NVML's setters), when the scenario says;
+    /// `None` leaves it to the process's effective uid (root), as the real driver does.
+    pub fn privileged(&self) -> Option<bool> {
+        self.privileged
     }
 
     /// The tick containing simulated time `ms`.

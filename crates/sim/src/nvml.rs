@@ -159,6 +159,15 @@ pub const DEVICE_SYMBOLS: &[&str] = &[
     "nvmlDeviceGetSupportedEventTypes",
     "nvmlGpmQueryDeviceSupport",
     "nvmlGpmSampleGet",
+    "nvmlDeviceGetSupportedMemoryClocks",
+    "nvmlDeviceGetSupportedGraphicsClocks",
+    "nvmlDeviceSetPowerManagementLimit",
+    "nvmlDeviceSetPersistenceMode",
+    "nvmlDeviceSetComputeMode",
+    "nvmlDeviceSetGpuLockedClocks",
+    "nvmlDeviceResetGpuLockedClocks",
+    "nvmlDeviceSetMemoryLockedClocks",
+    "nvmlDeviceResetMemoryLockedClocks",
 ];
 
 /// The GPM call that reads a device; NOT_SUPPORTED on models without GPM.

@@ -314,6 +314,9 @@ pub const PRESETS: &[Preset] = &[
             "nvmlDeviceGetNumFans",
             "nvmlDeviceGetMigMode",
             "nvmlDeviceGetRemappedRows",
+            // Memory clocks can be locked from Ampere on.
+            "nvmlDeviceSetMemoryLockedClocks",
+            "nvmlDeviceResetMemoryLockedClocks",
         ],
         ..HOPPER
     },

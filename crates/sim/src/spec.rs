@@ -54,6 +54,9 @@ pub struct RawScenario {
     pub speed: Option<Spanned<f64>>,
     /// NVML code that `nvmlInit` returns (e.g. "DRIVER_NOT_LOADED"), to test start-up failures.
     pub init_error: Option<crate::values::ReturnCode>,
+    /// Whether the caller may use NVML's setters (root's privilege); absent: decided by the
+    /// process's effective uid, as the driver does.
+    pub privileged: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

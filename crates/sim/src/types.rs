@@ -43,6 +43,9 @@ pub struct GpuSpec {
     pub pcie_max_width: u32,
     pub sm_clock_max_mhz: u32,
     pub mem_clock_max_mhz: u32,
+    /// The lowest clocks the GPU runs at (idle): the bottom of its supported clock lists.
+    pub sm_clock_idle_mhz: u32,
+    pub mem_clock_idle_mhz: u32,
     pub num_fans: u32,
     pub persistence_mode: bool,
     pub mig_mode: bool,
