@@ -177,9 +177,9 @@ impl Live {
         if upto <= self.engine.world().fed_to {
             return;
         }
-        let tx = match conn.unchecked_transaction() {
+        let tx = match store::CachedTx::deferred(conn) {
             Ok(tx) => tx,
-            Err(e) => return log_failure(&mut self.failures, &e.into()),
+            Err(e) => return log_failure(&mut self.failures, &e),
         };
         if self
             .sources_read

@@ -50,6 +50,7 @@ pub mod silences;
 mod size;
 pub mod synth;
 mod training;
+mod tx;
 pub mod window;
 mod write;
 mod writer;
@@ -62,6 +63,7 @@ use rusqlite::{Connection, OpenFlags};
 pub use bounds::MaintenanceStats;
 pub use migrate::{LATEST_VERSION, MIGRATION_COUNT, migrate_to, schema_version};
 pub use rows::labels_json;
+pub use tx::CachedTx;
 pub use write::WriteStats;
 pub use writer::{
     AfterCommit, AfterCommitStart, Committed, SendTickError, TrainingSender, WRITER_QUEUE_CAPACITY,

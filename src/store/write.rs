@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::bounds::MaintenanceStats;
 use super::rows::TickWriter;
@@ -171,9 +171,7 @@ impl Store {
         sources: &[TrainingSourceUpdate],
     ) -> Result<usize, StoreError> {
         let host_id = self.host_id;
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = super::CachedTx::immediate(&self.conn)?;
         let mut w = TickWriter {
             conn: &tx,
             host_id,
