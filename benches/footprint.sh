@@ -97,9 +97,10 @@ gw_hwm=$(awk '/VmHWM/ {print $2}' /proc/$gw_pid/status)
 # libraries' pages), and the two heap users the daemon reports about itself.
 gw_anon=$(awk '/RssAnon/ {print $2}' /proc/$gw_pid/status)
 gw_file=$(awk '/RssFile/ {print $2}' /proc/$gw_pid/status)
+# The per-thread figures end here, before this script's own scrape below.
+threads > "$work/threads.end"
 self_metric() { curl -sf "http://127.0.0.1:$http_port/metrics" | awk -v n="$1" '$1 == n {print $2}'; }
 gw_sqlite=$(self_metric gpuwatch_sqlite_memory_bytes); gw_windows=$(self_metric gpuwatch_rule_window_bytes)
-threads > "$work/threads.end"
 kill -TERM $gw_pid; wait $gw_pid || true
 kill $py_pid 2>/dev/null; wait $py_pid 2>/dev/null || true
 gw_ticks=$(sqlite3 "$work/gw.db" "SELECT count(DISTINCT ts_ms) FROM samples" 2>/dev/null || echo "$secs")

@@ -181,8 +181,13 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     } else {
         None
     };
-    let writer = store::WriterHandle::spawn_with(store, store::WRITER_QUEUE_CAPACITY, evaluator)
-        .map_err(DaemonError::Thread)?;
+    let writer = store::WriterHandle::spawn_with(
+        store,
+        store::WRITER_QUEUE_CAPACITY,
+        config.commit_interval,
+        evaluator,
+    )
+    .map_err(DaemonError::Thread)?;
     // Alert delivery: its own thread, reading the outbox the rules thread fills.
     let notify_stop = Arc::new(AtomicBool::new(false));
     let sender = crate::notify::sender::spawn(crate::notify::sender::SenderParts {

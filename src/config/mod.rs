@@ -52,6 +52,10 @@ pub struct Config {
     pub sample_deadline: Duration,
     /// How often the inventory (names, limits, thresholds) is re-read.
     pub inventory_interval: Duration,
+    /// How long ticks may wait in memory to be written together, in one transaction (zero:
+    /// each tick in its own). Alerts are evaluated once the ticks are written, so this is
+    /// also the most they wait; a tick with events (an XID) is written at once.
+    pub commit_interval: Duration,
     pub retention: Duration,
     pub rollup_retention: Duration,
     pub max_db_size: u64,
@@ -182,6 +186,7 @@ impl Default for Config {
             interval: Duration::from_secs(1),
             sample_deadline: Duration::from_millis(800),
             inventory_interval: Duration::from_secs(300),
+            commit_interval: Duration::from_secs(5),
             retention: Duration::from_secs(7 * 86_400),
             rollup_retention: Duration::from_secs(90 * 86_400),
             max_db_size: 2 * 1024 * 1024 * 1024,

@@ -22,6 +22,7 @@ pub struct RawConfig {
     interval: Option<Spanned<String>>,
     sample_deadline: Option<Spanned<String>>,
     inventory_interval: Option<Spanned<String>>,
+    commit_interval: Option<Spanned<String>>,
     retention: Option<Spanned<String>>,
     rollup_retention: Option<Spanned<String>>,
     max_db_size: Option<Spanned<SizeValue>>,
@@ -211,6 +212,13 @@ impl RawConfig {
             d.inventory_interval,
             s(1),
             s(day),
+        );
+        let commit_interval = c.duration(
+            "commit_interval",
+            &self.commit_interval,
+            d.commit_interval,
+            Duration::ZERO,
+            s(300),
         );
         let retention = c.duration(
             "retention",
@@ -431,6 +439,7 @@ impl RawConfig {
             interval,
             sample_deadline,
             inventory_interval,
+            commit_interval,
             retention,
             rollup_retention,
             max_db_size,

@@ -66,7 +66,8 @@ mod tests {
 
     fn db() -> Connection {
         let c = Connection::open_in_memory().expect("db");
-        c.execute_batch("CREATE TABLE t (x INTEGER)").expect("table");
+        c.execute_batch("CREATE TABLE t (x INTEGER)")
+            .expect("table");
         c
     }
 

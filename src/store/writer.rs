@@ -5,9 +5,15 @@
 //! - [`WriterHandle::send_tick`] waits at most its `wait` argument for room (the sampling
 //!   thread passes one tick interval, so a simulated clock is paced by the writer instead of
 //!   outrunning it); when the queue is still full (the disk stalled for about
-//!   [`WRITER_QUEUE_CAPACITY`] ticks) the batch is refused, counted in
+//!   [`WRITER_QUEUE_CAPACITY`] sends) the ticks are refused, counted in
 //!   [`WriterStats::dropped_batches`] and logged; the caller learns it from the result. At one
 //!   tick per second the queue holds about a minute, far longer than any normal write.
+//! - With a hold ([`WriterHandle::spawn_with`]), ticks wait on the sender's side and are
+//!   written together, in one transaction: a tick is held at most the hold (it is sent with
+//!   the tick before which the hold would pass) and at most [`MAX_HELD`] ticks are held; a tick
+//!   with news (events, inventory, allocations, setting changes) and the first
+//!   [`UNHELD_AT_START`] ticks are sent at once, with those held before them. A kill loses the held ticks, never alert state (alerts are evaluated on
+//!   committed ticks only).
 //! - Commands are handled in order: a flush or shutdown replies after every tick queued
 //!   before it has been written (or has failed).
 //! - Errors are logged with `tracing` and counted; the thread does not panic on them and
@@ -44,8 +50,15 @@ pub trait AfterCommit: Send {
 /// is written (the evaluator fills its windows from the stored history here).
 pub type AfterCommitStart = Box<dyn FnOnce(&Connection) -> Box<dyn AfterCommit> + Send>;
 
-/// Ticks the queue holds by default.
+/// Sends (of one or more ticks) the queue holds by default.
 pub const WRITER_QUEUE_CAPACITY: usize = 64;
+
+/// The most ticks held before they are sent, whatever the hold.
+pub const MAX_HELD: usize = 16;
+
+/// The first ticks are sent one by one, whatever the hold: a daemon that just started shows
+/// its GPUs (and `status`, `/metrics` their readings) at once.
+pub const UNHELD_AT_START: u64 = 10;
 
 /// Counters of the writer thread (a snapshot).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -81,7 +94,7 @@ pub enum SendTickError {
 }
 
 enum Command {
-    Tick(Box<TickBatch>),
+    Ticks(Vec<TickBatch>),
     Training(Box<TrainingWrite>),
     Flush(SyncSender<WriterStats>),
     Shutdown(SyncSender<WriterStats>),
@@ -141,11 +154,23 @@ impl Committed {
     }
 }
 
+/// Ticks held on the sender's side, to be written together.
+#[derive(Default)]
+struct Held {
+    /// Ticks handed over so far.
+    count: u64,
+    ticks: Vec<TickBatch>,
+    /// When the oldest held tick was handed over.
+    since: Option<std::time::Instant>,
+}
+
 /// The sampler's side of the writer thread.
 pub struct WriterHandle {
     tx: Option<SyncSender<Command>>,
     thread: Option<JoinHandle<()>>,
     shared: Arc<Shared>,
+    hold: Duration,
+    held: Mutex<Held>,
 }
 
 impl WriterHandle {
@@ -154,16 +179,19 @@ impl WriterHandle {
         Self::spawn_with_capacity(store, WRITER_QUEUE_CAPACITY)
     }
 
-    /// Starts the writer thread with a queue of `capacity` ticks (at least 1).
+    /// Starts the writer thread with a queue of `capacity` sends (at least 1); every tick is
+    /// written on its own.
     pub fn spawn_with_capacity(store: Store, capacity: usize) -> std::io::Result<WriterHandle> {
-        Self::spawn_with(store, capacity, None)
+        Self::spawn_with(store, capacity, Duration::ZERO, None)
     }
 
-    /// Starts the writer thread with a queue of `capacity` ticks and `after`, which is built on
-    /// the thread and then runs after every committed tick.
+    /// Starts the writer thread with a queue of `capacity` sends, ticks held up to `hold`
+    /// before they are written together (zero: each on its own), and `after`, which is built
+    /// on the thread and then runs after every commit.
     pub fn spawn_with(
         store: Store,
         capacity: usize,
+        hold: Duration,
         after: Option<AfterCommitStart>,
     ) -> std::io::Result<WriterHandle> {
         let (tx, rx) = sync_channel(capacity.max(1));
@@ -184,14 +212,56 @@ impl WriterHandle {
             tx: Some(tx),
             thread: Some(thread),
             shared,
+            hold,
+            held: Mutex::new(Held::default()),
         })
     }
 
-    /// Queues a tick, waiting up to `wait` for room in the queue (`Duration::ZERO`: never
-    /// blocks, safe from async code).
+    /// Hands a tick over: held (see the module's invariants) or queued with the ticks held
+    /// before it, waiting up to `wait` for room in the queue (`Duration::ZERO`: never blocks,
+    /// safe from async code). `wait` is also taken as the time to the next tick: a tick is
+    /// not held when the hold would pass before the next one comes.
     pub fn send_tick(&self, batch: TickBatch, wait: Duration) -> Result<(), SendTickError> {
+        let news = !batch.events.is_empty()
+            || !batch.inventory.is_empty()
+            || !batch.allocations.is_empty()
+            || !batch.setting_changes.is_empty();
+        let ticks = {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            let now = std::time::Instant::now();
+            let since = *held.since.get_or_insert(now);
+            held.ticks.push(batch);
+            held.count += 1;
+            let due = news
+                || held.count <= UNHELD_AT_START
+                || held.ticks.len() >= MAX_HELD
+                || now.duration_since(since) + wait >= self.hold;
+            if !due {
+                return Ok(());
+            }
+            held.since = None;
+            std::mem::take(&mut held.ticks)
+        };
+        self.send(ticks, wait)
+    }
+
+    /// Sends what is held now.
+    fn send_held(&self) -> Result<(), SendTickError> {
+        let ticks = {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            held.since = None;
+            std::mem::take(&mut held.ticks)
+        };
+        if ticks.is_empty() {
+            return Ok(());
+        }
+        self.send(ticks, Duration::from_secs(1))
+    }
+
+    fn send(&self, ticks: Vec<TickBatch>, wait: Duration) -> Result<(), SendTickError> {
         let deadline = std::time::Instant::now() + wait;
-        let mut cmd = Command::Tick(Box::new(batch));
+        let n = ticks.len() as u64;
+        let mut cmd = Command::Ticks(ticks);
         let mut pause = Duration::from_micros(100);
         let err = loop {
             let Some(tx) = &self.tx else {
@@ -210,8 +280,8 @@ impl WriterHandle {
                 }
             }
         };
-        let n = self.shared.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-        tracing::error!(dropped_total = n, error = %err, "dropped a sample batch");
+        let total = self.shared.dropped.fetch_add(n, Ordering::Relaxed) + n;
+        tracing::error!(dropped_total = total, ticks = n, error = %err, "dropped sample batches");
         Err(err)
     }
 
@@ -234,8 +304,9 @@ impl WriterHandle {
         self.shared.snapshot()
     }
 
-    /// Waits until every tick queued so far is written; returns the counters then.
+    /// Waits until every tick handed over so far is written; returns the counters then.
     pub fn flush(&self) -> Result<WriterStats, SendTickError> {
+        self.send_held()?;
         let tx = self.tx.as_ref().ok_or(SendTickError::Closed)?;
         let (reply_tx, reply_rx) = sync_channel(1);
         tx.send(Command::Flush(reply_tx))
@@ -251,6 +322,7 @@ impl WriterHandle {
     }
 
     fn stop(&mut self) -> WriterStats {
+        let _ = self.send_held();
         if let Some(tx) = self.tx.take() {
             let (reply_tx, reply_rx) = sync_channel(1);
             if tx.send(Command::Shutdown(reply_tx)).is_ok() {
@@ -314,8 +386,8 @@ fn run(
 ) {
     while let Ok(cmd) = rx.recv() {
         match cmd {
-            Command::Tick(batch) => {
-                let upto = write_one(&mut store, &batch, shared);
+            Command::Ticks(batches) => {
+                let upto = write_many(&mut store, &batches, shared);
                 if let (Some(a), Some(upto)) = (after.as_mut(), upto) {
                     a.committed(store.conn(), upto);
                 }
@@ -339,21 +411,23 @@ fn run(
 /// (an import publishing a long log): the queue holds the ticks meanwhile.
 const BUSY_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Writes one tick; returns the newest committed tick time when it was written.
-fn write_one(store: &mut Store, batch: &TickBatch, shared: &Shared) -> Option<TsMs> {
+/// Writes ticks in one transaction; returns the newest committed tick time when they were
+/// written.
+fn write_many(store: &mut Store, batches: &[TickBatch], shared: &Shared) -> Option<TsMs> {
     let started = std::time::Instant::now();
-    let mut result = store.write_tick(batch);
+    let mut result = store.write_ticks(batches);
     while result.as_ref().is_err_and(StoreError::is_busy) && started.elapsed() < BUSY_RETRY_FOR {
-        tracing::debug!("the database is locked by another process; retrying the tick");
-        result = store.write_tick(batch);
+        tracing::debug!("the database is locked by another process; retrying the ticks");
+        result = store.write_ticks(batches);
     }
+    let newest = batches.iter().map(|b| b.ts_ms).max();
     let mut s = shared.lock();
     match result {
         Ok(w) => {
-            s.ticks_written += 1;
+            s.ticks_written += batches.len() as u64;
             s.rows_written += w.rows as u64;
             s.full_retries += u64::from(w.retried_after_full);
-            s.last_tick_ms = s.last_tick_ms.max(Some(batch.ts_ms));
+            s.last_tick_ms = s.last_tick_ms.max(newest);
             shared.advanced.notify_all();
             s.last_write = w.total_time;
             s.max_write = s.max_write.max(w.total_time);
@@ -365,9 +439,9 @@ fn write_one(store: &mut Store, batch: &TickBatch, shared: &Shared) -> Option<Ts
             s.last_tick_ms
         }
         Err(e) => {
-            s.write_errors += 1;
+            s.write_errors += batches.len() as u64;
             s.last_error = Some(e.to_string());
-            tracing::error!(error = %e, ts_ms = batch.ts_ms, "writing a sample batch failed");
+            tracing::error!(error = %e, ts_ms = ?newest, ticks = batches.len(), "writing sample batches failed");
             None
         }
     }
