@@ -48,6 +48,9 @@ command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || 
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
 /usr/bin/python3 -c 'import aiosmtpd' 2>/dev/null || need_apt+=(python3-aiosmtpd)
+# The doctor's fixtures (tests/doctor/) run it as `nobody` (setpriv) and in a PID namespace of
+# its own (unshare), both util-linux's, and build an ld.so.cache with ldconfig (libc-bin).
+command -v setpriv >/dev/null 2>&1 && command -v unshare >/dev/null 2>&1 || need_apt+=(util-linux)
 # systemd-analyze checks the systemd unit (tests/deploy.rs).
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 # The live page's browser test (tests/http_api.rs) renders it in headless Chromium.

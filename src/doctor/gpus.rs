@@ -1,6 +1,6 @@
-//! Judging NVML's answers: the library version against the kernel driver's (the container
-//! mismatch), NVML init, and each GPU's identity, persistence, compute and MIG modes, ECC,
-//! memory repair (row remapping or page retirement) and PCIe link.
+//! Judging each GPU's answers: identity, persistence, compute and MIG modes, ECC, memory
+//! repair (row remapping or page retirement) and PCIe link (the library's version and NVML
+//! init are `nvml.rs`).
 //!
 //! Invariant: every NVML error is worded by the one table (`sampler::diagnosis`); a read that
 //! failed is `warn` (cannot tell) or, for errors that mean the GPU or driver is broken
@@ -11,13 +11,11 @@ use std::time::Duration;
 
 use super::Check;
 use super::host::Persistenced;
-use super::library::Library;
 use crate::sampler::diagnosis::{self, Diagnosis};
-use crate::sampler::nvml::InitError;
 use crate::sampler::probe::{Answer, Compute, GpuProbe, Probe, ProbeError};
 
 /// Errors that mean the GPU or the driver is broken, not just that a value is unknown.
-fn severe(d: &Diagnosis) -> bool {
+pub(super) fn severe(d: &Diagnosis) -> bool {
     matches!(
         d.code,
         "GPU_IS_LOST"
@@ -32,7 +30,7 @@ fn severe(d: &Diagnosis) -> bool {
     )
 }
 
-fn error_check(name: &str, what: &str, d: &Diagnosis) -> Check {
+pub(super) fn error_check(name: &str, what: &str, d: &Diagnosis) -> Check {
     let found = format!("{what}: {}: {}", d.code, d.cause);
     if severe(d) {
         Check::fail(name, found, d.fix)
@@ -58,15 +56,13 @@ fn answer<T>(
     }
 }
 
-/// The version check, NVML init, and every GPU's checks.
+/// Every GPU's checks, and the hung GPU and those after it (nothing when NVML did not start).
 pub fn checks(
     probe: &Result<Probe, ProbeError>,
-    module: Option<&str>,
-    lib: &Library,
     persistenced: &Persistenced,
     timeout: Duration,
 ) -> Vec<Check> {
-    let mut out = vec![versions(probe, module, lib), init(probe, lib, timeout)];
+    let mut out = Vec::new();
     let Ok(p) = probe else {
         return out;
     };
@@ -92,114 +88,6 @@ pub fn checks(
         }
     }
     out
-}
-
-fn versions(probe: &Result<Probe, ProbeError>, module: Option<&str>, lib: &Library) -> Check {
-    let name = "driver versions";
-    let file = lib.pick.as_ref().and_then(|c| c.version());
-    let reported = probe
-        .as_ref()
-        .ok()
-        .and_then(|p| p.system.driver_version.as_ref().ok().cloned());
-    let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "unknown".into());
-    let found = format!(
-        "kernel module {}, library file {}, NVML reports {}",
-        module.unwrap_or("unknown"),
-        show(&file),
-        show(&reported)
-    );
-    let mismatch = diagnosis::LIB_RM_VERSION_MISMATCH;
-    if let Err(ProbeError::Init(InitError::Nvml(d))) = probe
-        && *d == mismatch
-    {
-        return Check::fail(
-            name,
-            format!(
-                "nvmlInit answered LIB_RM_VERSION_MISMATCH ({}); {found}",
-                d.cause
-            ),
-            mismatch.fix,
-        );
-    }
-    let Some(module) = module else {
-        return Check::warn(
-            name,
-            format!("{found}: cannot compare without the kernel module's version"),
-            "load the nvidia module (see `kernel module`) and run the doctor again",
-        );
-    };
-    let others: Vec<&String> = file.iter().chain(reported.iter()).collect();
-    if others.is_empty() {
-        return Check::warn(
-            name,
-            format!(
-                "{found}: neither the library's file name nor NVML gives the library's version"
-            ),
-            "run the doctor where NVML initialises (see `nvml init`)",
-        );
-    }
-    if others.iter().any(|v| v.as_str() != module) {
-        return Check::fail(
-            name,
-            format!("{found}: the library does not match the kernel module"),
-            mismatch.fix,
-        );
-    }
-    Check::ok(name, found)
-}
-
-fn init(probe: &Result<Probe, ProbeError>, lib: &Library, timeout: Duration) -> Check {
-    let name = "nvml init";
-    match probe {
-        Err(ProbeError::Init(e)) => {
-            let found = match e {
-                InitError::LibraryMissing { path, reason } => {
-                    format!("cannot load {path}: {reason}")
-                }
-                InitError::MissingSymbol { path, symbol } => format!("{path} lacks {symbol}"),
-                InitError::Nvml(d) => format!("nvmlInit: {}: {}", d.code, d.cause),
-            };
-            Check::fail(name, found, e.diagnosis().fix)
-        }
-        Err(ProbeError::InitHung(_)) => Check::fail(
-            name,
-            format!(
-                "nvmlInit did not return within {}",
-                humantime::format_duration(timeout)
-            ),
-            diagnosis::TIMEOUT.fix,
-        ),
-        Err(e @ ProbeError::Thread(_)) => Check::fail(
-            name,
-            e.to_string(),
-            "the machine is out of threads or memory: retry",
-        ),
-        Ok(p) => {
-            let s = &p.system;
-            let loaded = s
-                .loaded_from
-                .clone()
-                .or_else(|| lib.configured.clone())
-                .map_or_else(|| "libnvidia-ml.so.1".into(), |p| p.display().to_string());
-            match &s.device_count {
-                Err(d) => error_check(name, "nvmlDeviceGetCount", d),
-                Ok(0) => Check::warn(
-                    name,
-                    format!("NVML ({loaded}) initialised but sees no GPUs"),
-                    "check `nvidia-smi -L` and `lspci | grep -i nvidia`; in a container pass the GPUs in (`--gpus`, NVIDIA_VISIBLE_DEVICES, the device plugin)",
-                ),
-                Ok(n) => Check::ok(
-                    name,
-                    format!(
-                        "NVML {} (driver {}) from {loaded}: {n} GPU{}",
-                        s.nvml_version.as_deref().unwrap_or("unknown"),
-                        s.driver_version.as_deref().unwrap_or("unknown"),
-                        if *n == 1 { "" } else { "s" }
-                    ),
-                ),
-            }
-        }
-    }
 }
 
 fn gpu(g: &GpuProbe, persistenced: &Persistenced) -> Vec<Check> {
@@ -371,6 +259,7 @@ mod tests {
             handle: Ok(()),
             name: Ok("NVIDIA H100 80GB HBM3".into()),
             uuid: Ok(format!("GPU-{index}")),
+            minor: Ok(index),
             persistence: Ok(true),
             compute: Ok(Compute::Default),
             mig: Ok((false, false)),

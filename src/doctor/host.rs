@@ -1,12 +1,10 @@
 //! The host below NVML: the `nvidia` and `nvidia_uvm` kernel modules and their version
-//! (`/proc/modules`, `/sys/module/nvidia/version`, `/proc/driver/nvidia/version`), the device
-//! nodes (`/dev/nvidiactl`, `/dev/nvidia-uvm`, `/dev/nvidiaN`) and whether nvidia-persistenced
-//! runs — all read under the host root.
+//! (`/proc/modules`, `/sys/module/nvidia/version`, `/proc/driver/nvidia/version`) and whether
+//! nvidia-persistenced runs — all read under the host root (the device nodes are `nodes.rs`).
 //!
-//! Invariant: a device node counts as present only as a character device; anything else (a
-//! regular file, a directory) is reported by its type. A symlink is followed and said.
+//! Invariant: a version is taken only from a token that looks like one (`550.90.07`); a file
+//! that cannot be read makes its check `warn`, never `ok`.
 
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
 use super::Check;
@@ -117,141 +115,6 @@ pub fn kernel_module(root: &Path) -> Module {
     Module { checks, version }
 }
 
-/// What a device node is, in words, and whether it is usable.
-fn node(path: &Path) -> Result<String, String> {
-    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => format!("{} does not exist", path.display()),
-        _ => format!("cannot stat {}: {e}", path.display()),
-    })?;
-    let via = std::fs::read_link(path)
-        .map(|t| format!(" (a symlink to {})", t.display()))
-        .unwrap_or_default();
-    let ft = meta.file_type();
-    if !ft.is_char_device() {
-        let kind = if ft.is_file() {
-            "a regular file"
-        } else if ft.is_dir() {
-            "a directory"
-        } else if ft.is_block_device() {
-            "a block device"
-        } else {
-            "not a device"
-        };
-        return Err(format!(
-            "{} is {kind}{via}, not a character device",
-            path.display()
-        ));
-    }
-    let rdev = meta.rdev();
-    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|_| format!("{} has a NUL byte", path.display()))?;
-    // SAFETY: access only reads the NUL-terminated path.
-    let rw = unsafe { libc::access(c.as_ptr(), libc::R_OK | libc::W_OK) } == 0;
-    if !rw {
-        // SAFETY: getuid cannot fail.
-        let uid = unsafe { libc::getuid() };
-        return Err(format!(
-            "{} (character device {major}:{minor}, mode {:o}, owner {}:{}){via} is not readable and writable by uid {uid}",
-            path.display(),
-            meta.mode() & 0o7777,
-            meta.uid(),
-            meta.gid()
-        ));
-    }
-    Ok(format!(
-        "{} character device {major}:{minor}{via}, read-write",
-        path.display()
-    ))
-}
-
-const NODE_FIX: &str = "the driver creates the nodes when a client first opens a GPU: run `nvidia-modprobe -c 0 -u` (or `nvidia-smi`) as root; in a container pass the devices in (`--gpus`, the NVIDIA device plugin); a node that is not a character device must be removed first";
-const PERM_FIX: &str = "run gpuwatch as root or as a member of the node's group (the driver's NVreg_DeviceFileGID / NVreg_DeviceFileMode set them); in a container allow the devices in its device cgroup";
-
-fn node_check(name: &str, path: &Path, missing_is: fn(String) -> Check) -> Check {
-    match node(path) {
-        Ok(found) => Check::ok(name, found),
-        Err(found) if found.ends_with("does not exist") => missing_is(found),
-        Err(found) if found.contains("not readable and writable") => {
-            Check::fail(name, found, PERM_FIX)
-        }
-        Err(found) => Check::fail(name, found, NODE_FIX),
-    }
-}
-
-/// `/dev/nvidiactl`, `/dev/nvidia-uvm` and every `/dev/nvidiaN`.
-pub fn device_nodes(root: &Path) -> Vec<Check> {
-    let dev = root.join("dev");
-    let mut checks = vec![
-        node_check("/dev/nvidiactl", &dev.join("nvidiactl"), |f| {
-            Check::fail("/dev/nvidiactl", f, NODE_FIX)
-        }),
-        node_check("/dev/nvidia-uvm", &dev.join("nvidia-uvm"), |f| {
-            Check::warn(
-                "/dev/nvidia-uvm",
-                format!("{f}: NVML (and gpuwatch) work without it, CUDA programs do not"),
-                "load nvidia_uvm and create the node: `nvidia-modprobe -u -c 0` as root; in a container pass /dev/nvidia-uvm in",
-            )
-        }),
-    ];
-    let mut gpus: Vec<(u32, std::path::PathBuf)> = match std::fs::read_dir(&dev) {
-        Ok(rd) => rd
-            .flatten()
-            .filter_map(|e| {
-                let name = e.file_name().to_string_lossy().into_owned();
-                let n = name.strip_prefix("nvidia")?.parse::<u32>().ok()?;
-                Some((n, e.path()))
-            })
-            .collect(),
-        Err(e) => {
-            checks.push(Check::warn(
-                "/dev/nvidiaN",
-                format!("cannot list {}: {e}", dev.display()),
-                "mount the host's /dev (or pass --host-root)",
-            ));
-            return checks;
-        }
-    };
-    gpus.sort();
-    if gpus.is_empty() {
-        checks.push(Check::fail(
-            "/dev/nvidiaN",
-            format!("no /dev/nvidia0, /dev/nvidia1, ... in {}", dev.display()),
-            NODE_FIX,
-        ));
-        return checks;
-    }
-    let results: Vec<(String, Result<String, String>)> = gpus
-        .iter()
-        .map(|(n, p)| (format!("nvidia{n}"), node(p)))
-        .collect();
-    let bad: Vec<&String> = results
-        .iter()
-        .filter_map(|(_, r)| r.as_ref().err())
-        .collect();
-    if bad.is_empty() {
-        let names: Vec<&str> = results.iter().map(|(n, _)| n.as_str()).collect();
-        checks.push(Check::ok(
-            "/dev/nvidiaN",
-            format!(
-                "{} GPU node{} ({}): character devices, read-write",
-                names.len(),
-                if names.len() == 1 { "" } else { "s" },
-                names.join(", ")
-            ),
-        ));
-    } else {
-        let fix = if bad.iter().all(|b| b.contains("not readable and writable")) {
-            PERM_FIX
-        } else {
-            NODE_FIX
-        };
-        let found: Vec<&str> = bad.iter().map(|s| s.as_str()).collect();
-        checks.push(Check::fail("/dev/nvidiaN", found.join("; "), fix));
-    }
-    checks
-}
-
 /// Whether nvidia-persistenced runs, from the host's /proc.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Persistenced {
@@ -280,7 +143,6 @@ pub fn persistenced(root: &Path) -> Persistenced {
     }
     Persistenced::NotRunning
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,21 +159,5 @@ mod tests {
         );
         assert_eq!(version_token("550.90.07\n").as_deref(), Some("550.90.07"));
         assert_eq!(version_token("x86_64 Kernel Module"), None);
-    }
-
-    #[test]
-    fn a_real_character_device_is_a_node_and_a_file_is_not() {
-        let ok = node(Path::new("/dev/null")).expect("/dev/null");
-        assert!(ok.contains("character device 1:3"), "{ok}");
-        let dir = tempfile::tempdir().expect("tempdir");
-        let f = dir.path().join("nvidiactl");
-        std::fs::write(&f, "").expect("write");
-        let err = node(&f).expect_err("a file");
-        assert!(
-            err.contains("is a regular file, not a character device"),
-            "{err}"
-        );
-        let err = node(&dir.path().join("missing")).expect_err("missing");
-        assert!(err.ends_with("does not exist"), "{err}");
     }
 }

@@ -2,11 +2,12 @@
 //! library and its version against the driver's, NVML itself and every GPU, then gpuwatch's
 //! own setup — and reports one [`Check`] per finding, with the fix. docs/DOCTOR.md lists them.
 //!
-//! Owns: reading the host (`host.rs`: /proc, /sys, /dev), finding the NVML library the loader
-//! would pick (`library.rs`), judging NVML's answers (`gpus.rs`; the NVML calls themselves are
-//! in `sampler::probe`, the meaning of each NVML error in `sampler::diagnosis`) and checking the
-//! configuration, database, process attribution, kubelet, Prometheus and receivers
-//! (`setup.rs`).
+//! Owns: reading the host (`host.rs`: the kernel module in /proc and /sys, nvidia-persistenced;
+//! `nodes.rs`: /dev, and the GPU nodes against NVML's GPUs), finding the NVML library the
+//! loader would pick (`library.rs`), judging NVML's answers (`nvml.rs`: versions and init;
+//! `gpus.rs`: each GPU; the NVML calls themselves are in `sampler::probe`, the meaning of each
+//! NVML error in `sampler::diagnosis`) and checking the configuration, database, process
+//! attribution and kubelet (`setup.rs`), Prometheus and the receivers (`reach.rs`).
 //!
 //! Invariants:
 //! - A check that cannot decide says so (`warn`, naming what was missing); it is never a
@@ -21,6 +22,9 @@
 mod gpus;
 mod host;
 mod library;
+mod nodes;
+mod nvml;
+mod reach;
 mod setup;
 
 use std::path::PathBuf;
@@ -184,7 +188,7 @@ pub fn run(opts: &Options) -> Report {
 
     let module = host::kernel_module(root);
     checks.extend(module.checks.iter().cloned());
-    checks.extend(host::device_nodes(root));
+    checks.extend(nodes::device_nodes(root));
 
     let lib = library::find(root, configured.as_deref());
     checks.extend(lib.checks());
@@ -208,14 +212,18 @@ pub fn run(opts: &Options) -> Report {
         )),
         _ => crate::sampler::probe::probe(load.as_deref(), opts.nvml_timeout),
     };
-    let persistenced = host::persistenced(root);
-    checks.extend(gpus::checks(
+    checks.extend(nvml::checks(
         &probe,
         module.version.as_deref(),
         &lib,
-        &persistenced,
         opts.nvml_timeout,
     ));
+    if let Ok(p) = &probe {
+        let read: Vec<_> = p.gpus.iter().map(|g| (g.index, g.minor)).collect();
+        checks.extend(nodes::nodes_for_gpus(root, &read, p.hung.is_none()));
+    }
+    let persistenced = host::persistenced(root);
+    checks.extend(gpus::checks(&probe, &persistenced, opts.nvml_timeout));
 
     checks.extend(setup::checks(opts, cfg));
     Report { checks }

@@ -1,17 +1,16 @@
 //! gpuwatch's own setup: the configuration and rules, the database (`PRAGMA quick_check` on a
 //! read-only connection, its size against `max_db_size`), process attribution (`proc_root`
-//! and the PID namespace), the kubelet's pod-resources socket, Prometheus and every receiver.
+//! and the PID namespace) and the kubelet's pod-resources socket; Prometheus and the receivers
+//! are `reach.rs`.
 //!
-//! Invariant: nothing is written or sent. Prometheus and receivers get a TCP connect with a
-//! deadline, the kubelet a unix-socket connect; a secret URL is read only to learn its host
-//! and port, and only `host:port` is ever printed.
+//! Invariant: nothing is written: the database gets a read-only connection, the kubelet a
+//! unix-socket connect and nothing more.
 
-use std::net::{TcpStream, ToSocketAddrs};
 use std::path::Path;
-use std::time::Duration;
 
+use super::reach::{prometheus, receiver};
 use super::{Check, Options};
-use crate::config::{Config, Kubelet, ReceiverKind, SecretSource, UrlSource};
+use crate::config::{Config, Kubelet};
 use crate::sampler::procs::{self, PidNamespace};
 
 /// Every setup check, in order.
@@ -104,11 +103,25 @@ fn database(cfg: &Config) -> Check {
             );
         }
         Err(crate::store::StoreError::Sqlite(e)) if is_corrupt(&e) => return damaged(path, &e),
+        Err(e @ crate::store::StoreError::TooNew { .. }) => {
+            return Check::fail(
+                name,
+                e.to_string(),
+                "run the gpuwatch version that wrote it (or a newer one), or point `database` / --db at a file of this version; never let an older gpuwatch write it",
+            );
+        }
+        Err(e @ crate::store::StoreError::NotGpuwatch { .. }) => {
+            return Check::fail(
+                name,
+                e.to_string(),
+                "the file belongs to another program: point `database` / --db at gpuwatch's database (or at a path that does not exist yet)",
+            );
+        }
         Err(e) => {
             return Check::fail(
                 name,
                 format!("{}: {e}", path.display()),
-                "point `database` / --db at gpuwatch's database; if the file is damaged, move it aside (the daemon starts a new one)",
+                "let the user gpuwatch runs as read the file and its directory (`ls -l`), or point `database` / --db at gpuwatch's database; if the file is damaged, move it aside (the daemon starts a new one)",
             );
         }
     };
@@ -145,15 +158,26 @@ fn database(cfg: &Config) -> Check {
                 Check::ok(name, found)
             }
         }
-        (Ok(lines), Ok(_)) => Check::fail(
-            name,
-            format!(
-                "{}: quick_check found damage: {}",
-                path.display(),
-                lines.iter().take(3).cloned().collect::<Vec<_>>().join("; ")
-            ),
-            DAMAGED_FIX,
-        ),
+        (Ok(lines), Ok(_)) => {
+            // SQLite heads the first finding's row with the schema they are in (`*** in
+            // database main ***` and a newline); the findings themselves are the rest.
+            let findings: Vec<&str> = lines
+                .iter()
+                .flat_map(|row| row.lines())
+                .filter(|l| !l.starts_with("*** in database") && !l.trim().is_empty())
+                .collect();
+            Check::fail(
+                name,
+                format!(
+                    "{}: quick_check found damage ({} finding{}): {}",
+                    path.display(),
+                    findings.len(),
+                    if findings.len() == 1 { "" } else { "s" },
+                    findings[..findings.len().min(3)].join("; ")
+                ),
+                DAMAGED_FIX,
+            )
+        }
         (Err(e), _) | (_, Err(e)) if is_corrupt(&e) => damaged(path, &e),
         (Err(e), _) | (_, Err(e)) => Check::fail(
             name,
@@ -268,140 +292,5 @@ fn kubelet(cfg: &Config) -> Check {
             format!("cannot connect to {}: {e}", sock.display()),
             fix,
         ),
-    }
-}
-
-/// `host:port` of a URL, for connecting and printing (never the path, query or credentials).
-fn host_port(url: &str) -> Result<(String, u16), String> {
-    let u = reqwest::Url::parse(url).map_err(|e| format!("not a URL: {e}"))?;
-    let host = u.host_str().ok_or("the URL has no host")?.to_string();
-    let port = u.port_or_known_default().ok_or("the URL has no port")?;
-    Ok((host, port))
-}
-
-/// A TCP connect within `timeout`, to every address the name resolves to until one answers.
-fn connect(host: &str, port: u16, timeout: Duration) -> Result<(), String> {
-    let addrs: Vec<_> = (host, port)
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {host}: {e}"))?
-        .collect();
-    let mut last = format!("{host} resolves to no address");
-    for a in addrs {
-        match TcpStream::connect_timeout(&a, timeout) {
-            Ok(_) => return Ok(()),
-            Err(e) => last = format!("{a}: {e}"),
-        }
-    }
-    Err(last)
-}
-
-fn reach(
-    name: &str,
-    what: &str,
-    url: Result<String, String>,
-    timeout: Duration,
-    fix: &str,
-) -> Check {
-    let scrub = crate::notify::secret::scrub;
-    let target = url.and_then(|u| host_port(&u));
-    match target {
-        Err(e) => Check::fail(name, scrub(&format!("{what}: {e}")), fix),
-        Ok((host, port)) => match connect(&host, port, timeout) {
-            Ok(()) => Check::ok(
-                name,
-                format!("{what}: {host}:{port} accepts TCP connections (nothing sent)"),
-            ),
-            Err(e) => Check::fail(
-                name,
-                scrub(&format!("{what}: cannot connect to {host}:{port}: {e}")),
-                fix,
-            ),
-        },
-    }
-}
-
-fn prometheus(cfg: &Config, timeout: Duration) -> Check {
-    let Some(p) = &cfg.prometheus else {
-        return Check::ok("prometheus", "not configured: no training metrics");
-    };
-    reach(
-        "prometheus",
-        "[prometheus] url",
-        Ok(p.url.clone()),
-        timeout,
-        "check [prometheus] url, the network path and firewalls (`curl URL/-/ready` from this machine)",
-    )
-}
-
-fn secret_url(what: &str, s: &SecretSource) -> Result<String, String> {
-    crate::notify::secret::read(what, s).map(|v| v.expose().to_string())
-}
-
-fn receiver(r: &crate::config::ReceiverConfig, timeout: Duration) -> Check {
-    let name = format!("receiver {}", r.name);
-    let what = r.kind.type_name();
-    let fix = "check the receiver's address, the network path and firewalls; `gpuwatch notify test` sends a real test message";
-    match &r.kind {
-        ReceiverKind::Slack(s) => {
-            let url = secret_url("Slack webhook URL", &s.webhook_url);
-            let fix = if url.is_err() {
-                "set the environment variable or file the receiver's webhook_url_env / webhook_url_file names"
-            } else {
-                fix
-            };
-            reach(&name, what, url, timeout, fix)
-        }
-        ReceiverKind::Webhook(w) => {
-            let url = match &w.url {
-                UrlSource::Plain(u) => Ok(u.clone()),
-                UrlSource::Secret(s) => secret_url("webhook URL", s),
-            };
-            let fix = if url.is_err() {
-                "set the environment variable or file the receiver's url_env / url_file names"
-            } else {
-                fix
-            };
-            reach(&name, what, url, timeout, fix)
-        }
-        ReceiverKind::Email(e) => match connect(&e.smtp_host, e.smtp_port, timeout) {
-            Ok(()) => Check::ok(
-                &name,
-                format!(
-                    "email: SMTP {}:{} accepts TCP connections (nothing sent)",
-                    e.smtp_host, e.smtp_port
-                ),
-            ),
-            Err(err) => Check::fail(
-                &name,
-                format!(
-                    "email: cannot connect to SMTP {}:{}: {err}",
-                    e.smtp_host, e.smtp_port
-                ),
-                fix,
-            ),
-        },
-        ReceiverKind::Alertmanager(a) => {
-            let mut bad = Vec::new();
-            let mut good = Vec::new();
-            for u in &a.urls {
-                match host_port(u)
-                    .and_then(|(h, p)| connect(&h, p, timeout).map(|()| format!("{h}:{p}")))
-                {
-                    Ok(hp) => good.push(hp),
-                    Err(e) => bad.push(e),
-                }
-            }
-            if bad.is_empty() {
-                Check::ok(
-                    &name,
-                    format!(
-                        "alertmanager: {} accept TCP connections (nothing sent)",
-                        good.join(", ")
-                    ),
-                )
-            } else {
-                Check::fail(&name, format!("alertmanager: {}", bad.join("; ")), fix)
-            }
-        }
     }
 }

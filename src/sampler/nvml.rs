@@ -95,7 +95,7 @@ fn map_init_error(e: NvmlError, shown: &str) -> InitError {
         },
         NvmlError::FailedToLoadSymbol(s) => InitError::MissingSymbol {
             path: shown.to_string(),
-            symbol: first_line(&s),
+            symbol: symbol_name(&s),
         },
         other => InitError::Nvml(diagnosis::diagnose(&other)),
     }
@@ -124,4 +124,14 @@ pub fn is_lost(e: &NvmlError) -> bool {
 
 fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or("").trim().to_string()
+}
+
+/// The symbol a failed lookup names: the loader says `<file>: undefined symbol: <name>`, and
+/// the file is already shown.
+fn symbol_name(s: &str) -> String {
+    let line = first_line(s);
+    match line.rsplit_once("undefined symbol: ") {
+        Some((_, name)) if !name.trim().is_empty() => name.trim().to_string(),
+        _ => line,
+    }
 }

@@ -1,6 +1,7 @@
 //! `gpuwatch doctor`'s look at NVML: initialise it, read the system facts, then read every GPU's
-//! identity and health settings once (persistence, compute and MIG modes, ECC, row remapping
-//! and retired pages, PCIe link), each answer kept with its error's [`Diagnosis`].
+//! identity (and minor number: the N of its `/dev/nvidiaN`) and health settings once
+//! (persistence, compute and MIG modes, ECC, row remapping and retired pages, PCIe link), each
+//! answer kept with its error's [`Diagnosis`].
 //!
 //! Invariants: NVML is called here (inside `sampler/`, like every NVML call) on one
 //! `gpuwatch-doctor-nvml` thread; the caller waits at most `per_step` for each step (init, then
@@ -76,6 +77,8 @@ pub struct GpuProbe {
     pub handle: Answer<()>,
     pub name: Answer<String>,
     pub uuid: Answer<String>,
+    /// `nvmlDeviceGetMinorNumber`: the GPU's device node is `/dev/nvidia<minor>`.
+    pub minor: Answer<u32>,
     pub persistence: Answer<bool>,
     pub compute: Answer<Compute>,
     pub mig: Answer<Pending>,
@@ -176,6 +179,7 @@ fn read_gpu(nvml: &nvml_wrapper::Nvml, index: u32) -> GpuProbe {
                 handle: Err(e),
                 name: Err(e),
                 uuid: Err(e),
+                minor: Err(e),
                 persistence: Err(e),
                 compute: Err(e),
                 mig: Err(e),
@@ -208,6 +212,7 @@ fn read_gpu(nvml: &nvml_wrapper::Nvml, index: u32) -> GpuProbe {
         handle: Ok(()),
         name: dev.name().map_err(d),
         uuid: dev.uuid().map_err(d),
+        minor: dev.minor_number().map_err(d),
         persistence: dev.is_in_persistent_mode().map_err(d),
         compute: dev
             .compute_mode()

@@ -91,6 +91,12 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
                 e.nvml_return = c;
                 continue;
             }
+            if matches!(e.field_id, id::ECC_SBE_VOL_TOTAL | id::ECC_DBE_VOL_TOTAL)
+                && !d.spec().ecc_mode
+            {
+                e.nvml_return = code::NOT_SUPPORTED;
+                continue;
+            }
             let (ty, v) = match e.field_id {
                 id::ECC_SBE_VOL_TOTAL => (UNSIGNED_LONG_LONG, s.ecc_corrected),
                 id::ECC_DBE_VOL_TOTAL => (UNSIGNED_LONG_LONG, s.ecc_uncorrected),
@@ -98,7 +104,7 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
                 id::REMAPPED_COR => (UNSIGNED_INT, u64::from(s.remapped_rows_corr)),
                 id::REMAPPED_UNC => (UNSIGNED_INT, u64::from(s.remapped_rows_unc)),
                 id::REMAPPED_PENDING => (UNSIGNED_INT, u64::from(s.remap_pending)),
-                id::REMAPPED_FAILURE => (UNSIGNED_INT, 0),
+                id::REMAPPED_FAILURE => (UNSIGNED_INT, u64::from(s.remap_failure)),
                 _ => (UNSIGNED_INT, u64::from(s.power_mw)),
             };
             e.value_type = ty;

@@ -2,7 +2,9 @@
 //! performance state, clock throttle (event) reasons, display and MIG modes (persistence and
 //! compute modes, which the setters change, are in `manage`).
 //!
-//! Invariants: volatile and aggregate ECC counters report the same scenario value; retired
+//! Invariants: volatile and aggregate ECC counters report the same scenario value, and answer
+//! NOT_SUPPORTED while the current ECC mode is off (NVML: "requires ECC Mode to be enabled");
+//! retired
 //! pages follow NVML's two-call protocol (a too-small count gets INSUFFICIENT_SIZE and the needed
 //! count, nothing written); addresses and timestamps are deterministic per GPU and page.
 
@@ -22,6 +24,9 @@ pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
     count: *mut c_ulonglong,
 ) -> NvmlReturn {
     device_call(device, "nvmlDeviceGetTotalEccErrors", |d| {
+        if !d.spec().ecc_mode {
+            return code::NOT_SUPPORTED;
+        }
         let s = d.state();
         let v = match (error_type, counter_type) {
             (0, 0 | 1) => s.ecc_corrected,
@@ -33,21 +38,23 @@ pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
     })
 }
 
-/// Both current and pending ECC mode are "enabled" on boards that support ECC.
+/// The scenario's `ecc_mode` now and `ecc_mode_pending` after the next reboot (both enabled
+/// unless the scenario says otherwise), as `nvmlEnableState_t`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetEccMode(
     device: NvmlDevice,
     current: *mut c_uint,
     pending: *mut c_uint,
 ) -> NvmlReturn {
-    device_call(device, "nvmlDeviceGetEccMode", |_| {
+    device_call(device, "nvmlDeviceGetEccMode", |d| {
         if current.is_null() || pending.is_null() {
             return code::INVALID_ARGUMENT;
         }
+        let g = d.spec();
         // SAFETY: both checked non-null.
         unsafe {
-            out(current, 1);
-            out(pending, 1)
+            out(current, c_uint::from(g.ecc_mode));
+            out(pending, c_uint::from(g.ecc_mode_pending))
         }
     })
 }
@@ -62,11 +69,11 @@ pub unsafe extern "C" fn nvmlDeviceGetMigMode(
         if current.is_null() || pending.is_null() {
             return code::INVALID_ARGUMENT;
         }
-        let mode = c_uint::from(d.spec().mig_mode);
+        let g = d.spec();
         // SAFETY: both checked non-null.
         unsafe {
-            out(current, mode);
-            out(pending, mode)
+            out(current, c_uint::from(g.mig_mode));
+            out(pending, c_uint::from(g.mig_mode_pending))
         }
     })
 }
@@ -93,7 +100,7 @@ pub unsafe extern "C" fn nvmlDeviceGetRemappedRows(
             out(corr_rows, s.remapped_rows_corr);
             out(unc_rows, s.remapped_rows_unc);
             out(is_pending, c_uint::from(s.remap_pending));
-            out(failure_occurred, 0)
+            out(failure_occurred, c_uint::from(s.remap_failure))
         }
     })
 }

@@ -219,10 +219,11 @@ pub unsafe extern "C" fn nvmlDeviceResetMemoryLockedClocks(device: NvmlDevice) -
     )
 }
 
+// The scenario's `compute_mode` until a setter changes it (one state for both).
 getter!(nvmlDeviceGetComputeMode, c_uint, |d| d
     .settings()
     .compute_mode
-    .unwrap_or(0));
+    .unwrap_or(d.spec().compute_mode));
 
 getter!(nvmlDeviceGetPersistenceMode, c_uint, |d| c_uint::from(
     d.settings()

@@ -185,7 +185,8 @@ fn speed_for(scenario: &Scenario) -> f64 {
         .unwrap_or_else(|| scenario.speed())
 }
 
-/// `nvmlInit*`: count up; the first init loads the scenario. `Err` carries the NVML code.
+/// `nvmlInit*`: count up; the first init loads the scenario (and blocks for its `init_block`,
+/// without the lock). `Err` carries the NVML code.
 pub fn init() -> Result<(), u32> {
     let mut st = lock();
     if st.refcount > 0 {
@@ -206,6 +207,21 @@ pub fn init() -> Result<(), u32> {
             return Err(gpuwatch_sim::nvml::code::UNKNOWN);
         }
     };
+    if let Some(d) = scenario.init_block() {
+        // A driver stuck on a GPU: block without holding the lock, as long as asked.
+        drop(st);
+        if d == Duration::MAX {
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
+        }
+        std::thread::sleep(d);
+        st = lock();
+        if st.refcount > 0 {
+            st.refcount += 1;
+            return Ok(());
+        }
+    }
     if let Some(code) = scenario.init_error() {
         return Err(code);
     }

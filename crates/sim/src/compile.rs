@@ -262,6 +262,10 @@ pub(crate) fn parse(text: &str, origin: &str) -> Result<Scenario, ScenarioError>
         cuda_driver_version: h.cuda_driver_version.unwrap_or(12040),
         process_struct_size,
         init_error: h.init_error.as_ref().map(|c| c.0),
+        init_block: h.init_block.as_ref().map(|b| match b.get_ref() {
+            crate::values::BlockSpec::For(d) => Duration::from_millis(d.0),
+            crate::values::BlockSpec::Forever => Duration::MAX,
+        }),
         privileged: h.privileged,
         gpus,
         processes,

@@ -194,6 +194,17 @@ pub(crate) fn compile_spec(
         }
     }
     let num_fans = g.num_fans.unwrap_or(pre.num_fans);
+    let mig_mode = g.mig_mode.unwrap_or(false);
+    let ecc_mode = g.ecc_mode.as_ref().is_none_or(|m| *m.get_ref());
+    let no_ecc = not_supported.iter().any(|n| n == "nvmlDeviceGetEccMode");
+    for key in [&g.ecc_mode, &g.ecc_mode_pending].into_iter().flatten() {
+        if no_ecc {
+            p.at(
+                Some(key.span()),
+                format!("{} has no ECC (nvmlDeviceGetEccMode answers NOT_SUPPORTED): remove the ECC mode, or add nvmlDeviceGetEccMode to `supported`", pre.key),
+            );
+        }
+    }
     let spec = GpuSpec {
         index,
         model: pre.key.to_string(),
@@ -228,7 +239,14 @@ pub(crate) fn compile_spec(
         mem_clock_idle_mhz: g.mem_clock_idle.unwrap_or(pre.mem_clock_idle),
         num_fans,
         persistence_mode: g.persistence_mode.unwrap_or(pre.persistence_mode),
-        mig_mode: g.mig_mode.unwrap_or(false),
+        mig_mode,
+        mig_mode_pending: g.mig_mode_pending.unwrap_or(mig_mode),
+        compute_mode: g.compute_mode.as_ref().map_or(0, |m| m.get_ref().0),
+        ecc_mode,
+        ecc_mode_pending: g
+            .ecc_mode_pending
+            .as_ref()
+            .map_or(ecc_mode, |m| *m.get_ref()),
         lost_at_tick: g.lost_at.as_ref().map(|d| d.get_ref().0 / tick_ms),
         not_supported,
     };
@@ -313,6 +331,7 @@ fn segment_metrics(seg: &RawSegment) -> Vec<(Metric, f64, RawBehaviour, std::ops
     }
     for (m, b) in [
         (Metric::RemapPending, &seg.remap_pending),
+        (Metric::RemapFailure, &seg.remap_failure),
         (Metric::RetiredPending, &seg.retired_pending),
     ] {
         if let Some(b) = b {

@@ -56,6 +56,8 @@ pub struct Scenario {
     cuda_driver_version: i32,
     process_struct_size: u32,
     init_error: Option<u32>,
+    /// Wall time `nvmlInit` blocks before it answers; `Duration::MAX` is forever.
+    init_block: Option<std::time::Duration>,
     privileged: Option<bool>,
     gpus: Vec<gpu::GpuModel>,
     processes: Vec<ProcessSpec>,
@@ -139,6 +141,12 @@ impl Scenario {
     /// (no driver, no permission, library/driver mismatch, ...).
     pub fn init_error(&self) -> Option<u32> {
         self.init_error
+    }
+
+    /// How long `nvmlInit` blocks (wall time) before it answers, as a driver stuck on a GPU
+    /// does; `Some(Duration::MAX)` means it never returns.
+    pub fn init_block(&self) -> Option<std::time::Duration> {
+        self.init_block
     }
 
     /// Whether callers may change GPU settings (NVML's setters), when the scenario says;

@@ -8,7 +8,9 @@
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::values::{BlockSpec, Dur, GpuList, Pstate, RawBehaviour, ReturnCode, Throttle};
+use crate::values::{
+    BlockSpec, ComputeMode, Dur, GpuList, Pstate, RawBehaviour, ReturnCode, Throttle,
+};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -54,6 +56,8 @@ pub struct RawScenario {
     pub speed: Option<Spanned<f64>>,
     /// NVML code that `nvmlInit` returns (e.g. "DRIVER_NOT_LOADED"), to test start-up failures.
     pub init_error: Option<crate::values::ReturnCode>,
+    /// How long `nvmlInit` blocks (wall time) before it answers: a driver stuck on a GPU.
+    pub init_block: Option<Spanned<BlockSpec>>,
     /// Whether the caller may use NVML's setters (root's privilege); absent: decided by the
     /// process's effective uid, as the driver does.
     pub privileged: Option<bool>,
@@ -91,6 +95,10 @@ pub struct RawGpu {
     pub num_fans: Option<u32>,
     pub persistence_mode: Option<bool>,
     pub mig_mode: Option<bool>,
+    pub mig_mode_pending: Option<bool>,
+    pub compute_mode: Option<Spanned<ComputeMode>>,
+    pub ecc_mode: Option<Spanned<bool>>,
+    pub ecc_mode_pending: Option<Spanned<bool>>,
     pub lost_at: Option<Spanned<Dur>>,
     #[serde(default)]
     pub not_supported: Vec<Spanned<String>>,
@@ -128,6 +136,7 @@ pub struct RawSegment {
     pub remapped_rows_corr: Option<Spanned<RawBehaviour>>,
     pub remapped_rows_unc: Option<Spanned<RawBehaviour>>,
     pub remap_pending: Option<Spanned<bool>>,
+    pub remap_failure: Option<Spanned<bool>>,
     pub retired_pages_sbe: Option<Spanned<RawBehaviour>>,
     pub retired_pages_dbe: Option<Spanned<RawBehaviour>>,
     pub retired_pending: Option<Spanned<bool>>,

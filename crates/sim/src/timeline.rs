@@ -39,9 +39,11 @@ pub enum Metric {
     RetiredPending,
     /// GPM's tensor-pipe activity (% of the interval), Hopper and later.
     TensorActive,
+    /// A row remap failed (0 or 1).
+    RemapFailure,
 }
 
-pub const METRIC_COUNT: usize = 23;
+pub const METRIC_COUNT: usize = 24;
 
 impl Metric {
     /// Stable number for noise keys and track indexing.

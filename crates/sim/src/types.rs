@@ -48,7 +48,15 @@ pub struct GpuSpec {
     pub mem_clock_idle_mhz: u32,
     pub num_fans: u32,
     pub persistence_mode: bool,
+    /// MIG mode now and after the next GPU reset (`nvmlDeviceGetMigMode`).
     pub mig_mode: bool,
+    pub mig_mode_pending: bool,
+    /// `nvmlComputeMode_t`: 0 default, 1 exclusive thread, 2 prohibited, 3 exclusive process.
+    pub compute_mode: u32,
+    /// ECC mode now and after the next reboot (`nvmlDeviceGetEccMode`); with ECC off now, the
+    /// ECC error counters answer NOT_SUPPORTED ("requires ECC mode to be enabled").
+    pub ecc_mode: bool,
+    pub ecc_mode_pending: bool,
     /// Tick from which every per-device call answers GPU_IS_LOST.
     pub lost_at_tick: Option<u64>,
     /// Base names of the symbols this GPU answers NOT_SUPPORTED.
@@ -89,6 +97,8 @@ pub struct GpuState {
     pub remapped_rows_corr: u32,
     pub remapped_rows_unc: u32,
     pub remap_pending: bool,
+    /// A row remap failed: the GPU ran out of spare rows (`failureOccurred`).
+    pub remap_failure: bool,
     pub retired_pages_sbe: u32,
     pub retired_pages_dbe: u32,
     pub retired_pending: bool,

@@ -1,5 +1,5 @@
 //! Small scenario value types with their own TOML forms: durations, behaviours, throttle
-//! masks, p-states, return codes and block specs.
+//! masks, p-states, return codes, block specs and compute modes.
 //!
 //! Invariants: each type checks its own form while deserialising, so a malformed value is
 //! reported by toml with the value's exact `line:col`; cross-field checks happen later in
@@ -379,6 +379,28 @@ impl<'de> Deserialize<'de> for BlockSpec {
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+/// A compute mode by name, kept as NVML's `nvmlComputeMode_t` number: `"default"` 0,
+/// `"exclusive_thread"` 1 (an old drivers' mode: nvml.h marks it "support removed", and
+/// setting it is refused), `"prohibited"` 2, `"exclusive_process"` 3. Case and `-` for `_` do
+/// not matter (`"Exclusive_Process"`, `"exclusive-process"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ComputeMode(pub u32);
+
+impl<'de> Deserialize<'de> for ComputeMode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        match text.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+            "default" => Ok(ComputeMode(0)),
+            "exclusive_thread" => Ok(ComputeMode(1)),
+            "prohibited" => Ok(ComputeMode(2)),
+            "exclusive_process" => Ok(ComputeMode(3)),
+            _ => Err(de::Error::custom(format!(
+                "unknown compute mode `{text}`; expected one of default, exclusive_process, prohibited, exclusive_thread"
+            ))),
+        }
     }
 }
 
