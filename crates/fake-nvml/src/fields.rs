@@ -98,7 +98,7 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
                 id::REMAPPED_COR => (UNSIGNED_INT, u64::from(s.remapped_rows_corr)),
                 id::REMAPPED_UNC => (UNSIGNED_INT, u64::from(s.remapped_rows_unc)),
                 id::REMAPPED_PENDING => (UNSIGNED_INT, u64::from(s.remap_pending)),
-                id::REMAPPED_FAILURE => (UNSIGNED_INT, 0),
+                id::REMAPPED_FAILURE => (UNSIGNED_INT, u64::from(s.remap_failure)),
                 _ => (UNSIGNED_INT, u64::from(s.power_mw)),
             };
             e.value_type = ty;

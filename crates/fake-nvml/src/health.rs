@@ -93,7 +93,7 @@ pub unsafe extern "C" fn nvmlDeviceGetRemappedRows(
             out(corr_rows, s.remapped_rows_corr);
             out(unc_rows, s.remapped_rows_unc);
             out(is_pending, c_uint::from(s.remap_pending));
-            out(failure_occurred, 0)
+            out(failure_occurred, c_uint::from(s.remap_failure))
         }
     })
 }

@@ -164,6 +164,7 @@ impl GpuModel {
             remapped_rows_corr: to_u32(get(Metric::RemappedCorr, 0.0)),
             remapped_rows_unc: to_u32(get(Metric::RemappedUnc, 0.0)),
             remap_pending: get(Metric::RemapPending, 0.0) >= 0.5,
+            remap_failure: get(Metric::RemapFailure, 0.0) >= 0.5,
             retired_pages_sbe: to_u32(get(Metric::RetiredSbe, 0.0)),
             retired_pages_dbe: to_u32(get(Metric::RetiredDbe, 0.0)),
             retired_pending: get(Metric::RetiredPending, 0.0) >= 0.5,

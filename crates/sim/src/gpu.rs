@@ -313,6 +313,7 @@ fn segment_metrics(seg: &RawSegment) -> Vec<(Metric, f64, RawBehaviour, std::ops
     }
     for (m, b) in [
         (Metric::RemapPending, &seg.remap_pending),
+        (Metric::RemapFailure, &seg.remap_failure),
         (Metric::RetiredPending, &seg.retired_pending),
     ] {
         if let Some(b) = b {

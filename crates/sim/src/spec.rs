@@ -128,6 +128,7 @@ pub struct RawSegment {
     pub remapped_rows_corr: Option<Spanned<RawBehaviour>>,
     pub remapped_rows_unc: Option<Spanned<RawBehaviour>>,
     pub remap_pending: Option<Spanned<bool>>,
+    pub remap_failure: Option<Spanned<bool>>,
     pub retired_pages_sbe: Option<Spanned<RawBehaviour>>,
     pub retired_pages_dbe: Option<Spanned<RawBehaviour>>,
     pub retired_pending: Option<Spanned<bool>>,

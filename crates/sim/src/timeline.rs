@@ -39,9 +39,11 @@ pub enum Metric {
     RetiredPending,
     /// GPM's tensor-pipe activity (% of the interval), Hopper and later.
     TensorActive,
+    /// Row remapping failed (a bank out of spare rows).
+    RemapFailure,
 }
 
-pub const METRIC_COUNT: usize = 23;
+pub const METRIC_COUNT: usize = 24;
 
 impl Metric {
     /// Stable number for noise keys and track indexing.

@@ -89,6 +89,7 @@ pub struct GpuState {
     pub remapped_rows_corr: u32,
     pub remapped_rows_unc: u32,
     pub remap_pending: bool,
+    pub remap_failure: bool,
     pub retired_pages_sbe: u32,
     pub retired_pages_dbe: u32,
     pub retired_pending: bool,
