@@ -13,6 +13,7 @@ pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod doctor;
+pub mod gpu_health;
 pub mod http;
 pub mod import;
 pub mod kmsg;

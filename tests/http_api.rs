@@ -10,7 +10,7 @@ mod http_support;
 use std::process::Command;
 use std::time::Duration;
 
-use http_support::{Node, series_value, wait_for};
+use http_support::{Node, promtool_lint, series_value, wait_for};
 use serde_json::Value;
 
 /// Scrapes until the hot GPU's alert fires (the rules thread has evaluated).
@@ -32,38 +32,6 @@ fn scrape_when_firing(node: &Node, token: Option<&str>) -> String {
             .is_some())
         .then_some(body)
     })
-}
-
-/// `promtool check metrics` on `text`: its complaints, one per line.
-fn promtool_lint(text: &str) -> Vec<String> {
-    use std::io::Write;
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian's prometheus package)");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("write");
-    let o = child.wait_with_output().expect("promtool");
-    let all = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(
-        !all.contains("error while linting") && !all.contains("parse error"),
-        "promtool could not parse the scrape: {all}"
-    );
-    all.lines()
-        .map(str::to_string)
-        .filter(|l| !l.is_empty())
-        .collect()
 }
 
 #[test]

@@ -1,10 +1,12 @@
 //! Rendering GPU status for people (a compact nvidia-smi) and for programs (JSON).
 //! One renderer serves `gpuwatch status` and the demo's live view.
 //!
-//! Invariant: a value that could not be read prints as `-` (JSON `null`), never as 0.
+//! Invariant: a value that could not be read prints as `-` (JSON `null`), never as 0; a GPU
+//! whose health cannot be judged is `unknown`, never `ok`.
 
 use serde_json::{Value, json};
 
+use crate::gpu_health::{self, Status};
 use crate::model::{GpuSample, SampleStatus};
 use crate::store::read::GpuStatusRow;
 
@@ -63,8 +65,17 @@ pub fn table(rows: &[GpuStatusRow], stale_after_ms: i64) -> String {
     let hosts: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.host.as_str()).collect();
     let multi_host = hosts.len() > 1;
     let mut out = format!(
-        "{:<4} {:<24} {:>5} {:>15} {:>5} {:>11} {:>5}  {:<10} {}\n",
-        "GPU", "NAME", "UTIL", "MEMORY GiB", "TEMP", "POWER W", "AGE", "STATE", "PROCESSES"
+        "{:<4} {:<24} {:>5} {:>15} {:>5} {:>11} {:>5}  {:<10} {:<7} {}\n",
+        "GPU",
+        "NAME",
+        "UTIL",
+        "MEMORY GiB",
+        "TEMP",
+        "POWER W",
+        "AGE",
+        "STATE",
+        "HEALTH",
+        "PROCESSES"
     );
     let mut last_host = None;
     for r in rows {
@@ -118,7 +129,7 @@ pub fn table(rows: &[GpuStatusRow], stale_after_ms: i64) -> String {
             })
             .collect();
         let line = format!(
-            "{:<4} {:<24} {:>5} {:>15} {:>5} {:>11} {:>5}  {:<10} {}",
+            "{:<4} {:<24} {:>5} {:>15} {:>5} {:>11} {:>5}  {:<10} {:<7} {}",
             r.inventory.index,
             name,
             opt(s.and_then(|s| s.util_gpu_pct), "%"),
@@ -127,12 +138,49 @@ pub fn table(rows: &[GpuStatusRow], stale_after_ms: i64) -> String {
             power,
             r.age_ms.map_or_else(|| "-".into(), age),
             state,
+            health_word(gpu_health::judge(r, stale_after_ms).status),
             processes_cell(procs.first(), s),
         );
         out.push_str(line.trim_end());
         out.push('\n');
         for p in procs.iter().skip(1) {
-            out.push_str(&format!("{:>86}{p}\n", ""));
+            out.push_str(&format!("{:>96}{p}\n", ""));
+        }
+    }
+    out
+}
+
+/// The HEALTH cell: problems in capitals, like the STATE marks.
+fn health_word(s: Status) -> &'static str {
+    match s {
+        Status::Ok => "ok",
+        Status::Unknown => "unknown",
+        Status::Warn => "WARN",
+        Status::Fail => "FAIL",
+    }
+}
+
+/// One line per reason of every GPU that is not `ok`, with its fix (empty when all are ok).
+pub fn health_lines(rows: &[GpuStatusRow], stale_after_ms: i64) -> String {
+    let mut out = String::new();
+    for r in rows {
+        let h = gpu_health::judge(r, stale_after_ms);
+        for x in &h.reasons {
+            if out.is_empty() {
+                out.push_str("\nGPU health (not ok):\n");
+            }
+            let gpu = if rows.iter().any(|o| o.host != r.host) {
+                format!("{} GPU {}", r.host, r.inventory.index)
+            } else {
+                format!("GPU {}", r.inventory.index)
+            };
+            out.push_str(&format!(
+                "  {gpu} {} {}: {}; fix: {}\n",
+                health_word(x.severity),
+                x.code,
+                x.text,
+                x.fix
+            ));
         }
     }
     out
@@ -220,6 +268,7 @@ pub fn json(rows: &[GpuStatusRow], stale_after_ms: i64) -> Value {
                     "namespace": holder.map(|h| h.namespace),
                     "container": holder.and_then(|h| h.container),
                     "processes": r.processes.iter().map(process_json).collect::<Vec<_>>(),
+                    "health": gpu_health::judge(r, stale_after_ms).json(),
                 })
             })
             .collect(),
@@ -283,6 +332,40 @@ mod tests {
         let (line, j) = cell(Some(0));
         assert!(line.ends_with("none"), "{line}");
         assert_eq!(j, json!(0));
+    }
+
+    #[test]
+    fn health_has_a_column_and_a_line_per_reason_and_processes_stay_aligned() {
+        let mut r = row(Some(90));
+        if let Some(s) = r.latest.as_mut() {
+            s.remap_pending = Some(true);
+            s.process_count = Some(2);
+        }
+        let p = |pid| crate::store::read::GpuProcessRow {
+            pid,
+            start_time_ms: 0,
+            name: Some("python".into()),
+            user: None,
+            used_mem_bytes: None,
+            placement: None,
+        };
+        r.processes = vec![p(10), p(11)];
+        let t = table(std::slice::from_ref(&r), 10_000);
+        let lines: Vec<&str> = t.lines().collect();
+        let col = lines[0].find("PROCESSES").expect("header");
+        assert_eq!(lines[0].find("HEALTH"), Some(col - 8), "{t}");
+        assert_eq!(&lines[1][col - 8..col], "WARN    ", "{t}");
+        assert_eq!(lines[1].find("python[10]"), Some(col), "{t}");
+        assert_eq!(lines[2].find("python[11]"), Some(col), "{t}");
+        let h = health_lines(std::slice::from_ref(&r), 10_000);
+        assert!(
+            h.contains("\n  GPU 3 WARN row_remap_pending: a memory row remap is pending"),
+            "{h}"
+        );
+        assert_eq!(json(&[r], 10_000)[0]["health"]["status"], "warn");
+        // Nothing read about its health: unknown, not ok.
+        let t = table(&[row(Some(0))], 10_000);
+        assert_eq!(&t.lines().nth(1).expect("line")[col - 8..col], "unknown ");
     }
 
     #[test]

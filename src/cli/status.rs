@@ -109,6 +109,7 @@ impl Status {
         } else {
             let stale = cfg.http.stall_after.as_millis() as i64;
             out.push_str(&format::table(&self.rows, stale));
+            out.push_str(&format::health_lines(&self.rows, stale));
             out.push_str(&self.joins.table());
             if !self.errors.is_empty() {
                 out.push_str("\nNVML reads failing (counted, logged once):\n");

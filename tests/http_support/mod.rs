@@ -308,3 +308,35 @@ pub fn url_encode(s: &str) -> String {
         })
         .collect()
 }
+
+/// `promtool check metrics` on `text`: its complaints, one per line.
+pub fn promtool_lint(text: &str) -> Vec<String> {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write");
+    let o = child.wait_with_output().expect("promtool");
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        !all.contains("error while linting") && !all.contains("parse error"),
+        "promtool could not parse the scrape: {all}"
+    );
+    all.lines()
+        .map(str::to_string)
+        .filter(|l| !l.is_empty())
+        .collect()
+}

@@ -1,6 +1,6 @@
 //! `GET /metrics`: the GPUs as of the last stored tick, in dcgm-exporter's names (or
-//! gpuwatch's), the training progress joined per GPU, the live alerts, and the daemon's own
-//! health — from the store through `status`'s readers and one kept read-only connection
+//! gpuwatch's), their hardware health (`health.rs`), the training progress joined per GPU,
+//! the live alerts, and the daemon's own health — from the store through `status`'s readers and one kept read-only connection
 //! (the daemon's one [`SharedScraper`], also used by the API and remote write), plus the
 //! in-process telemetry.
 //!
@@ -12,6 +12,7 @@
 
 pub mod expo;
 mod gpus;
+mod health;
 mod own;
 
 use std::collections::HashMap;
@@ -78,13 +79,15 @@ impl Reads {
 /// read-only connection for all three.
 pub type SharedScraper = std::sync::Arc<std::sync::Mutex<Scraper>>;
 
-/// The scraping side's state: its connection and the XID cursor.
+/// The scraping side's state: its connection, the XID cursor and the health series' label sets.
 #[derive(Default)]
 pub struct Scraper {
     conn: Option<Connection>,
     /// The newest XID event id read so far, and the newest XID of each GPU (by UUID).
     xid_cursor: i64,
     last_xid: HashMap<String, i64>,
+    /// The health series' label sets, kept between scrapes.
+    health_labels: health::LabelCache,
 }
 
 impl Scraper {
@@ -172,6 +175,7 @@ impl Scraper {
             stale_after_ms: stale,
         };
         out.extend(own::gpu_state(&ctx, &gpus));
+        out.extend(health::families(&gpus, stale, &mut self.health_labels));
         out.extend(own::training(&gpus, &r.joins, &r.latest));
         out.push(own::alerts(&ctx, &r.alerts));
         out.extend(own::daemon(

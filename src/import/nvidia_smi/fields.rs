@@ -9,6 +9,10 @@
 //! - A column that feeds nothing is *ignored* and reported by name once per import.
 //! - `temperature.gpu.tlimit` is the margin to T.Limit (the maximum operating temperature),
 //!   never a threshold itself.
+//! - `clocks_event_reasons.<name>` columns are named by the one clock-event decoder
+//!   ([`crate::gpu_health::clock_events`]).
+
+use crate::gpu_health::clock_events;
 
 /// What a column feeds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,19 +65,6 @@ pub enum Target {
 
 pub const N_TARGETS: usize = Target::UsedMem as usize + 1;
 
-/// NVML clock-event reason bits by their nvidia-smi name.
-const REASONS: [(&str, u64); 9] = [
-    ("gpu_idle", 0x1),
-    ("applications_clocks_setting", 0x2),
-    ("sw_power_cap", 0x4),
-    ("hw_slowdown", 0x8),
-    ("sync_boost", 0x10),
-    ("sw_thermal_slowdown", 0x20),
-    ("hw_thermal_slowdown", 0x40),
-    ("hw_power_brake_slowdown", 0x80),
-    ("display_clock_setting", 0x100),
-];
-
 /// What a field name means: targets with their rank (0 = preferred), or a throttle bit.
 enum Meaning {
     Targets(&'static [(Target, u8)]),
@@ -91,10 +82,8 @@ fn meaning(name: &str, apps: bool) -> Meaning {
         if rest == "active" {
             return t(&[(ThrottleMask, 0)]);
         }
-        return REASONS
-            .iter()
-            .find(|r| r.0 == rest)
-            .map_or(Meaning::Unknown, |r| Meaning::Reason(r.1));
+        // nvidia-smi's field names are the decoder's names.
+        return clock_events::bit(rest).map_or(Meaning::Unknown, Meaning::Reason);
     }
     match name {
         "timestamp" => t(&[(Timestamp, 0)]),

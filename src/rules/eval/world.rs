@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use rusqlite::Connection;
 
+use crate::gpu_health::clock_events;
 use crate::model::{GpuHolder, GpuInventory, GpuSample, Placement, SampleStatus, TsMs};
 use crate::rules::ast::Metric;
 use crate::store::{StoreError, history};
@@ -24,9 +25,9 @@ use super::window::TrendCache;
 
 const MIB: f64 = 1024.0 * 1024.0;
 /// Thermal clock-event reasons: SW thermal slowdown, HW thermal slowdown.
-const THERMAL_BITS: u64 = 0x20 | 0x40;
+const THERMAL_BITS: u64 = clock_events::SW_THERMAL_SLOWDOWN | clock_events::HW_THERMAL_SLOWDOWN;
 /// HW slowdown and HW power brake.
-const HW_SLOWDOWN_BITS: u64 = 0x08 | 0x80;
+const HW_SLOWDOWN_BITS: u64 = clock_events::HW_SLOWDOWN | clock_events::HW_POWER_BRAKE_SLOWDOWN;
 /// How far back training points are read again on every fetch (they are written by the
 /// Prometheus fetcher after the fact).
 const TRAINING_OVERLAP_MS: i64 = 5 * 60_000;

@@ -1,0 +1,182 @@
+//! The checks of one fresh, sampled GPU: its clock-event reasons, memory repair (row
+//! remapping, or page retirement before Ampere), uncorrectable ECC errors and its PCIe link.
+//!
+//! Invariant: each check either judges from values that were read, or names itself in
+//! `not_checked`; a missing value is never taken for a healthy one. Severities:
+//! - `fail`: the hardware is degraded now or must be replaced — the power brake, hardware
+//!   thermal or other hardware slowdown (clocks cut by half or more), a failed row remap,
+//!   retired pages at NVIDIA's replacement threshold;
+//! - `warn`: needs attention but work goes on — a software thermal slowdown under load, a
+//!   pending row remap (a reset applies it), many retired pages, uncorrectable ECC errors
+//!   since the driver loaded, a PCIe link below its maximum under load;
+//! - not a problem: idle, applications or display clocks, sync boost and the software power
+//!   cap (a busy GPU at its power limit is the normal state of training) are listed in
+//!   `clock_events` only.
+
+use super::clock_events::{self as ce, ClockEvent};
+use super::{
+    BUSY_UTIL_PCT, CLOCK_EVENTS, ECC, Health, MEMORY_REPAIR, PCIE_LINK, RETIRED_PAGES_FAIL,
+    RETIRED_PAGES_WARN, Reason, Status, reason,
+};
+use crate::model::{GpuInventory, GpuSample};
+
+/// Reasons and unmade checks, collected.
+#[derive(Default)]
+struct Found {
+    reasons: Vec<Reason>,
+    not_checked: Vec<&'static str>,
+}
+
+/// The health of GPU `n` from its fresh sample `s`.
+pub(super) fn sample(n: u32, s: &GpuSample, inv: &GpuInventory) -> Health {
+    // None: utilisation not read, so whether the GPU is busy is unknown.
+    let busy = s.util_gpu_pct.map(|u| u >= BUSY_UTIL_PCT);
+    let mut f = Found::default();
+    let clock_events = clocks(&mut f, s, busy);
+    memory(&mut f, n, s);
+    ecc(&mut f, s);
+    pcie(&mut f, s, inv, busy);
+    f.reasons.sort_by_key(|r| std::cmp::Reverse(r.severity));
+    let status = if f.not_checked.len() == super::CHECKS.len() {
+        f.reasons.push(reason(
+            "nothing_read",
+            "none of the health readings (clock events, memory repair, ECC, PCIe link) was read"
+                .into(),
+            "see the failing NVML reads in `gpuwatch status` and run `gpuwatch doctor`".into(),
+        ));
+        Status::Unknown
+    } else {
+        f.reasons
+            .iter()
+            .map(|r| r.severity)
+            .max()
+            .unwrap_or(Status::Ok)
+    };
+    Health {
+        status,
+        reasons: f.reasons,
+        clock_events,
+        not_checked: f.not_checked,
+    }
+}
+
+fn clocks(f: &mut Found, s: &GpuSample, busy: Option<bool>) -> Option<Vec<&'static str>> {
+    let Some(mask) = s.throttle_reasons else {
+        f.not_checked.push(CLOCK_EVENTS);
+        return None;
+    };
+    let set: Vec<&'static ClockEvent> = ce::decode(mask).collect();
+    let has = |bit: u64| mask & bit != 0;
+    let temp = s
+        .temp_c
+        .map_or_else(String::new, |t| format!(" (GPU at {t} °C)"));
+    let cooling = "check the cooling: fans, airflow, inlet temperature, the heatsink or cold plate; drain the GPU until it is fixed";
+    if has(ce::HW_POWER_BRAKE_SLOWDOWN) {
+        f.reasons.push(reason(
+            "hw_power_brake_slowdown",
+            "clocks cut by the external power brake: the system's power supply asserted it".into(),
+            "check the node's power supplies and the BMC's event log (a failed PSU, lost redundancy, an overloaded circuit); drain the node while it persists".into(),
+        ));
+    }
+    if has(ce::HW_THERMAL_SLOWDOWN) {
+        f.reasons.push(reason(
+            "hw_thermal_slowdown",
+            format!("clocks cut by hardware thermal protection: the GPU is too hot{temp}"),
+            cooling.into(),
+        ));
+    }
+    // HW slowdown accompanies the two above; alone it names another hardware cause.
+    if has(ce::HW_SLOWDOWN) && !has(ce::HW_POWER_BRAKE_SLOWDOWN | ce::HW_THERMAL_SLOWDOWN) {
+        f.reasons.push(reason(
+            "hw_slowdown",
+            format!("hardware slowdown: clocks cut by half or more (high temperature, the power brake or too much power draw){temp}"),
+            "check the cooling and the node's power supplies; if neither explains it, drain the GPU and run DCGM diagnostics (`dcgmi diag -r 3`)".into(),
+        ));
+    }
+    // At idle a software slowdown costs nothing; with utilisation unknown it may.
+    if has(ce::SW_THERMAL_SLOWDOWN) && busy != Some(false) {
+        f.reasons.push(reason(
+            "sw_thermal_slowdown",
+            format!("the driver lowers clocks under load to keep the GPU below its maximum operating temperature{temp}"),
+            "check the cooling (fans, airflow, inlet temperature) and compare with the node's other GPUs".into(),
+        ));
+    }
+    Some(set.iter().map(|r| r.name).collect())
+}
+
+fn memory(f: &mut Found, n: u32, s: &GpuSample) {
+    let rows = || {
+        format!(
+            "{} correctable, {} uncorrectable rows remapped",
+            count(s.remapped_rows_correctable),
+            count(s.remapped_rows_uncorrectable)
+        )
+    };
+    let reset = format!(
+        "reset the GPU when its work is drained (`nvidia-smi -r -i {n}`) or reboot: the repair takes effect at the reset"
+    );
+    match (s.remap_failure, s.remap_pending, s.retired_pages) {
+        (Some(true), ..) => f.reasons.push(reason(
+            "row_remap_failure",
+            format!("row remapping failed: a memory bank ran out of spare rows ({})", rows()),
+            format!("drain the GPU and RMA the board (NVIDIA's RMA criterion, XID 64); until then {reset}"),
+        )),
+        (_, Some(true), _) => f.reasons.push(reason(
+            "row_remap_pending",
+            format!("a memory row remap is pending ({})", rows()),
+            reset,
+        )),
+        (Some(false), _, _) | (_, Some(false), _) => {}
+        (None, None, Some(pages)) if pages >= RETIRED_PAGES_FAIL => f.reasons.push(reason(
+            "retired_pages_limit",
+            format!("{pages} memory pages retired: at NVIDIA's replacement threshold ({RETIRED_PAGES_FAIL}; at most 64 can be retired)"),
+            "drain the GPU and RMA the board".into(),
+        )),
+        (None, None, Some(pages)) if pages >= RETIRED_PAGES_WARN => f.reasons.push(reason(
+            "retired_pages_high",
+            format!("{pages} memory pages retired ({RETIRED_PAGES_WARN} or more; replacement at {RETIRED_PAGES_FAIL})"),
+            "run DCGM diagnostics (`dcgmi diag -r 3`) and plan the board's replacement if the count grows".into(),
+        )),
+        (None, None, Some(_)) => {}
+        (None, None, None) => f.not_checked.push(MEMORY_REPAIR),
+    }
+}
+
+fn ecc(f: &mut Found, s: &GpuSample) {
+    match s.ecc_uncorrected {
+        None => f.not_checked.push(ECC),
+        Some(0) => {}
+        Some(errors) => f.reasons.push(reason(
+            "ecc_uncorrectable",
+            format!("{errors} uncorrectable ECC errors since the driver loaded"),
+            "the job on the GPU was likely hit (XID 48/94/95): restart it; a pending row remap or page retirement needs a GPU reset; if errors repeat, run DCGM diagnostics and RMA the board".into(),
+        )),
+    }
+}
+
+fn pcie(f: &mut Found, s: &GpuSample, inv: &GpuInventory, busy: Option<bool>) {
+    let gen_low = s.pcie_gen.zip(inv.pcie_max_gen).map(|(g, m)| g < m);
+    let width_low = s.pcie_width.zip(inv.pcie_max_width).map(|(w, m)| w < m);
+    // An idle GPU lowers its link to save power: judged only under load.
+    if busy != Some(true) || (gen_low.is_none() && width_low.is_none()) {
+        f.not_checked.push(PCIE_LINK);
+        return;
+    }
+    if gen_low == Some(true) || width_low == Some(true) {
+        f.reasons.push(reason(
+            "pcie_link_degraded",
+            format!(
+                "PCIe link Gen{} x{} under load, below its maximum Gen{} x{}",
+                count(s.pcie_gen),
+                count(s.pcie_width),
+                count(inv.pcie_max_gen),
+                count(inv.pcie_max_width)
+            ),
+            "reseat the card; check the slot, the riser and the BIOS PCIe settings".into(),
+        ));
+    }
+}
+
+fn count(v: Option<u32>) -> String {
+    v.map_or_else(|| "?".into(), |v| v.to_string())
+}
