@@ -42,6 +42,9 @@ pub struct Request {
     pub processes: bool,
     /// The GPUs to read, in order (those the lane owns and are not lost).
     pub gpus: Vec<u32>,
+    /// Quarantined GPUs probed by this request: their lost state is forgotten, their handle
+    /// and inventory read again (a GPU back from a reset is a new session of the device).
+    pub probe: Vec<u32>,
 }
 
 /// One GPU's answer to a request.
@@ -49,6 +52,8 @@ pub struct Request {
 pub struct Response {
     pub index: u32,
     pub tick_id: u64,
+    /// The tick time of the request.
+    pub ts_ms: TsMs,
     /// Present on the first answer and whenever a refresh finds a change.
     pub inventory: Option<GpuInventory>,
     pub sample: Option<GpuSample>,
@@ -175,6 +180,12 @@ pub fn run(parts: LaneParts) {
             progress.since_us.store(now_us(), Ordering::Release);
             progress.current.store(index, Ordering::Release);
             let mut state = cell.lock();
+            let probed = req.probe.contains(&index);
+            if probed {
+                locals.remove(&index);
+                state.support.lost = None;
+                state.lost_reported = false;
+            }
             let local = locals.entry(index).or_insert_with(|| Local {
                 device: match nvml.device_by_index(index) {
                     Ok(d) => Some(d),
@@ -185,7 +196,7 @@ pub fn run(parts: LaneParts) {
                 },
                 tensor: TensorReader::default(),
             });
-            let resp = read_gpu(nvml, index, &sys, &req, &mut state, local);
+            let resp = read_gpu(nvml, index, &sys, &req, probed, &mut state, local);
             drop(state);
             if n + 1 == req.gpus.len() {
                 // Done before the last answer wakes the coordinator, which may then ask again
@@ -210,6 +221,7 @@ fn read_gpu<'n>(
     index: u32,
     sys: &SystemInfo,
     req: &Request,
+    probed: bool,
     st: &mut GpuState,
     local: &mut Local<'n>,
 ) -> Response {
@@ -217,6 +229,7 @@ fn read_gpu<'n>(
     let mut resp = Response {
         index,
         tick_id: req.tick_id,
+        ts_ms: req.ts_ms,
         inventory: None,
         sample: None,
         processes: None,
@@ -224,7 +237,7 @@ fn read_gpu<'n>(
         lost: None,
     };
     if let Some(dev) = &local.device {
-        if st.inventory.is_none() || req.refresh_inventory {
+        if st.inventory.is_none() || req.refresh_inventory || probed {
             if st.inventory.is_some() {
                 st.support.reprobe();
                 local.tensor.reprobe();

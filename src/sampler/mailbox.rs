@@ -103,6 +103,7 @@ mod tests {
         Response {
             index,
             tick_id,
+            ts_ms: 0,
             inventory: None,
             sample: None,
             processes: None,

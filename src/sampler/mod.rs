@@ -14,7 +14,10 @@
 //!   lane's other GPUs at once, and those not yet read are asked again in the same tick.
 //! - A lane split off by a stall is merged back after [`MERGE_AFTER`] ticks answered in time,
 //!   so the threads woken per tick return to one.
-//! - A lost GPU gets a `Lost` row every tick (it stays visible) and one `gpu_lost` event.
+//! - A GPU NVML calls lost, one with a fatal XID (79, 119, 120), or one without an answer for
+//!   three ticks over ten seconds is quarantined ([`quarantine`]): not called again but for
+//!   probes on a backoff from a minute to an hour; it gets a `Lost` row every tick (it stays
+//!   visible), one `gpu_lost` event, and `gpu_recovered` when a probe finds it back.
 //! - Process identity is `(pid, start time)`; command lines are redacted before storing.
 
 pub mod device;
@@ -26,19 +29,19 @@ pub mod gpu_procs;
 pub mod lane;
 mod mailbox;
 pub mod nvml;
+mod pool;
 pub mod probe;
 pub mod procs;
+pub mod quarantine;
 pub mod redact;
 pub mod support;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::{Duration, Instant};
-
-use nvml_wrapper::Nvml;
 
 use crate::model::{
     Event, GpuInventory, GpuSample, ProcessSample, SampleStatus, SettingChange, TickBatch, TsMs,
@@ -46,14 +49,13 @@ use crate::model::{
 
 use self::device::SystemInfo;
 use self::gpu_procs::RawProcess;
-use self::lane::{GpuCell, IDLE, LaneParts, Progress, Request, Response};
-use self::mailbox::Mailbox;
+use self::lane::{GpuCell, Request, Response};
 use self::nvml::{NvmlHandle, error_text};
+pub use self::pool::MERGE_AFTER;
+use self::pool::Pool;
 use self::procs::{ProcResolver, ProcessOverrides};
+use self::quarantine::{FATAL_XIDS, MISSES_BEFORE, MISSING_FOR, Misses, Quarantine, xid_reason};
 use self::redact::Redactor;
-
-/// Ticks a split-off lane answers in time before its GPUs go back to the main lane.
-pub const MERGE_AFTER: u32 = 60;
 
 /// What the sampler needs from the configuration.
 #[derive(Debug, Clone)]
@@ -97,49 +99,15 @@ pub enum SamplerError {
 struct Slot {
     index: u32,
     uuid: Option<String>,
-    lost: bool,
-}
-
-/// The coordinator's handle on one lane.
-struct Lane {
-    id: usize,
-    tx: Sender<Request>,
-    /// The GPUs it owns, in index order.
-    gpus: Vec<u32>,
-    progress: Arc<Progress>,
-    /// The tick of the newest request sent to it.
-    asked: Option<u64>,
-    /// Consecutive requests it finished within their tick's deadline.
-    on_time: u32,
-}
-
-impl Lane {
-    /// Still working on an earlier request (or stuck in it).
-    fn busy(&self) -> bool {
-        self.asked
-            .is_some_and(|t| self.progress.done_tick.load(Ordering::Acquire) < t)
-    }
-
-    /// The GPU it has been reading for at least `stall`, if any.
-    fn stalled_in(&self, stall: Duration) -> Option<u32> {
-        let current = self.progress.current.load(Ordering::Acquire);
-        if current == IDLE || !self.busy() {
-            return None;
-        }
-        let since = self.progress.since_us.load(Ordering::Acquire);
-        let stall_us = u64::try_from(stall.as_micros()).unwrap_or(u64::MAX);
-        (lane::now_us().saturating_sub(since) >= stall_us).then_some(current)
-    }
+    /// Not called (but for probes) while set.
+    quarantine: Option<Quarantine>,
+    /// The current run of ticks without an answer.
+    misses: Misses,
 }
 
 pub struct Sampler {
     slots: Vec<Slot>,
-    cells: Arc<[GpuCell]>,
-    lanes: Vec<Lane>,
-    next_lane_id: usize,
-    nvml: Arc<Nvml>,
-    sys: SystemInfo,
-    responses: Mailbox,
+    pool: Pool,
     events: Receiver<Event>,
     /// The sending side of `events`, for other sources of events (the kernel-log follower).
     event_tx: Sender<Event>,
@@ -190,20 +158,17 @@ impl Sampler {
             &cfg.proc_root,
             &cfg.pod_logs_dir,
         );
+        let cells: Arc<[GpuCell]> = (0..count).map(|index| GpuCell::new(index, 0)).collect();
         let mut s = Self {
             slots: (0..count)
                 .map(|index| Slot {
                     index,
                     uuid: None,
-                    lost: false,
+                    quarantine: None,
+                    misses: Misses::default(),
                 })
                 .collect(),
-            cells: (0..count).map(|index| GpuCell::new(index, 0)).collect(),
-            lanes: Vec::new(),
-            next_lane_id: 0,
-            nvml: h.nvml.clone(),
-            sys: SystemInfo::from_handle(h),
-            responses: Mailbox::default(),
+            pool: Pool::new(h.nvml.clone(), SystemInfo::from_handle(h), cells),
             events,
             event_tx: ev_tx,
             xid_watch,
@@ -221,7 +186,7 @@ impl Sampler {
             inventories: HashMap::new(),
         };
         if count > 0 {
-            s.spawn_lane((0..count).collect())?;
+            s.pool.spawn_lane((0..count).collect())?;
         }
         s.discover();
         Ok(s)
@@ -238,7 +203,14 @@ impl Sampler {
 
     /// How many lanes (NVML threads) there are now: one, unless calls stalled.
     pub fn lane_count(&self) -> usize {
-        self.lanes.len()
+        self.pool.len()
+    }
+
+    /// The GPUs not called now (but for probes), by index, with why.
+    pub fn quarantined(&self) -> impl Iterator<Item = (u32, &Quarantine)> {
+        self.slots
+            .iter()
+            .filter_map(|s| s.quarantine.as_ref().map(|q| (s.index, q)))
     }
 
     /// A sender into the channel NVML's XID events arrive on: events sent there are stamped
@@ -252,203 +224,6 @@ impl Sampler {
         self.xid_watch.clone()
     }
 
-    /// Starts a lane owning `gpus`; returns its position in `lanes`.
-    fn spawn_lane(&mut self, gpus: Vec<u32>) -> Result<usize, std::io::Error> {
-        let id = self.next_lane_id;
-        let (tx, rx) = mpsc::channel();
-        let progress = Arc::new(Progress::default());
-        let parts = LaneParts {
-            id,
-            nvml: self.nvml.clone(),
-            sys: self.sys.clone(),
-            cells: self.cells.clone(),
-            progress: progress.clone(),
-            requests: rx,
-            mailbox: self.responses.clone(),
-        };
-        std::thread::Builder::new()
-            .name(format!("gpuwatch-lane{id}"))
-            .spawn(move || lane::run(parts))?;
-        self.next_lane_id += 1;
-        // Owned from now on: the lane it leaves skips these GPUs from its next read on.
-        for &g in &gpus {
-            if let Some(cell) = self.cells.get(g as usize) {
-                cell.owner.store(id, Ordering::Release);
-            }
-        }
-        self.lanes.push(Lane {
-            id,
-            tx,
-            gpus,
-            progress,
-            asked: None,
-            on_time: 0,
-        });
-        Ok(self.lanes.len() - 1)
-    }
-
-    /// Moves every GPU of the lane at `pos` but `stuck` to a new lane; returns the new lane's
-    /// position and the GPUs moved.
-    fn split(&mut self, pos: usize, stuck: u32) -> Option<(usize, Vec<u32>)> {
-        let moving: Vec<u32> = self.lanes[pos]
-            .gpus
-            .iter()
-            .copied()
-            .filter(|&g| g != stuck)
-            .collect();
-        if moving.is_empty() {
-            return None;
-        }
-        tracing::warn!(
-            gpu = stuck,
-            others = ?moving,
-            "an NVML call on this GPU stalls; the other GPUs of its lane move to a new one"
-        );
-        match self.spawn_lane(moving.clone()) {
-            Ok(new) => {
-                self.lanes[pos].gpus.retain(|&g| g == stuck);
-                self.lanes[pos].on_time = 0;
-                Some((new, moving))
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot start a new NVML lane; these GPUs wait for the stalled call");
-                None
-            }
-        }
-    }
-
-    /// Lanes still stuck in an earlier tick keep only the GPU they are in.
-    fn split_stuck(&mut self) {
-        for pos in 0..self.lanes.len() {
-            let lane = &self.lanes[pos];
-            if !lane.busy() || lane.gpus.len() < 2 {
-                continue;
-            }
-            let current = lane.progress.current.load(Ordering::Acquire);
-            if current != IDLE {
-                self.split(pos, current);
-            }
-        }
-    }
-
-    /// During a tick's wait: lanes stalled in one GPU for `stall` give their other GPUs to a
-    /// new lane, which is asked at once for those of them this tick still waits for.
-    fn split_stalled(&mut self, req: &Request, stall: Duration) {
-        let outstanding = self.responses.outstanding();
-        for pos in 0..self.lanes.len() {
-            let lane = &self.lanes[pos];
-            if lane.asked != Some(req.tick_id) || lane.gpus.len() < 2 {
-                continue;
-            }
-            let Some(stuck) = lane.stalled_in(stall) else {
-                continue;
-            };
-            let Some((new, moved)) = self.split(pos, stuck) else {
-                continue;
-            };
-            let again: Vec<u32> = moved
-                .into_iter()
-                .filter(|g| outstanding.contains(g))
-                .collect();
-            if !again.is_empty() {
-                self.ask(new, req, again);
-            }
-        }
-    }
-
-    /// Gives the GPUs of split-off lanes that answered in time for [`MERGE_AFTER`] ticks back
-    /// to the lane with the most GPUs; their threads end.
-    fn merge_recovered(&mut self) {
-        let Some(main) = (0..self.lanes.len())
-            .filter(|&p| !self.lanes[p].busy())
-            .max_by_key(|&p| (self.lanes[p].gpus.len(), std::cmp::Reverse(p)))
-        else {
-            return;
-        };
-        let main_id = self.lanes[main].id;
-        let ready: Vec<usize> = (0..self.lanes.len())
-            .filter(|&p| p != main)
-            .filter(|&p| !self.lanes[p].busy() && self.lanes[p].on_time >= MERGE_AFTER)
-            .collect();
-        for &p in ready.iter().rev() {
-            let lane = self.lanes.remove(p);
-            for &g in &lane.gpus {
-                if let Some(cell) = self.cells.get(g as usize) {
-                    cell.owner.store(main_id, Ordering::Release);
-                }
-            }
-            let Some(main) = self.lanes.iter_mut().find(|l| l.id == main_id) else {
-                continue;
-            };
-            main.gpus.extend(&lane.gpus);
-            main.gpus.sort_unstable();
-            tracing::info!(gpus = ?lane.gpus, "NVML calls answer in time again; the GPUs rejoin the main lane");
-        }
-    }
-
-    /// Sends `req` for `gpus` to the lane at `pos`; the GPUs whose request could not be sent
-    /// are not waited for.
-    fn ask(&mut self, pos: usize, req: &Request, gpus: Vec<u32>) {
-        let lane = &mut self.lanes[pos];
-        let sent = lane
-            .tx
-            .send(Request {
-                gpus: gpus.clone(),
-                ..req.clone()
-            })
-            .is_ok();
-        if sent {
-            lane.asked = Some(req.tick_id);
-        } else {
-            for g in gpus {
-                self.responses.forgo(g);
-            }
-        }
-    }
-
-    /// Asks every lane that is free for its GPUs that are not lost; returns the GPUs asked.
-    fn ask_all(&mut self, req: &Request) -> Vec<u32> {
-        let plan: Vec<(usize, Vec<u32>)> = self
-            .lanes
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| !l.busy())
-            .map(|(p, l)| {
-                let gpus = l
-                    .gpus
-                    .iter()
-                    .copied()
-                    .filter(|&g| self.slots.get(g as usize).is_some_and(|s| !s.lost))
-                    .collect::<Vec<u32>>();
-                (p, gpus)
-            })
-            .filter(|(_, g)| !g.is_empty())
-            .collect();
-        let asked: Vec<u32> = plan.iter().flat_map(|(_, g)| g.iter().copied()).collect();
-        self.responses.expect(req.tick_id, &asked);
-        for (pos, gpus) in plan {
-            self.ask(pos, req, gpus);
-        }
-        asked
-    }
-
-    /// Waits for the answers of `req` until `deadline`, moving GPUs off stalled lanes.
-    fn wait(&mut self, req: &Request, deadline: Instant) {
-        let stall = self.cfg.deadline / 4;
-        let mut check = Instant::now() + stall;
-        loop {
-            if self.responses.wait(check.min(deadline)) {
-                break;
-            }
-            if Instant::now() >= deadline {
-                break;
-            }
-            self.split_stalled(req, stall);
-            check = Instant::now() + (stall / 2).max(Duration::from_millis(1));
-        }
-        self.responses.close();
-    }
-
     /// Asks every GPU for its inventory and waits up to `startup_timeout`.
     fn discover(&mut self) {
         self.tick_id += 1;
@@ -459,11 +234,12 @@ impl Sampler {
             sample: false,
             processes: false,
             gpus: Vec::new(),
+            probe: Vec::new(),
         };
-        self.ask_all(&req);
+        self.pool.ask_all(&req, |_| true);
         let deadline = Instant::now() + self.cfg.startup_timeout;
-        self.wait(&req, deadline);
-        for r in self.responses.drain() {
+        self.pool.wait(&req, deadline, self.cfg.deadline / 4);
+        for r in self.pool.mailbox.drain() {
             self.absorb(r, 0);
         }
         for slot in self.slots.iter().filter(|s| s.uuid.is_none()) {
@@ -514,15 +290,8 @@ impl Sampler {
             self.pending_inventory.push(inv);
         }
         if let Some(reason) = r.lost {
-            slot.lost = true;
-            self.pending_events.push(Event {
-                ts_ms: 0,
-                gpu_uuid: slot.uuid.clone(),
-                kind: "gpu_lost".into(),
-                code: None,
-                message: format!("GPU {} lost: {reason}", slot.index),
-                ..Event::default()
-            });
+            let reason = format!("GPU {} lost: {reason}", slot.index);
+            quarantine(slot, &mut self.pending_events, r.ts_ms, reason);
         }
         self.pending_errors.extend(r.errors);
         if r.tick_id != tick_id {
@@ -546,11 +315,18 @@ impl Sampler {
         // Answers that arrived after an earlier tick's deadline are absorbed (their samples
         // are stale and dropped; their inventory and errors are kept); a lane still stuck in
         // an earlier tick keeps only the GPU it is in, the others are asked on a new lane.
-        for r in self.responses.drain() {
+        for r in self.pool.mailbox.drain() {
             let _stale = self.absorb(r, tick_id);
         }
-        self.split_stuck();
-        self.merge_recovered();
+        self.pool.split_stuck();
+        self.pool.merge_recovered();
+        // Quarantined GPUs are asked only for their probes (their lost state cleared first).
+        let probe: Vec<u32> = self
+            .slots
+            .iter()
+            .filter(|s| s.quarantine.as_ref().is_some_and(|q| q.probe_due(ts_ms)))
+            .map(|s| s.index)
+            .collect();
         let req = Request {
             tick_id,
             ts_ms,
@@ -558,16 +334,19 @@ impl Sampler {
             sample: true,
             processes: self.cfg.processes,
             gpus: Vec::new(),
+            probe,
         };
-        self.ask_all(&req);
-        self.wait(&req, started + self.cfg.deadline);
-        for lane in &mut self.lanes {
-            if lane.asked == Some(tick_id) {
-                lane.on_time = if lane.busy() { 0 } else { lane.on_time + 1 };
-            }
-        }
+        let slots = &self.slots;
+        self.pool.ask_all(&req, |g| {
+            slots
+                .get(g as usize)
+                .is_some_and(|s| s.quarantine.is_none() || req.probe.contains(&g))
+        });
+        self.pool
+            .wait(&req, started + self.cfg.deadline, self.cfg.deadline / 4);
+        self.pool.count_on_time(tick_id);
         let mut got: HashMap<u32, (GpuSample, Option<Vec<RawProcess>>)> = HashMap::new();
-        for r in self.responses.drain() {
+        for r in self.pool.mailbox.drain() {
             let index = r.index;
             if let Some(v) = self.absorb(r, tick_id) {
                 got.entry(index).or_insert(v);
@@ -577,11 +356,29 @@ impl Sampler {
             ts_ms,
             ..TickBatch::default()
         };
-        for slot in &self.slots {
-            let Some(uuid) = &slot.uuid else { continue };
+        for slot in &mut self.slots {
+            let Some(uuid) = slot.uuid.clone() else {
+                continue;
+            };
+            let probed = req.probe.contains(&slot.index);
             match got.remove(&slot.index) {
-                Some((mut sample, raw)) => {
-                    if self.observe_processes && sample.status == SampleStatus::Ok {
+                Some((mut sample, raw)) if sample.status == SampleStatus::Ok => {
+                    slot.misses.answered();
+                    if probed && let Some(q) = slot.quarantine.take() {
+                        self.pending_events.push(Event {
+                            ts_ms,
+                            gpu_uuid: Some(uuid.clone()),
+                            kind: "gpu_recovered".into(),
+                            message: format!(
+                                "GPU {} answers again (not called since {}: {})",
+                                slot.index,
+                                crate::alerts::engine::human(ts_ms - q.since_ms),
+                                q.reason
+                            ),
+                            ..Event::default()
+                        });
+                    }
+                    if self.observe_processes {
                         sample.process_count = raw
                             .as_ref()
                             .map(|r| u32::try_from(r.len()).unwrap_or(u32::MAX));
@@ -596,22 +393,45 @@ impl Sampler {
                     }
                     batch.samples.push(sample);
                 }
-                None if slot.lost => {
-                    batch
-                        .samples
-                        .push(GpuSample::empty(ts_ms, uuid, SampleStatus::Lost))
-                }
-                None => {
+                answer => {
+                    if let Some(q) = slot.quarantine.as_mut() {
+                        if probed {
+                            q.probe_failed(ts_ms);
+                        }
+                        batch
+                            .samples
+                            .push(GpuSample::empty(ts_ms, &uuid, SampleStatus::Lost));
+                        continue;
+                    }
+                    if let Some((sample, _)) = answer {
+                        // Answered, with a sample that is not a reading (its status says why).
+                        slot.misses.answered();
+                        batch.samples.push(sample);
+                        continue;
+                    }
                     tracing::debug!(index = slot.index, "GPU missed the tick deadline");
-                    batch
-                        .samples
-                        .push(GpuSample::empty(ts_ms, uuid, SampleStatus::DeadlineMissed));
+                    batch.samples.push(GpuSample::empty(
+                        ts_ms,
+                        &uuid,
+                        SampleStatus::DeadlineMissed,
+                    ));
+                    // Asked and late, or not asked because its lane is still stuck in it.
+                    if slot.misses.missed(ts_ms) {
+                        let reason = format!(
+                            "GPU {}: NVML calls missed the deadline {MISSES_BEFORE} ticks in a \
+                             row, for {}",
+                            slot.index,
+                            humantime::format_duration(MISSING_FOR)
+                        );
+                        quarantine(slot, &mut self.pending_events, ts_ms, reason);
+                    }
                 }
             }
         }
         let live: Vec<u32> = batch.processes.iter().map(|p| p.process.pid).collect();
         self.resolver.retain(&live);
         while let Ok(ev) = self.events.try_recv() {
+            self.quarantine_on_fatal_xid(&ev, ts_ms);
             self.pending_events.push(ev);
         }
         batch.inventory = std::mem::take(&mut self.pending_inventory);
@@ -628,6 +448,55 @@ impl Sampler {
         }
         batch
     }
+}
+
+impl Sampler {
+    /// A fatal XID (79, 119, 120) for a GPU the sampler knows — by UUID, or by the PCI address
+    /// a kernel log gave — quarantines it from the next tick on.
+    fn quarantine_on_fatal_xid(&mut self, ev: &Event, ts_ms: TsMs) {
+        let Some(code) = ev
+            .code
+            .filter(|c| ev.kind == "xid" && FATAL_XIDS.contains(c))
+        else {
+            return;
+        };
+        let by_pci = ev
+            .pci_bus_id
+            .as_deref()
+            .and_then(crate::xid::nvrm::PciAddr::parse);
+        let index = self.inventories.values().find_map(|inv| {
+            let uuid_match = ev.gpu_uuid.as_deref() == Some(inv.uuid.as_str());
+            let pci_match = by_pci.as_ref().is_some_and(|want| {
+                inv.pci_bus_id
+                    .as_deref()
+                    .and_then(crate::xid::nvrm::PciAddr::parse)
+                    .is_some_and(|have| have == *want)
+            });
+            (uuid_match || pci_match).then_some(inv.index)
+        });
+        let Some(slot) = index.and_then(|i| self.slots.get_mut(i as usize)) else {
+            return;
+        };
+        let reason = format!("GPU {}: {}", slot.index, xid_reason(code));
+        quarantine(slot, &mut self.pending_events, ts_ms, reason);
+    }
+}
+
+/// Stops calling `slot`'s GPU (until its probes bring it back) and reports it lost, once.
+fn quarantine(slot: &mut Slot, events: &mut Vec<Event>, ts_ms: TsMs, reason: String) {
+    if slot.quarantine.is_some() {
+        return;
+    }
+    tracing::error!(gpu = slot.index, %reason, "this GPU is not called again until a probe finds it back");
+    events.push(Event {
+        ts_ms,
+        gpu_uuid: slot.uuid.clone(),
+        kind: "gpu_lost".into(),
+        code: None,
+        message: reason.clone(),
+        ..Event::default()
+    });
+    slot.quarantine = Some(Quarantine::new(ts_ms, reason));
 }
 
 /// The settings that differ between two inventory reads of one GPU (both values known):

@@ -281,7 +281,8 @@ fn a_call_that_never_returns_costs_one_gpu_not_the_daemon() {
     );
     let deadline = Duration::from_millis(300);
     let mut r = rig(&scenario, deadline);
-    for n in 0..6 {
+    let mut lost = Vec::new();
+    for n in 0..14 {
         let started = Instant::now();
         let b = r.tick();
         let took = started.elapsed();
@@ -298,12 +299,77 @@ fn a_call_that_never_returns_costs_one_gpu_not_the_daemon() {
             b.samples[0].util_gpu_pct,
             Some(r.sim.scenario.gpu_state(0, n).util_gpu)
         );
-        let want = if n < 2 {
-            SampleStatus::Ok
-        } else {
-            SampleStatus::DeadlineMissed
+        // Ten seconds without an answer, then the GPU is no longer called: lost.
+        let want = match n {
+            0..2 => SampleStatus::Ok,
+            2..13 => SampleStatus::DeadlineMissed,
+            _ => SampleStatus::Lost,
         };
         assert_eq!(b.samples[1].status, want, "GPU 1 at tick {n}");
+        lost.extend(b.events.into_iter().filter(|e| e.kind == "gpu_lost"));
+    }
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert!(lost[0].message.contains("missed the deadline"), "{lost:?}");
+    assert_eq!(
+        lost[0].gpu_uuid.as_deref(),
+        Some(r.sim.scenario.gpu(1).uuid.as_str())
+    );
+}
+
+/// XID 79 (fallen off the bus): the GPU is not called again — its calls would block — while
+/// the others keep their deadline; a probe a minute later finds it back once it answers.
+#[test]
+fn a_gpu_that_fell_off_the_bus_is_not_called_until_a_probe_finds_it_back() {
+    let scenario = format!(
+        "{TWO_GPUS}\n[[event]]\ngpu = 1\nat = \"2s\"\nxid = 79\n\
+         [[fault]]\ngpu = 1\nsymbol = \"nvmlDeviceGetTemperature\"\nfrom = \"3s\"\nuntil = \"40s\"\nblock = \"forever\"\n"
+    );
+    let deadline = Duration::from_millis(400);
+    let mut r = rig(&scenario, deadline);
+    let mut events = Vec::new();
+    let mut per_tick = Vec::new();
+    let mut statuses = Vec::new();
+    for n in 0..70 {
+        let before = calls(&r);
+        let started = Instant::now();
+        let b = r.tick();
+        assert!(started.elapsed() < deadline, "tick {n} kept its deadline");
+        assert_eq!(b.samples[0].status, SampleStatus::Ok, "GPU 0 at tick {n}");
+        per_tick.push(calls(&r) - before);
+        statuses.push(b.samples[1].status);
+        events.extend(
+            b.events
+                .into_iter()
+                .filter(|e| e.kind == "gpu_lost" || e.kind == "gpu_recovered"),
+        );
+    }
+    assert_eq!(r.sampler.lane_count(), 1, "no call on GPU 1 ever stalled");
+    assert_eq!(statuses[2], SampleStatus::Ok, "the XID's own tick");
+    assert!(
+        statuses[3..62].iter().all(|s| *s == SampleStatus::Lost),
+        "{statuses:?}"
+    );
+    // Probed at 62 s (a minute after the XID), answering again: back.
+    assert_eq!(statuses[62], SampleStatus::Ok, "{statuses:?}");
+    assert_eq!(statuses[69], SampleStatus::Ok);
+    // Only GPU 0 is called meanwhile: half the calls of a tick with both.
+    assert!(
+        per_tick[10] * 2 <= per_tick[1] + 2,
+        "calls per tick: {per_tick:?}"
+    );
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["gpu_lost", "gpu_recovered"], "{events:?}");
+    assert!(events[0].message.contains("XID 79"), "{events:?}");
+}
+
+/// Device calls the simulated library answered so far (its own counter).
+fn calls(r: &crate::common::Rig) -> u64 {
+    // SAFETY: the library is already loaded from this path; the symbol is `u64 (void)`.
+    unsafe {
+        let lib = libloading::Library::new(r.sim.library_path()).expect("library");
+        let f: libloading::Symbol<unsafe extern "C" fn() -> u64> =
+            lib.get(b"gpuwatchFakeCallCount").expect("symbol");
+        f()
     }
 }
 
@@ -317,17 +383,17 @@ fn a_call_that_never_returns_on_the_first_gpu_costs_only_that_gpu() {
     let deadline = Duration::from_millis(400);
     let mut r = rig(&scenario, deadline);
     assert_eq!(r.sampler.lane_count(), 1, "one NVML thread for every GPU");
-    for n in 0..6 {
+    for n in 0..14 {
         let started = Instant::now();
         let b = r.tick();
         assert!(
             started.elapsed() < deadline + Duration::from_millis(500),
             "tick {n}"
         );
-        let want = if n < 2 {
-            SampleStatus::Ok
-        } else {
-            SampleStatus::DeadlineMissed
+        let want = match n {
+            0..2 => SampleStatus::Ok,
+            2..13 => SampleStatus::DeadlineMissed,
+            _ => SampleStatus::Lost,
         };
         assert_eq!(b.samples[0].status, want, "GPU 0 at tick {n}");
         assert_eq!(
