@@ -95,6 +95,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "gpu_audit",
         sql: include_str!("../../migrations/0014_gpu_audit.sql"),
     },
+    Migration {
+        version: 15,
+        name: "rollups_by_gpu",
+        sql: include_str!("../../migrations/0015_rollups_by_gpu.sql"),
+    },
 ];
 
 /// The schema version this binary writes and reads: the highest migration's.

@@ -42,6 +42,25 @@ impl Cell {
         }
     }
 
+    /// Becomes `v`, reusing its text or blob buffer when it has one (a query's rows share
+    /// one set of cells: no allocation per row once the buffers are grown).
+    pub(crate) fn set(&mut self, v: ValueRef<'_>) {
+        match (self, v) {
+            (Self::Text(s), ValueRef::Text(t)) => {
+                s.clear();
+                match std::str::from_utf8(t) {
+                    Ok(t) => s.push_str(t),
+                    Err(_) => s.push_str(&String::from_utf8_lossy(t)),
+                }
+            }
+            (Self::Blob(b), ValueRef::Blob(v)) => {
+                b.clear();
+                b.extend_from_slice(v);
+            }
+            (cell, v) => *cell = Self::from_ref(v),
+        }
+    }
+
     /// True for INTEGER and REAL (right-aligned in tables).
     pub fn is_number(&self) -> bool {
         matches!(self, Self::Int(_) | Self::Real(_))
@@ -218,11 +237,10 @@ pub fn run(conn: &Connection, sql: &str, sink: &mut dyn RowSink) -> Result<u64, 
     sink.columns(&names)?;
     let mut rows = stmt.query([]).map_err(|e| classify(e, sql, true))?;
     let mut n = 0u64;
-    let mut cells = Vec::with_capacity(names.len());
+    let mut cells = vec![Cell::Null; names.len()];
     while let Some(row) = rows.next().map_err(|e| classify(e, sql, true))? {
-        cells.clear();
-        for i in 0..names.len() {
-            cells.push(Cell::from_ref(row.get_ref(i).map_err(QueryError::Sqlite)?));
+        for (i, cell) in cells.iter_mut().enumerate() {
+            cell.set(row.get_ref(i).map_err(QueryError::Sqlite)?);
         }
         sink.row(&cells)?;
         n += 1;

@@ -91,8 +91,26 @@ impl<W: Write> RowSink for CsvSink<W> {
         self.0.write_record(names).map_err(std::io::Error::other)
     }
     fn row(&mut self, cells: &[Cell]) -> std::io::Result<()> {
+        // Field by field, numbers formatted on the stack: no allocation per cell (a week of
+        // rollups is 80 000 rows).
+        let mut int = itoa::Buffer::new();
+        let mut float = ryu::Buffer::new();
+        for c in cells {
+            let field: &[u8] = match c {
+                Cell::Null => b"",
+                Cell::Int(i) => int.format(*i).as_bytes(),
+                Cell::Real(f) if f.is_finite() => float.format_finite(*f).as_bytes(),
+                Cell::Text(t) => t.as_bytes(),
+                other => {
+                    let t = text(other).unwrap_or_default();
+                    self.0.write_field(t).map_err(std::io::Error::other)?;
+                    continue;
+                }
+            };
+            self.0.write_field(field).map_err(std::io::Error::other)?;
+        }
         self.0
-            .write_record(cells.iter().map(|c| text(c).unwrap_or_default()))
+            .write_record(std::iter::empty::<&[u8]>())
             .map_err(std::io::Error::other)
     }
 }
