@@ -53,9 +53,13 @@ pub enum DaemonError {
     Tls(String),
 }
 
-/// The tick after which the executable's start-up pages are given back (every thread has
-/// run its steady path by then: the rules primed, the first scrape or push likely done).
+/// The tick after which the start-up pages are given back (every thread has run its steady
+/// path by then: the rules primed, the first scrape or push likely done)...
 const RELEASE_STARTUP_PAGES_AFTER: u64 = 30;
+/// The page cache of the daemon's writer connection, in KiB.
+const WRITER_CACHE_KIB: i64 = 1024;
+/// ...and how often pages are given back after that (what rare paths faulted in since).
+const RELEASE_COLD_PAGES_EVERY: Duration = Duration::from_secs(600);
 
 /// Called with every batch after it was handed to the writer (the demo prints from it).
 pub type BatchObserver = Box<dyn FnMut(&TickBatch) + Send>;
@@ -181,6 +185,9 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     } else {
         None
     };
+    // The writer touches the newest pages of a few tables (and the rules read the same): a
+    // 1 MB cache holds them; SQLite's 2 MB default filled with the history read at start.
+    store.set_cache_kib(WRITER_CACHE_KIB)?;
     let writer = store::WriterHandle::spawn_with(
         store,
         store::WRITER_QUEUE_CAPACITY,
@@ -305,6 +312,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         .store(sampler.gpu_count() as u32, Ordering::Relaxed);
     tracing::info!(gpus = sampler.gpu_count(), interval = ?ticker.interval(), db = %config.database.display(), "sampling");
 
+    let mut released: Option<std::time::Instant> = None;
     while let Some(tick) = ticker.next(&stop) {
         let started = std::time::Instant::now();
         let mut batch = sampler.tick(tick.ts_ms);
@@ -340,9 +348,14 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         health.tick_seconds.observe(started.elapsed());
         health.tick_done(tick.ts_ms, batch_progress);
         summary.ticks += 1;
-        if summary.ticks == RELEASE_STARTUP_PAGES_AFTER && !ticker.simulated() {
-            let bytes = crate::pages::release_startup_pages();
-            tracing::debug!(bytes, "gave back the executable's start-up pages");
+        let release_due = match released {
+            None => summary.ticks >= RELEASE_STARTUP_PAGES_AFTER,
+            Some(at) => at.elapsed() >= RELEASE_COLD_PAGES_EVERY,
+        };
+        if release_due && !ticker.simulated() {
+            released = Some(std::time::Instant::now());
+            let bytes = crate::pages::release_cold_pages();
+            tracing::debug!(bytes, "gave back the pages of code and data not in use");
         }
     }
 

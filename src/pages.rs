@@ -1,15 +1,18 @@
-//! Gives back the executable's start-up pages: once the daemon runs, the code and read-only
-//! data that only start-up touched (argument parsing, config, migrations, TLS and HTTP
-//! client set-up, the kubelet client) stay resident for nothing. `MADV_PAGEOUT` (Linux 5.4+)
-//! on the executable's read-only mappings reclaims its clean pages; what the daemon keeps
-//! running is faulted back in within a tick or two and stays. (The kernel maps up to 64 KiB
-//! of cached pages around each fault — fault-around, a system setting — so ~8 MiB of the
-//! text comes back with the daemon's scattered hot functions; `MADV_RANDOM` does not change
-//! that: measured, no difference.)
+//! Gives back pages the daemon does not use: once it runs, the code and read-only data that
+//! only start-up touched (argument parsing, config, migrations, TLS and HTTP client set-up,
+//! the kubelet client) stay resident for nothing, and so does what a rare path (a rollup, a
+//! scrape, a report of the NVML library) faulted in since. `MADV_PAGEOUT` (Linux 5.4+) on the
+//! read-only file mappings — the executable and the shared libraries, NVML's included —
+//! reclaims their clean pages; what the daemon keeps running is faulted back in within a tick
+//! or two. (The kernel maps up to 64 KiB of cached pages around each fault — fault-around, a
+//! system setting — so the daemon's scattered hot functions bring some of their neighbours
+//! back; `MADV_RANDOM` does not change that: measured, no difference.) The heap's free
+//! chunks are given back with them (`malloc_trim`). The daemon does this after 30 ticks and
+//! then every ten minutes.
 //!
-//! Invariants: only read-only, file-backed mappings of the executable itself are touched (no
-//! heap, stack, writable data or library), so nothing can be lost; older kernels answer
-//! EINVAL and nothing happens; it runs once.
+//! Invariants: only read-only, file-backed mappings are advised (no heap, stack or writable
+//! data), and `malloc_trim` only returns free memory, so nothing can be lost; older kernels
+//! answer EINVAL and nothing happens.
 //!
 //! It also owns the daemon's malloc setting: glibc gives every thread that allocates an arena
 //! of its own (up to 8 per core), and the daemon's dozen threads each keep their arena's
@@ -23,10 +26,21 @@ use std::path::PathBuf;
 const MADV_PAGEOUT: libc::c_int = 21;
 
 /// The executable's read-only mappings as (start, length).
+#[cfg(test)]
 fn executable_ranges() -> Vec<(usize, usize)> {
     let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
         return Vec::new();
     };
+    read_only_file_ranges(|path| path == exe)
+}
+
+/// The read-only mappings of files (the executable, shared libraries) as (start, length).
+fn file_ranges() -> Vec<(usize, usize)> {
+    read_only_file_ranges(|path| path.is_absolute())
+}
+
+/// The read-only mappings of the files `wanted` selects, as (start, length).
+fn read_only_file_ranges(wanted: impl Fn(&std::path::Path) -> bool) -> Vec<(usize, usize)> {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
         return Vec::new();
     };
@@ -37,7 +51,7 @@ fn executable_ranges() -> Vec<(usize, usize)> {
             continue;
         };
         let path: Option<PathBuf> = f.nth(3).map(PathBuf::from);
-        if path.as_ref() != Some(&exe) || perms.contains('w') {
+        if !path.as_deref().is_some_and(&wanted) || perms.contains('w') {
             continue;
         }
         let Some((a, b)) = range.split_once('-') else {
@@ -52,13 +66,25 @@ fn executable_ranges() -> Vec<(usize, usize)> {
     out
 }
 
-/// Reclaims the executable's clean start-up pages; returns the bytes advised.
-pub fn release_startup_pages() -> usize {
+/// Reclaims the clean pages of the executable's and the libraries' read-only mappings and
+/// the heap's free memory; returns the bytes advised.
+pub fn release_cold_pages() -> usize {
+    let advised = page_out(&file_ranges());
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free heap memory to the system.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+    advised
+}
+
+/// `MADV_PAGEOUT` on each range; returns the bytes advised.
+fn page_out(ranges: &[(usize, usize)]) -> usize {
     let mut advised = 0;
-    for (start, len) in executable_ranges() {
-        // SAFETY: (start, len) is a whole read-only, file-backed mapping of this process's
-        // executable, read from /proc/self/maps; MADV_PAGEOUT only drops clean pages, which
-        // the kernel reads back from the file on the next access: no memory changes.
+    for &(start, len) in ranges {
+        // SAFETY: (start, len) is a whole read-only, file-backed mapping of this process, read
+        // from /proc/self/maps; MADV_PAGEOUT only drops clean pages, which the kernel reads
+        // back from the file on the next access: no memory changes.
         let rc = unsafe { libc::madvise(start as *mut libc::c_void, len, MADV_PAGEOUT) };
         if rc == 0 {
             advised += len;
@@ -81,11 +107,17 @@ pub fn one_malloc_arena() {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn only_the_executables_read_only_mappings() {
-        let ranges = super::executable_ranges();
-        assert!(!ranges.is_empty(), "the test binary maps itself");
-        // The process keeps running normally afterwards (its code is faulted back in).
-        super::release_startup_pages();
-        assert_eq!(super::executable_ranges(), ranges);
+    fn only_read_only_file_mappings() {
+        let exe = super::executable_ranges();
+        assert!(!exe.is_empty(), "the test binary maps itself");
+        let files = super::file_ranges();
+        assert!(exe.iter().all(|r| files.contains(r)));
+        assert!(files.len() > exe.len(), "libc is mapped too");
+        // The process keeps running normally afterwards (its code is faulted back in), and
+        // its heap keeps what it holds.
+        let kept = vec![7u8; 1 << 20];
+        super::release_cold_pages();
+        assert_eq!(super::executable_ranges(), exe);
+        assert!(kept.iter().all(|&b| b == 7));
     }
 }

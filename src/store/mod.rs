@@ -378,6 +378,12 @@ impl Store {
         &self.conn
     }
 
+    /// Sets the connection's page cache to `kib` KiB.
+    pub fn set_cache_kib(&self, kib: i64) -> Result<(), StoreError> {
+        self.conn.pragma_update(None, "cache_size", -kib)?;
+        Ok(())
+    }
+
     /// Page counts of the database (two cheap pragmas).
     pub fn usage(&self) -> Result<DbUsage, StoreError> {
         // One cached statement (the pragmas' table-valued forms): the writer asks every tick.
