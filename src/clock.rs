@@ -6,10 +6,11 @@
 //!
 //! Invariant: `next` returns `None` at once when `stop` is set through [`request_stop`] (the
 //! signal thread of [`watch_signals`] does that); between ticks the sampling thread sleeps in
-//! one wait.
+//! one wait: on the wall clock that is the sampler's wait for the tick's answers
+//! ([`Ticker::next_due`]), which [`request_stop`] ends through [`wake_on_stop`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::model::{TrainingPoint, TsMs};
@@ -23,6 +24,14 @@ pub struct Tick {
 }
 
 pub trait Ticker: Send {
+    /// The next tick and, when it is in the future, the instant it is due, without waiting
+    /// for it: the caller sleeps until then in a wait of its own (the sampler's lanes start
+    /// reading at that instant by themselves, and the sampling thread sleeps once a tick, in
+    /// its wait for their answers). `None` when `stop` is set or the clock has run out. The
+    /// default waits as [`Ticker::next`] does and says the tick is due now.
+    fn next_due(&mut self, stop: &AtomicBool) -> Option<(Tick, Option<Instant>)> {
+        self.next(stop).map(|t| (t, None))
+    }
     /// Waits for the next tick; `None` when `stop` is set or the clock has run out.
     fn next(&mut self, stop: &AtomicBool) -> Option<Tick>;
     /// The time between ticks, in the ticker's own time.
@@ -50,12 +59,41 @@ pub fn now_ms() -> TsMs {
 /// Rung by [`request_stop`]: wakes every [`sleep_unless_stopped`] at once.
 static BELL: (Mutex<u64>, Condvar) = (Mutex::new(0), Condvar::new());
 
-/// Sets `stop` and wakes every thread sleeping in [`sleep_unless_stopped`].
+/// A wait on a condvar of its own that [`request_stop`] must end (it re-checks its stop flag
+/// when woken).
+pub trait WakeOnStop: Send + Sync {
+    fn wake(&self);
+}
+
+/// The waits [`request_stop`] wakes besides [`sleep_unless_stopped`]'s (dropped ones are
+/// pruned as new ones come).
+static WAKE_ON_STOP: Mutex<Vec<Weak<dyn WakeOnStop>>> = Mutex::new(Vec::new());
+
+/// Has [`request_stop`] wake `w` (for as long as it lives).
+pub fn wake_on_stop(w: Weak<dyn WakeOnStop>) {
+    let mut all = WAKE_ON_STOP.lock().unwrap_or_else(|e| e.into_inner());
+    all.retain(|w| w.strong_count() > 0);
+    all.push(w);
+}
+
+/// Sets `stop` and wakes every thread sleeping in [`sleep_unless_stopped`] or registered with
+/// [`wake_on_stop`].
 pub fn request_stop(stop: &AtomicBool) {
     stop.store(true, Ordering::Relaxed);
-    let mut rings = BELL.0.lock().unwrap_or_else(|e| e.into_inner());
-    *rings += 1;
-    BELL.1.notify_all();
+    {
+        let mut rings = BELL.0.lock().unwrap_or_else(|e| e.into_inner());
+        *rings += 1;
+        BELL.1.notify_all();
+    }
+    let waits: Vec<_> = WAKE_ON_STOP
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect();
+    for w in waits {
+        w.wake();
+    }
 }
 
 /// Sleeps up to `d` in one wait (no periodic wake-ups), waking early when `stop` is set
@@ -124,8 +162,10 @@ impl WallTicker {
     }
 }
 
-impl Ticker for WallTicker {
-    fn next(&mut self, stop: &AtomicBool) -> Option<Tick> {
+impl WallTicker {
+    /// The next tick's time and how long until it is due (counting ticks skipped by a late
+    /// caller).
+    fn advance(&mut self) -> (TsMs, Duration) {
         let now = now_ms();
         let mut due = (now / self.interval_ms + 1) * self.interval_ms;
         if let Some(last) = self.last {
@@ -136,13 +176,38 @@ impl Ticker for WallTicker {
                 self.skipped += ((due - expected) / self.interval_ms) as u64;
             }
         }
-        let wait = Duration::from_millis((due - now).max(0) as u64);
+        self.last = Some(due);
+        // To the microsecond, so that the instants of consecutive ticks are one interval
+        // apart on the monotonic clock too.
+        let now_us = chrono::Utc::now().timestamp_micros();
+        let wait_us = (due.saturating_mul(1000) - now_us).max(0);
+        (due, Duration::from_micros(wait_us as u64))
+    }
+}
+
+impl Ticker for WallTicker {
+    fn next_due(&mut self, stop: &AtomicBool) -> Option<(Tick, Option<Instant>)> {
+        if stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        let (ts_ms, wait) = self.advance();
+        let tick = Tick {
+            ts_ms,
+            training: Vec::new(),
+        };
+        Some((tick, Some(Instant::now() + wait)))
+    }
+
+    fn next(&mut self, stop: &AtomicBool) -> Option<Tick> {
+        if stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        let (ts_ms, wait) = self.advance();
         if !sleep_unless_stopped(wait, stop) {
             return None;
         }
-        self.last = Some(due);
         Some(Tick {
-            ts_ms: due,
+            ts_ms,
             training: Vec::new(),
         })
     }
@@ -189,6 +254,37 @@ mod tests {
         let b = t.next(&stop).expect("tick");
         assert_eq!(a.ts_ms % 100, 0);
         assert_eq!(b.ts_ms - a.ts_ms, 100);
+    }
+
+    #[test]
+    fn next_due_does_not_wait_and_matches_next() {
+        let mut t = WallTicker::new(Duration::from_secs(3600));
+        let stop = AtomicBool::new(false);
+        let before = Instant::now();
+        let (a, at) = t.next_due(&stop).expect("tick");
+        assert!(before.elapsed() < Duration::from_secs(60));
+        let at = at.expect("a wall tick is due at an instant");
+        assert!(at > before && at <= before + Duration::from_secs(3600));
+        assert_eq!(a.ts_ms % 3_600_000, 0);
+        let (b, _) = t.next_due(&stop).expect("tick");
+        assert_eq!(b.ts_ms - a.ts_ms, 3_600_000);
+        stop.store(true, Ordering::Relaxed);
+        assert!(t.next_due(&stop).is_none());
+    }
+
+    #[test]
+    fn stop_wakes_registered_waits() {
+        struct Flag(std::sync::atomic::AtomicBool);
+        impl WakeOnStop for Flag {
+            fn wake(&self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let w: std::sync::Arc<Flag> = std::sync::Arc::new(Flag(AtomicBool::new(false)));
+        let dyn_w: std::sync::Arc<dyn WakeOnStop> = w.clone();
+        wake_on_stop(std::sync::Arc::downgrade(&dyn_w));
+        request_stop(&AtomicBool::new(false));
+        assert!(w.0.load(Ordering::Relaxed));
     }
 
     #[test]

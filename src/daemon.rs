@@ -313,9 +313,17 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     tracing::info!(gpus = sampler.gpu_count(), interval = ?ticker.interval(), db = %config.database.display(), "sampling");
 
     let mut released: Option<std::time::Instant> = None;
-    while let Some(tick) = ticker.next(&stop) {
-        let started = std::time::Instant::now();
-        let mut batch = sampler.tick(tick.ts_ms);
+    while let Some((tick, at)) = ticker.next_due(&stop) {
+        let started = at.map_or_else(std::time::Instant::now, |at| {
+            at.max(std::time::Instant::now())
+        });
+        let timing = crate::sampler::Timing {
+            at,
+            next_at: at.map(|at| at + ticker.interval()),
+        };
+        let Some(mut batch) = sampler.tick_at(tick.ts_ms, timing, &stop) else {
+            break;
+        };
         batch.training = tick.training;
         holders.apply(&mut batch);
         let gaps = batch

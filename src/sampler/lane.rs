@@ -14,12 +14,17 @@
 //!   unknown for one tick: it needs two samples).
 //! - A lane answers each GPU of a request at most once, in the mailbox, as soon as that GPU is
 //!   read; it never calls NVML again on a GPU found lost; it ends when its request channel
-//!   closes.
+//!   closes or the sampler stops.
+//! - Self-clocked on the wall clock: a request may say when to start ([`Request::at`]) and when
+//!   the next one is due ([`Request::next_at`]); the lane sleeps until then before it looks
+//!   for that request, which the coordinator sent meanwhile, so a tick wakes the lane once
+//!   (its own timer) and the coordinator once (the last answer).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use nvml_wrapper::{Device, Nvml};
 
@@ -45,6 +50,12 @@ pub struct Request {
     /// Quarantined GPUs probed by this request: their lost state is forgotten, their handle
     /// and inventory read again (a GPU back from a reset is a new session of the device).
     pub probe: Vec<u32>,
+    /// Not read before this instant (the tick's time on the wall clock); `None`: at once.
+    pub at: Option<Instant>,
+    /// The next request will not be due before this instant: the lane sleeps until then
+    /// before it waits on its channel (the request is sent while it sleeps, which wakes no
+    /// one). `None`: the next request may come at any time.
+    pub next_at: Option<Instant>,
 }
 
 /// One GPU's answer to a request.
@@ -144,6 +155,8 @@ pub struct LaneParts {
     pub progress: Arc<Progress>,
     pub requests: Receiver<Request>,
     pub mailbox: Mailbox,
+    /// Set (through [`crate::clock::request_stop`]) when the sampler stops.
+    pub stop: Arc<AtomicBool>,
 }
 
 /// What borrows NVML, per GPU, on this lane.
@@ -162,10 +175,14 @@ pub fn run(parts: LaneParts) {
         progress,
         requests,
         mailbox,
+        stop,
     } = parts;
     let nvml: &Nvml = &nvml;
     let mut locals: HashMap<u32, Local<'_>> = HashMap::new();
-    for req in requests {
+    while let Ok(req) = requests.recv() {
+        if !sleep_until(req.at, &stop) {
+            break;
+        }
         // What this lane no longer reads is dropped (a GPU taken over gets a fresh handle
         // when it comes back).
         locals.retain(|g, _| req.gpus.contains(g));
@@ -206,6 +223,23 @@ pub fn run(parts: LaneParts) {
             mailbox.post(resp);
         }
         finish(&progress, req.tick_id);
+        if !sleep_until(req.next_at, &stop) {
+            break;
+        }
+    }
+}
+
+/// How early a lane may start a read: a tick's instant comes from the wall clock, the next
+/// one's from the monotonic clock, and a sleep of a few hundred microseconds between the two
+/// would cost a wake-up for nothing.
+pub const EARLY_SLACK: Duration = Duration::from_millis(2);
+
+/// Sleeps until `at` (if given and more than [`EARLY_SLACK`] ahead); false when the sampler
+/// stopped.
+fn sleep_until(at: Option<Instant>, stop: &AtomicBool) -> bool {
+    match at.and_then(|at| at.checked_duration_since(Instant::now())) {
+        Some(left) if left > EARLY_SLACK => crate::clock::sleep_unless_stopped(left, stop),
+        _ => !stop.load(Ordering::Relaxed),
     }
 }
 

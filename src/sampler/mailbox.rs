@@ -5,9 +5,11 @@
 //! frees its GPU for the next tick); the coordinator waits for a set of GPUs, and only the
 //! first answer of each of them to the tick being waited for counts (a GPU read twice, by the
 //! lane it left and the lane it moved to, does not end the wait early); a wait never outlasts
-//! its deadline.
+//! its deadline, and a stop requested through [`crate::clock::request_stop`] ends it at once
+//! (the mailbox is registered with [`crate::clock::wake_on_stop`]).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -21,14 +23,43 @@ struct State {
     outstanding: Vec<u32>,
 }
 
+#[derive(Debug, Default)]
+struct Inner {
+    state: Mutex<State>,
+    arrived: Condvar,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A lane that panicked while holding the lock left a consistent queue.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl crate::clock::WakeOnStop for Inner {
+    fn wake(&self) {
+        // Under the lock: a waiter between its stop check and its wait cannot miss it.
+        let _s = self.lock();
+        self.arrived.notify_all();
+    }
+}
+
 /// Shared by the coordinator and every lane (clone it into each).
-#[derive(Debug, Clone, Default)]
-pub struct Mailbox(Arc<(Mutex<State>, Condvar)>);
+#[derive(Debug, Clone)]
+pub struct Mailbox(Arc<Inner>);
+
+impl Default for Mailbox {
+    fn default() -> Self {
+        let inner = Arc::new(Inner::default());
+        let wake: Arc<dyn crate::clock::WakeOnStop> = inner.clone();
+        crate::clock::wake_on_stop(Arc::downgrade(&wake));
+        Self(inner)
+    }
+}
 
 impl Mailbox {
     fn lock(&self) -> MutexGuard<'_, State> {
-        // A lane that panicked while holding the lock left a consistent queue.
-        self.0.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.0.lock()
     }
 
     /// A lane's answer for one GPU; wakes the coordinator when it is the last one it waits for.
@@ -44,7 +75,7 @@ impl Mailbox {
         s.answers.push_back(r);
         drop(s);
         if completes {
-            self.0.1.notify_one();
+            self.0.arrived.notify_one();
         }
     }
 
@@ -73,14 +104,18 @@ impl Mailbox {
         s.outstanding.retain(|&g| g != gpu);
     }
 
-    /// Waits until every expected answer arrived or `until` passed; true when they all did.
-    pub fn wait(&self, until: Instant) -> bool {
+    /// Waits until every expected answer arrived, `until` passed or `stop` was set through
+    /// [`crate::clock::request_stop`]; true when they all arrived.
+    pub fn wait(&self, until: Instant, stop: Option<&AtomicBool>) -> bool {
         let mut s = self.lock();
         while !s.outstanding.is_empty() {
+            if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+                return false;
+            }
             let Some(left) = until.checked_duration_since(Instant::now()) else {
                 return false;
             };
-            s = match self.0.1.wait_timeout(s, left) {
+            s = match self.0.arrived.wait_timeout(s, left) {
                 Ok((g, _)) => g,
                 Err(e) => e.into_inner().0,
             };
@@ -123,7 +158,7 @@ mod tests {
                 std::thread::spawn(move || m.post(answer(i, 2)))
             })
             .collect();
-        assert!(m.wait(Instant::now() + Duration::from_secs(30)));
+        assert!(m.wait(Instant::now() + Duration::from_secs(30), None));
         posters.into_iter().for_each(|p| p.join().expect("poster"));
         let all: Vec<_> = m.drain().iter().map(|r| r.tick_id).collect();
         assert_eq!(all.iter().filter(|&&t| t == 2).count(), 3);
@@ -136,7 +171,7 @@ mod tests {
         m.expect(5, &[0, 1]);
         m.post(answer(0, 5));
         let start = Instant::now();
-        assert!(!m.wait(start + Duration::from_millis(50)));
+        assert!(!m.wait(start + Duration::from_millis(50), None));
         assert!(start.elapsed() >= Duration::from_millis(50));
         assert_eq!(m.outstanding(), vec![1]);
         m.close();
@@ -147,13 +182,31 @@ mod tests {
     }
 
     #[test]
+    fn a_stop_ends_the_wait_at_once() {
+        let m = Mailbox::default();
+        m.expect(3, &[0]);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopper = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                crate::clock::request_stop(&stop);
+            })
+        };
+        let start = Instant::now();
+        assert!(!m.wait(start + Duration::from_secs(3600), Some(&stop)));
+        assert!(start.elapsed() < Duration::from_secs(600));
+        stopper.join().expect("stopper");
+    }
+
+    #[test]
     fn a_gpu_answered_twice_counts_once() {
         let m = Mailbox::default();
         m.expect(7, &[0, 1]);
         m.post(answer(0, 7));
         m.post(answer(0, 7));
-        assert!(!m.wait(Instant::now() + Duration::from_millis(20)));
+        assert!(!m.wait(Instant::now() + Duration::from_millis(20), None));
         m.post(answer(1, 7));
-        assert!(m.wait(Instant::now() + Duration::from_millis(20)));
+        assert!(m.wait(Instant::now() + Duration::from_millis(20), None));
     }
 }

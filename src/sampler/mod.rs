@@ -18,6 +18,11 @@
 //!   three ticks over ten seconds is quarantined ([`quarantine`]): not called again but for
 //!   probes on a backoff from a minute to an hour; it gets a `Lost` row every tick (it stays
 //!   visible), one `gpu_lost` event, and `gpu_recovered` when a probe finds it back.
+//! - On the wall clock the daemon calls [`Sampler::tick_at`] with the tick's instant as soon
+//!   as the previous tick is done: the lanes sleep until that instant by themselves and the
+//!   sampling thread sleeps in its wait for their answers, so an idle tick wakes one lane and
+//!   the sampling thread once each. A tick's request is therefore decided when the previous
+//!   tick ends: a fatal XID that arrives in between quarantines its GPU from the tick after.
 //! - Process identity is `(pid, start time)`; command lines are redacted before storing.
 
 pub mod device;
@@ -96,6 +101,14 @@ pub enum SamplerError {
     Thread(#[from] std::io::Error),
 }
 
+/// When a tick's reads start and when the next tick is due, on the monotonic clock (both
+/// `None` for a tick read at once, with no next one known: simulated and test clocks).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Timing {
+    pub at: Option<Instant>,
+    pub next_at: Option<Instant>,
+}
+
 struct Slot {
     index: u32,
     uuid: Option<String>,
@@ -168,7 +181,12 @@ impl Sampler {
                     misses: Misses::default(),
                 })
                 .collect(),
-            pool: Pool::new(h.nvml.clone(), SystemInfo::from_handle(h), cells),
+            pool: Pool::new(
+                h.nvml.clone(),
+                SystemInfo::from_handle(h),
+                cells,
+                stop.clone(),
+            ),
             events,
             event_tx: ev_tx,
             xid_watch,
@@ -235,10 +253,12 @@ impl Sampler {
             processes: false,
             gpus: Vec::new(),
             probe: Vec::new(),
+            at: None,
+            next_at: None,
         };
         self.pool.ask_all(&req, |_| true);
         let deadline = Instant::now() + self.cfg.startup_timeout;
-        self.pool.wait(&req, deadline, self.cfg.deadline / 4);
+        self.pool.wait(&req, deadline, self.cfg.deadline / 4, None);
         for r in self.pool.mailbox.drain() {
             self.absorb(r, 0);
         }
@@ -300,11 +320,24 @@ impl Sampler {
         r.sample.map(|s| (s, r.processes))
     }
 
-    /// Samples every GPU once. Returns within the deadline (plus the time to resolve PIDs).
+    /// Samples every GPU once, now. Returns within the deadline (plus the time to resolve
+    /// PIDs).
     pub fn tick(&mut self, ts_ms: TsMs) -> TickBatch {
+        let never = AtomicBool::new(false);
+        self.tick_at(ts_ms, Timing::default(), &never)
+            .unwrap_or_else(|| TickBatch {
+                ts_ms,
+                ..TickBatch::default()
+            })
+    }
+
+    /// Samples every GPU once at `timing.at` (now when `None`): the lanes sleep until then and
+    /// the caller sleeps in the wait for their answers, until the deadline after `at`. `None`
+    /// when `stop` (set through [`crate::clock::request_stop`]) ended the wait first.
+    pub fn tick_at(&mut self, ts_ms: TsMs, timing: Timing, stop: &AtomicBool) -> Option<TickBatch> {
         self.tick_id += 1;
         let tick_id = self.tick_id;
-        let started = Instant::now();
+        let started = timing.at.unwrap_or_else(Instant::now).max(Instant::now());
         let refresh = self
             .last_inventory
             .is_none_or(|t| ts_ms - t >= self.cfg.inventory_interval.as_millis() as i64);
@@ -335,6 +368,8 @@ impl Sampler {
             processes: self.cfg.processes,
             gpus: Vec::new(),
             probe,
+            at: timing.at,
+            next_at: timing.next_at,
         };
         let slots = &self.slots;
         self.pool.ask_all(&req, |g| {
@@ -342,8 +377,24 @@ impl Sampler {
                 .get(g as usize)
                 .is_some_and(|s| s.quarantine.is_none() || req.probe.contains(&g))
         });
-        self.pool
-            .wait(&req, started + self.cfg.deadline, self.cfg.deadline / 4);
+        if !self.pool.wait(
+            &req,
+            started + self.cfg.deadline,
+            self.cfg.deadline / 4,
+            Some(stop),
+        ) {
+            return None;
+        }
+        // A tick never ends before its time, even when no lane was asked (every GPU
+        // quarantined, or its lane stuck): the caller would run ahead of the clock.
+        if let Some(left) = timing
+            .at
+            .and_then(|at| at.checked_duration_since(Instant::now()))
+            .filter(|left| *left > lane::EARLY_SLACK)
+            && !crate::clock::sleep_unless_stopped(left, stop)
+        {
+            return None;
+        }
         self.pool.count_on_time(tick_id);
         let mut got: HashMap<u32, (GpuSample, Option<Vec<RawProcess>>)> = HashMap::new();
         for r in self.pool.mailbox.drain() {
@@ -446,7 +497,7 @@ impl Sampler {
         for c in &mut batch.setting_changes {
             c.ts_ms = ts_ms;
         }
-        batch
+        Some(batch)
     }
 }
 

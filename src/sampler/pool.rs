@@ -12,7 +12,7 @@
 //!   the lane with the most GPUs, and its thread ends (its channel closes).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::time::{Duration, Instant};
 
@@ -65,10 +65,17 @@ pub(super) struct Pool {
     sys: SystemInfo,
     cells: Arc<[GpuCell]>,
     pub(super) mailbox: Mailbox,
+    /// The sampler's stop flag, which ends the lanes' sleeps.
+    stop: Arc<AtomicBool>,
 }
 
 impl Pool {
-    pub(super) fn new(nvml: Arc<Nvml>, sys: SystemInfo, cells: Arc<[GpuCell]>) -> Self {
+    pub(super) fn new(
+        nvml: Arc<Nvml>,
+        sys: SystemInfo,
+        cells: Arc<[GpuCell]>,
+        stop: Arc<AtomicBool>,
+    ) -> Self {
         Self {
             lanes: Vec::new(),
             next_lane_id: 0,
@@ -76,6 +83,7 @@ impl Pool {
             sys,
             cells,
             mailbox: Mailbox::default(),
+            stop,
         }
     }
 
@@ -106,6 +114,7 @@ impl Pool {
             progress: progress.clone(),
             requests: rx,
             mailbox: self.mailbox.clone(),
+            stop: self.stop.clone(),
         };
         std::thread::Builder::new()
             .name(format!("gpuwatch-lane{id}"))
@@ -274,12 +283,25 @@ impl Pool {
         asked
     }
 
-    /// Waits for the answers of `req` until `deadline`, moving GPUs off stalled lanes.
-    pub(super) fn wait(&mut self, req: &Request, deadline: Instant, stall: Duration) {
-        let mut check = Instant::now() + stall;
+    /// Waits for the answers of `req` until `deadline`, moving GPUs off stalled lanes (the
+    /// first check `stall` after the request's start); false when `stop` ended the wait
+    /// before every answer came.
+    pub(super) fn wait(
+        &mut self,
+        req: &Request,
+        deadline: Instant,
+        stall: Duration,
+        stop: Option<&AtomicBool>,
+    ) -> bool {
+        let start = req.at.unwrap_or_else(Instant::now).max(Instant::now());
+        let mut check = start + stall;
         loop {
-            if self.mailbox.wait(check.min(deadline)) {
+            if self.mailbox.wait(check.min(deadline), stop) {
                 break;
+            }
+            if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+                self.mailbox.close();
+                return false;
             }
             if Instant::now() >= deadline {
                 break;
@@ -288,5 +310,6 @@ impl Pool {
             check = Instant::now() + (stall / 2).max(Duration::from_millis(1));
         }
         self.mailbox.close();
+        true
     }
 }
