@@ -106,9 +106,9 @@ pub fn run(args: ImportDmesgArgs) -> Result<(), Failure> {
     }
     let first = parsed.xids.iter().map(|x| x.ts_ms).min().unwrap_or(0);
     let last = parsed.xids.iter().map(|x| x.ts_ms).max().unwrap_or(0);
-    if cfg.database.is_file() {
-        let conn = store::open_read_only(&cfg.database)
-            .with_context(|| format!("opening {}", cfg.database.display()))?;
+    if let Some(conn) = store::open_read_only_if_sound(&cfg.database)
+        .with_context(|| format!("opening {}", cfg.database.display()))?
+    {
         if let Some((_, newest)) = store_incident::host_span(&conn, &host)? {
             let keep = i64::try_from(cfg.rollup_retention.as_millis()).unwrap_or(i64::MAX);
             if first < newest.saturating_sub(keep) {
@@ -132,6 +132,7 @@ pub fn run(args: ImportDmesgArgs) -> Result<(), Failure> {
     st_cfg.max_db_size = cfg.max_db_size;
     let st = store::open(&cfg.database, &st_cfg)
         .with_context(|| format!("opening {}", cfg.database.display()))?;
+    crate::notify::recovered::announce(&st, &cfg);
     let xids: Vec<KernelXid> = parsed
         .xids
         .iter()
