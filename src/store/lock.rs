@@ -40,6 +40,12 @@ impl DaemonLock {
     /// process holds it, and with [`StoreError::PermissionDenied`] when the lock file cannot
     /// be created or opened.
     pub fn acquire(db: &Path) -> Result<DaemonLock, StoreError> {
+        if let Some(parent) = db
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty() && !p.is_dir())
+        {
+            return Err(StoreError::MissingParent(parent.to_path_buf()));
+        }
         let path = lock_path(db);
         let mut file = OpenOptions::new()
             .read(true)
