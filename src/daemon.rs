@@ -11,8 +11,9 @@
 //! - a small **tokio runtime** serves HTTP;
 //! - the **sender thread** (in [`crate::notify::sender`]) that delivers the outbox.
 //!
-//! Invariants: stopping (`stop` set by SIGINT/SIGTERM or the caller) ends the loop within a
-//! tick, then every batch already produced is written before `run` returns; nothing in the
+//! Invariants: one daemon per database (`run` holds the store's [`store::DaemonLock`] from
+//! before it opens the database until it returns; a second one is refused at once); stopping
+//! (`stop` set by SIGINT/SIGTERM or the caller) ends the loop within a tick, then every batch already produced is written before `run` returns; nothing in the
 //! loop waits on NVML longer than the deadline or on the network at all.
 
 use std::sync::Arc;
@@ -145,7 +146,9 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         overrides,
         mut observer,
     } = parts;
-    let store = store::open(
+    // One daemon per database: held until `run` returns (the kernel releases it on any exit).
+    let lock = store::DaemonLock::acquire(&config.database)?;
+    let store = store::open_daemon(
         &config.database,
         &StoreConfig {
             retention: config.retention,
@@ -153,7 +156,10 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
             max_db_size: config.max_db_size,
             host: config.host.clone(),
         },
+        &lock,
     )?;
+    // A damaged database moved aside at this start: the self alert, through the outbox.
+    crate::notify::recovered::announce(&store, &config);
     // Kernel-log history up to the newest XID already stored is not stored again.
     let xids_stored_until = store::events::newest_xid_ms(store.conn(), &config.host)?;
     let health = Health::new(config.http.stall_after);
@@ -393,5 +399,6 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     let stats = writer.shutdown();
     tracing::info!(?stats, "store closed");
     runtime.shutdown_timeout(Duration::from_secs(2));
+    drop(lock);
     Ok(summary)
 }

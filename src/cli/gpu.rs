@@ -153,6 +153,7 @@ fn set(a: SetArgs) -> Result<(), Failure> {
                 ),
             )
         })?;
+    crate::notify::recovered::announce(&st, &cfg);
     let mut shown = None;
     let summary = apply::apply(
         &handle.nvml,

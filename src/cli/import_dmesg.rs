@@ -106,22 +106,22 @@ pub fn run(args: ImportDmesgArgs) -> Result<(), Failure> {
     }
     let first = parsed.xids.iter().map(|x| x.ts_ms).min().unwrap_or(0);
     let last = parsed.xids.iter().map(|x| x.ts_ms).max().unwrap_or(0);
-    if cfg.database.is_file() {
-        let conn = store::open_read_only(&cfg.database)
-            .with_context(|| format!("opening {}", cfg.database.display()))?;
-        if let Some((_, newest)) = store_incident::host_span(&conn, &host)? {
-            let keep = i64::try_from(cfg.rollup_retention.as_millis()).unwrap_or(i64::MAX);
-            if first < newest.saturating_sub(keep) {
-                return Err(fail(
-                    exit::FAILURE,
-                    anyhow!(
-                        "the XIDs start at {}, and events are kept for `rollup_retention` ({}) counted back from host {host}'s newest data ({}): they would be deleted right away; nothing was imported (use a config with a longer `rollup_retention`, or import into another --host)",
-                        crate::notify::text::utc(first),
-                        humantime::format_duration(cfg.rollup_retention),
-                        crate::notify::text::utc(newest)
-                    ),
-                ));
-            }
+    let existing = store::open_read_only_if_sound(&cfg.database)
+        .with_context(|| format!("opening {}", cfg.database.display()))?;
+    if let Some(conn) = existing
+        && let Some((_, newest)) = store_incident::host_span(&conn, &host)?
+    {
+        let keep = i64::try_from(cfg.rollup_retention.as_millis()).unwrap_or(i64::MAX);
+        if first < newest.saturating_sub(keep) {
+            return Err(fail(
+                exit::FAILURE,
+                anyhow!(
+                    "the XIDs start at {}, and events are kept for `rollup_retention` ({}) counted back from host {host}'s newest data ({}): they would be deleted right away; nothing was imported (use a config with a longer `rollup_retention`, or import into another --host)",
+                    crate::notify::text::utc(first),
+                    humantime::format_duration(cfg.rollup_retention),
+                    crate::notify::text::utc(newest)
+                ),
+            ));
         }
     }
     let host_existed = store::import::host_exists(&cfg.database, &host);
@@ -132,6 +132,7 @@ pub fn run(args: ImportDmesgArgs) -> Result<(), Failure> {
     st_cfg.max_db_size = cfg.max_db_size;
     let st = store::open(&cfg.database, &st_cfg)
         .with_context(|| format!("opening {}", cfg.database.display()))?;
+    crate::notify::recovered::announce(&st, &cfg);
     let xids: Vec<KernelXid> = parsed
         .xids
         .iter()

@@ -164,11 +164,13 @@ pub fn run(args: ImportOmArgs) -> Result<(), Failure> {
 
     let host = match args.host {
         Some(h) => h,
-        None if !cfg.database.is_file() => cfg.host.clone(),
         None => {
-            let conn = store::open_read_only(&cfg.database)
-                .with_context(|| format!("opening {}", cfg.database.display()))?;
-            let hosts = store_incident::hosts_with_gpus(&conn)?;
+            let hosts = match store::open_read_only_if_sound(&cfg.database)
+                .with_context(|| format!("opening {}", cfg.database.display()))?
+            {
+                Some(conn) => store_incident::hosts_with_gpus(&conn)?,
+                None => Vec::new(),
+            };
             match hosts.as_slice() {
                 [one] => one.clone(),
                 [] => cfg.host.clone(),
@@ -191,6 +193,7 @@ pub fn run(args: ImportOmArgs) -> Result<(), Failure> {
     st_cfg.max_db_size = cfg.max_db_size;
     let mut st = store::open(&cfg.database, &st_cfg)
         .with_context(|| format!("opening {}", cfg.database.display()))?;
+    crate::notify::recovered::announce(&st, &cfg);
 
     let series: BTreeSet<(String, Vec<(String, String)>)> = mapped
         .points

@@ -95,6 +95,7 @@ pub fn run(args: ImportSmiArgs) -> Result<(), Failure> {
     st_cfg.max_db_size = cfg.max_db_size;
     let store = store::open(&cfg.database, &st_cfg)
         .with_context(|| format!("opening {}", cfg.database.display()))?;
+    crate::notify::recovered::announce(&store, &cfg);
 
     let bar = (std::io::stderr().is_terminal() && total >= PROGRESS_MIN_BYTES).then(|| {
         let b = indicatif::ProgressBar::new(total);

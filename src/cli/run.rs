@@ -36,6 +36,17 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         println!("configuration OK; {on} rules enabled");
         return Ok(());
     }
+    // Refused before NVML starts (which can block on a stuck driver): the daemon takes the
+    // lock itself when it opens the database.
+    if let Some(pid) = crate::store::DaemonLock::holder(&cfg.database) {
+        return Err(fail(
+            exit::FAILURE,
+            crate::store::StoreError::Locked {
+                db: cfg.database.clone(),
+                pid,
+            },
+        ));
+    }
     let handle = nvml::init(cfg.nvml_library.as_deref()).map_err(|e| fail(exit::NVML, e))?;
     let stop = Arc::new(AtomicBool::new(false));
     // SIGHUP reloads the rules (the config's [rules] section and the files it names); a bad

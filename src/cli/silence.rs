@@ -77,10 +77,9 @@ pub fn run(args: SilenceArgs) -> Result<(), Failure> {
 fn open_rw(config: &ConfigArgs) -> Result<store::Store, Failure> {
     let cfg = config.load().map_err(|e| fail(exit::USAGE, e))?;
     // Creates and migrates the database when needed (a silence may precede the daemon).
-    Ok(store::open(
-        &cfg.database,
-        &store::StoreConfig::new(cfg.host.clone()),
-    )?)
+    let st = store::open(&cfg.database, &store::StoreConfig::new(cfg.host.clone()))?;
+    crate::notify::recovered::announce(&st, &cfg);
+    Ok(st)
 }
 
 fn add(a: AddArgs) -> Result<(), Failure> {

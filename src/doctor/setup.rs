@@ -1,5 +1,6 @@
 //! gpuwatch's own setup: the configuration and rules, the database (`PRAGMA quick_check` on a
-//! read-only connection, its size against `max_db_size`), process attribution (`proc_root`
+//! read-only connection, its size against `max_db_size`; damaged databases moved aside beside
+//! it, `store::recover`), process attribution (`proc_root`
 //! and the PID namespace) and the kubelet's pod-resources socket; Prometheus and the receivers
 //! are `reach.rs`.
 //!
@@ -15,13 +16,13 @@ use crate::sampler::procs::{self, PidNamespace};
 
 /// Every setup check, in order.
 pub fn checks(opts: &Options, cfg: &Config) -> Vec<Check> {
-    let mut out = vec![
-        config(opts, cfg),
-        database(cfg),
+    let mut out = vec![config(opts, cfg), database(cfg)];
+    out.extend(moved_aside(cfg));
+    out.extend([
         processes(cfg),
         kubelet(cfg),
         prometheus(cfg, opts.connect_timeout),
-    ];
+    ]);
     if cfg.notify.receivers.is_empty() {
         out.push(Check::ok(
             "receivers",
@@ -103,6 +104,13 @@ fn database(cfg: &Config) -> Check {
             );
         }
         Err(crate::store::StoreError::Sqlite(e)) if is_corrupt(&e) => return damaged(path, &e),
+        Err(crate::store::StoreError::Corrupt { detail, .. }) => {
+            return Check::fail(
+                name,
+                format!("{}: the file is damaged: {detail}", path.display()),
+                DAMAGED_FIX,
+            );
+        }
         Err(e @ crate::store::StoreError::TooNew { .. }) => {
             return Check::fail(
                 name,
@@ -187,7 +195,40 @@ fn database(cfg: &Config) -> Check {
     }
 }
 
-const DAMAGED_FIX: &str = "stop gpuwatch, move the file aside (keep it for a post-mortem) and start again with a new one, or restore a backup";
+const DAMAGED_FIX: &str = "start `gpuwatch run` (stop it first if it runs): it moves the file aside, keeps it for a post-mortem, starts a new one and sends the gpuwatch_database_recovered alert; or move the file aside yourself and restore a backup";
+
+/// Damaged databases a start moved aside beside the database (only shown when there are
+/// some, or when the directory cannot be listed).
+fn moved_aside(cfg: &Config) -> Option<Check> {
+    let name = "database recovery";
+    let path = &cfg.database;
+    match crate::store::recover::moved_aside(path) {
+        Ok(found) if found.is_empty() => None,
+        Ok(found) => {
+            let shown: Vec<String> = found.iter().map(|p| p.display().to_string()).collect();
+            Some(Check::warn(
+                name,
+                format!(
+                    "{} damaged database{} moved aside when gpuwatch found {} damaged and started a new one: {}",
+                    found.len(),
+                    if found.len() == 1 { " was" } else { "s were" },
+                    path.display(),
+                    shown.join(", ")
+                ),
+                "the history before the move is in the moved file (open a copy with sqlite3 for a post-mortem); delete it, with its -wal and -shm files, once it is no longer needed",
+            ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => Some(Check::warn(
+            name,
+            format!(
+                "cannot list the directory of {} for damaged databases moved aside: {e}",
+                path.display()
+            ),
+            "let the user gpuwatch runs as read the database's directory",
+        )),
+    }
+}
 
 /// SQLite says the file is damaged (or not a database at all).
 fn is_corrupt(e: &rusqlite::Error) -> bool {

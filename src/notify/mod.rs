@@ -19,6 +19,7 @@ pub mod alertmanager;
 pub mod email;
 pub mod http;
 pub mod matcher;
+pub mod recovered;
 pub mod route;
 pub mod secret;
 pub mod sender;

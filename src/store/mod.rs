@@ -18,7 +18,9 @@
 //!   `history`, reports and email charts, min/avg/max aggregates for incidents), `read.rs`
 //!   (status and small lookups: `gpuwatch status`, the demo, tests), `postmortem.rs` and
 //!   `incident.rs` (alerts and their stories), `query.rs` (user SQL), `export.rs`;
-//! - `synth.rs`: deterministic synthetic tick batches for tests and benchmarks.
+//! - `synth.rs`: deterministic synthetic tick batches for tests and benchmarks;
+//! - `lock.rs`: the daemon's lock (`<db>.lock`, one `gpuwatch run` per database);
+//! - `recover.rs`: what counts as a damaged database, and moving one aside at start.
 //!
 //! Invariants:
 //! - Every write through a [`Store`] belongs to `StoreConfig::host`; the file may hold other
@@ -28,6 +30,9 @@
 //! - The main database file never exceeds `max_db_size`: `PRAGMA max_page_count` is a hard
 //!   cap, and maintenance keeps the used pages below [`HIGH_WATER`] of it.
 //! - Readers use [`open_read_only`]; WAL means they never block the writer.
+//! - A damaged file met by a write open is moved aside (never deleted) and a new database
+//!   started ([`Store::recovered`] says so); a read-only open only reports it. A busy file,
+//!   a permission, a newer schema or another application's file is never taken for damage.
 
 pub mod alerts;
 pub mod audit;
@@ -37,11 +42,13 @@ pub mod export;
 pub mod history;
 pub mod import;
 pub mod incident;
+pub mod lock;
 mod migrate;
 pub mod outbox;
 pub mod postmortem;
 pub mod query;
 pub mod read;
+pub mod recover;
 pub mod remote_write;
 mod rollup;
 mod rows;
@@ -58,10 +65,13 @@ mod writer;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags};
 
 pub use bounds::MaintenanceStats;
+pub use lock::DaemonLock;
 pub use migrate::{LATEST_VERSION, MIGRATION_COUNT, migrate_to, schema_version};
+pub use recover::Recovered;
 pub use rows::labels_json;
 pub use tx::CachedTx;
 pub use write::WriteStats;
@@ -163,6 +173,49 @@ pub enum StoreError {
     Full { max_db_size: u64 },
     #[error("invalid store configuration: {0}")]
     Config(String),
+    #[error(
+        "database {path} is damaged ({detail}); nothing was changed: `gpuwatch run` moves it \
+         aside (kept for a post-mortem) and starts a new one, or restore a backup; `gpuwatch \
+         doctor` checks it"
+    )]
+    Corrupt { path: PathBuf, detail: String },
+    #[error(
+        "database {path} is damaged ({detail}) and a gpuwatch daemon{} has it open, so it was \
+         not moved aside; stop the daemon and start it again: it moves the file aside and \
+         starts a new one", pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+    )]
+    DamagedInUse {
+        path: PathBuf,
+        detail: String,
+        pid: Option<u32>,
+    },
+    #[error(
+        "another gpuwatch daemon{} is running on database {db} (it holds the lock {}); stop it \
+         first, or give this one its own `database` / --db",
+        pid.map(|p| format!(" (pid {p})")).unwrap_or_default(),
+        lock::lock_path(db).display()
+    )]
+    Locked { db: PathBuf, pid: Option<u32> },
+    #[error("cannot use the lock file {path}: {source}")]
+    LockFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "permission denied: {path}: {detail}; let the user gpuwatch runs as read and write the \
+         database, its -wal and -shm files and its directory (`ls -l`, `chown`), or set \
+         `database` / --db to a path it owns"
+    )]
+    PermissionDenied { path: PathBuf, detail: String },
+    #[error(
+        "database {path} is damaged but could not be moved aside ({what}: {source}); nothing \
+         was deleted: move it (and its -wal, -shm files) aside by hand, then start again"
+    )]
+    MoveAside {
+        path: PathBuf,
+        what: String,
+        source: std::io::Error,
+    },
     #[error("SQLite: {0}")]
     Sqlite(#[from] rusqlite::Error),
 }
@@ -214,6 +267,7 @@ pub struct Store {
     page_size: u64,
     caches: write::Caches,
     maint: bounds::MaintState,
+    recovered: Option<Recovered>,
 }
 
 impl std::fmt::Debug for Store {
@@ -231,7 +285,27 @@ impl std::fmt::Debug for Store {
 ///
 /// The parent directory must exist. Sets WAL, `synchronous=NORMAL`, a busy timeout, a bounded
 /// WAL (`journal_size_limit`, `wal_autocheckpoint`) and `max_page_count` from `max_db_size`.
+///
+/// A file SQLite reports damaged while opening it is moved aside and a new database started
+/// ([`Store::recovered`]), under the daemon's lock taken for the move; when a daemon holds
+/// that lock the open fails with [`StoreError::DamagedInUse`] and nothing is moved. One-shot
+/// writers (imports, `silence`, `gpu set`) use this; the daemon uses [`open_daemon`].
 pub fn open(path: &Path, cfg: &StoreConfig) -> Result<Store, StoreError> {
+    open_with(path, cfg, None)
+}
+
+/// [`open`] for the daemon, which holds `lock`: also runs `PRAGMA quick_check` before
+/// anything is written (damage deeper than the pages an open reads, e.g. a truncated file),
+/// and moves a damaged file aside under that lock.
+pub fn open_daemon(path: &Path, cfg: &StoreConfig, lock: &DaemonLock) -> Result<Store, StoreError> {
+    open_with(path, cfg, Some(lock))
+}
+
+fn open_with(
+    path: &Path,
+    cfg: &StoreConfig,
+    daemon: Option<&DaemonLock>,
+) -> Result<Store, StoreError> {
     cfg.validate()?;
     if let Some(parent) = path
         .parent()
@@ -239,15 +313,60 @@ pub fn open(path: &Path, cfg: &StoreConfig) -> Result<Store, StoreError> {
     {
         return Err(StoreError::MissingParent(parent.to_path_buf()));
     }
+    recover::check_access(path)?;
+    let quick = daemon.is_some();
+    let err = match open_once(path, cfg, quick) {
+        Ok(store) => return Ok(store),
+        Err(e) => e,
+    };
+    let Some(reason) = recover::damage(path, &err) else {
+        return Err(err);
+    };
+    // Only under the daemon's lock: a one-shot writer takes it for the move.
+    let _taken = match daemon {
+        Some(_) => None,
+        None => match DaemonLock::acquire(path) {
+            Ok(l) => Some(l),
+            Err(StoreError::Locked { pid, .. }) => {
+                return Err(StoreError::DamagedInUse {
+                    path: path.to_path_buf(),
+                    detail: reason,
+                    pid,
+                });
+            }
+            Err(e) => return Err(e),
+        },
+    };
+    if daemon.is_none() {
+        // Another writer may have moved it aside before we had the lock.
+        match open_once(path, cfg, quick) {
+            Ok(store) => return Ok(store),
+            Err(e) if recover::damage(path, &e).is_none() => return Err(e),
+            Err(_) => {}
+        }
+    }
+    let recovered = recover::move_aside(path, &reason)?;
+    let mut store = open_once(path, cfg, false)?;
+    store.recovered = Some(recovered);
+    Ok(store)
+}
+
+fn open_once(path: &Path, cfg: &StoreConfig, quick: bool) -> Result<Store, StoreError> {
     let mut conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
+    )
+    .map_err(|e| denied_or(path, e))?;
+    // Until the file is known sound, closing must not checkpoint: that would copy a foreign
+    // WAL into the main file and delete the WAL, destroying what is moved aside.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     stable_plans(&conn)?;
-    let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+        .map_err(|e| denied_or(path, e))?;
     if !mode.eq_ignore_ascii_case("wal") {
         tracing::warn!(path = %path.display(), mode, "could not switch the database to WAL");
     }
@@ -273,6 +392,9 @@ pub fn open(path: &Path, cfg: &StoreConfig) -> Result<Store, StoreError> {
     conn.pragma_update(None, "journal_size_limit", to_i64(wal_pages * page_size))?;
     conn.set_prepared_statement_cache_capacity(64);
 
+    if quick {
+        recover::quick_check(&conn, path)?;
+    }
     migrate::migrate(&mut conn)?;
     let host_id = write::ensure_host(&conn, &cfg.host)?;
     let mut store = Store {
@@ -283,8 +405,13 @@ pub fn open(path: &Path, cfg: &StoreConfig) -> Result<Store, StoreError> {
         page_size,
         caches: write::Caches::default(),
         maint: bounds::MaintState::new(),
+        recovered: None,
     };
     store.caches.load(&store.conn, host_id)?;
+    // Sound: a clean close checkpoints and removes the WAL again.
+    store
+        .conn
+        .set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, false)?;
     Ok(store)
 }
 
@@ -327,13 +454,49 @@ pub fn open_daemon_reader(path: &Path) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
+/// SQLite's answer for a file it may not open or write, as a [`StoreError::PermissionDenied`]
+/// (the directory counts: SQLite creates the `-wal` and `-shm` files in it).
+fn denied_or(path: &Path, e: rusqlite::Error) -> StoreError {
+    use rusqlite::ErrorCode::{CannotOpen, PermissionDenied, ReadOnly};
+    match e.sqlite_error_code() {
+        Some(CannotOpen | PermissionDenied | ReadOnly) => StoreError::PermissionDenied {
+            path: path.to_path_buf(),
+            detail: format!("SQLite: {e} (it also creates the -wal and -shm files beside it)"),
+        },
+        _ => StoreError::Sqlite(e),
+    }
+}
+
 /// Opens an existing database read-only (CLI, HTTP). Fails with [`StoreError::NotFound`] when
-/// the file does not exist, and with [`StoreError::TooNew`] / [`StoreError::Outdated`] when its
-/// schema is not the one this binary knows.
+/// the file does not exist, with [`StoreError::TooNew`] / [`StoreError::Outdated`] when its
+/// schema is not the one this binary knows, and with [`StoreError::Corrupt`] when SQLite says
+/// it is damaged (nothing is moved).
 pub fn open_read_only(path: &Path) -> Result<Connection, StoreError> {
     if !path.is_file() {
         return Err(StoreError::NotFound(path.to_path_buf()));
     }
+    open_read_only_checked(path).map_err(|e| match e {
+        StoreError::Sqlite(s) if recover::is_damage_code(s.sqlite_error_code()) => {
+            StoreError::Corrupt {
+                path: path.to_path_buf(),
+                detail: s.to_string(),
+            }
+        }
+        e => e,
+    })
+}
+
+/// [`open_read_only`] of a database a write open is about to use: `None` when the file does
+/// not exist yet or is damaged (the write open moves it aside and starts a new one).
+pub fn open_read_only_if_sound(path: &Path) -> Result<Option<Connection>, StoreError> {
+    match open_read_only(path) {
+        Ok(conn) => Ok(Some(conn)),
+        Err(StoreError::NotFound(_) | StoreError::Corrupt { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn open_read_only_checked(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -370,6 +533,11 @@ impl Store {
     /// The database path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The damaged database this open moved aside for a new one, if it did.
+    pub fn recovered(&self) -> Option<&Recovered> {
+        self.recovered.as_ref()
     }
 
     /// The writer connection, for reads in the same thread (tests, imports). Do not write

@@ -7,7 +7,10 @@
 //! - A session exists exactly while the refcount is > 0; the first init after a full shutdown
 //!   builds a fresh one (new scenario load, clock from zero, no event sets).
 //! - The current tick is `manual` once `gpuwatchFakeSetTick` was called in this session, else
-//!   `floor(wall ms since init * speed / tick_ms)`; it never depends on how many calls were made.
+//!   `floor(wall ms since the scenario's time 0 * speed / tick_ms)`; it never depends on how
+//!   many calls were made. Time 0 is the session's init, or the Unix time in
+//!   `GPUWATCH_FAKE_START_MS` when set (then every process with the same value sees the same
+//!   tick, so a restarted daemon finds the GPUs where the scenario is, not back at its start).
 
 use std::collections::HashMap;
 use std::ffi::{CStr, c_void};
@@ -24,12 +27,73 @@ use crate::events::EventSet;
 pub const SCENARIO_FILE: &str = "gpuwatch-scenario.toml";
 pub const ENV_SCENARIO: &str = "GPUWATCH_FAKE_SCENARIO";
 pub const ENV_SPEED: &str = "GPUWATCH_FAKE_SPEED";
+/// Unix milliseconds of the scenario's time 0 (the wall-clock anchor shared by processes).
+pub const ENV_START_MS: &str = "GPUWATCH_FAKE_START_MS";
+
+/// Where the scenario's time 0 is on the wall clock.
+#[derive(Debug, Clone, Copy)]
+enum Origin {
+    /// At this process's init (the default).
+    Init(Instant),
+    /// At this Unix time in milliseconds (`GPUWATCH_FAKE_START_MS`).
+    Unix(i64),
+}
+
+impl Origin {
+    /// Wall milliseconds since time 0 (0 before it).
+    fn elapsed_ms(self) -> f64 {
+        match self {
+            Origin::Init(start) => start.elapsed().as_secs_f64() * 1000.0,
+            Origin::Unix(t0) => (unix_ms_now() - t0).max(0) as f64,
+        }
+    }
+
+    /// The instant `ms` wall milliseconds after time 0.
+    fn instant_at(self, ms: f64) -> Instant {
+        let after = |base: Instant, ms: f64| {
+            if ms >= 0.0 {
+                base + Duration::from_secs_f64(ms / 1000.0)
+            } else {
+                base.checked_sub(Duration::from_secs_f64(-ms / 1000.0))
+                    .unwrap_or(base)
+            }
+        };
+        match self {
+            Origin::Init(start) => after(start, ms),
+            Origin::Unix(t0) => after(Instant::now(), t0 as f64 + ms - unix_ms_now() as f64),
+        }
+    }
+}
+
+fn unix_ms_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// `GPUWATCH_FAKE_START_MS`, when set to Unix milliseconds; a value that is not one is
+/// reported on stderr and ignored (time 0 is then the init).
+fn origin_at_init() -> Origin {
+    let Some(raw) = std::env::var_os(ENV_START_MS).filter(|v| !v.is_empty()) else {
+        return Origin::Init(Instant::now());
+    };
+    match raw.to_str().and_then(|v| v.trim().parse::<i64>().ok()) {
+        Some(t0) if t0 >= 0 => Origin::Unix(t0),
+        _ => {
+            eprintln!(
+                "gpuwatch-fake-nvml: {ENV_START_MS}={raw:?} is not Unix milliseconds (e.g. \
+                 $(date +%s%3N)); the scenario starts at this process's nvmlInit"
+            );
+            Origin::Init(Instant::now())
+        }
+    }
+}
 
 pub struct Session {
     pub scenario: Arc<Scenario>,
     /// The file loaded; `None` for the built-in default.
     pub path: Option<PathBuf>,
-    start: Instant,
+    origin: Origin,
     speed: f64,
     manual_tick: Option<u64>,
     pub event_sets: HashMap<usize, EventSet>,
@@ -47,7 +111,7 @@ impl Session {
         if let Some(t) = self.manual_tick {
             return t;
         }
-        let ms = self.start.elapsed().as_secs_f64() * 1000.0 * self.speed;
+        let ms = self.origin.elapsed_ms() * self.speed;
         (ms / self.scenario.tick_ms() as f64).floor() as u64
     }
 
@@ -57,7 +121,7 @@ impl Session {
             return None;
         }
         let ms = tick as f64 * self.scenario.tick_ms() as f64 / self.speed;
-        Some(self.start + Duration::from_secs_f64(ms / 1000.0))
+        Some(self.origin.instant_at(ms))
     }
 
     pub fn set_manual_tick(&mut self, tick: u64) {
@@ -231,7 +295,7 @@ pub fn init() -> Result<(), u32> {
         speed: speed_for(&scenario),
         scenario: Arc::new(scenario),
         path,
-        start: Instant::now(),
+        origin: origin_at_init(),
         manual_tick: None,
         event_sets: HashMap::new(),
         next_set_id: 1,
