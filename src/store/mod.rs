@@ -30,6 +30,7 @@
 //! - Readers use [`open_read_only`]; WAL means they never block the writer.
 
 pub mod alerts;
+pub mod analysis;
 pub mod audit;
 mod bounds;
 pub mod events;
