@@ -168,6 +168,21 @@ pub fn analyse(f: &Facts) -> Analysis {
         (&incident, incident_summary.as_deref()),
         &mut unknown,
     );
+    // In time order, then by GPU and rule (ids of alerts raised at one tick vary by run).
+    let mut related: Vec<RelatedAlert> = f
+        .related
+        .iter()
+        .map(|a| RelatedAlert {
+            alert_id: a.alert_id,
+            rule: a.rule.clone(),
+            gpu: a.gpu_index,
+            state: a.state.clone(),
+            started_ms: a.active_since_ms,
+        })
+        .collect();
+    related.sort_by(|a, b| {
+        (a.started_ms, a.gpu, &a.rule, a.alert_id).cmp(&(b.started_ms, b.gpu, &b.rule, b.alert_id))
+    });
     let headline = match causes.first() {
         Some(c) => match c.because.first() {
             Some(b) => format!("{} cause: {} ({b})", confidence_word(c.confidence), c.cause),
@@ -184,17 +199,7 @@ pub fn analyse(f: &Facts) -> Analysis {
         changes,
         incident,
         incident_summary,
-        related: f
-            .related
-            .iter()
-            .map(|a| RelatedAlert {
-                alert_id: a.alert_id,
-                rule: a.rule.clone(),
-                gpu: a.gpu_index,
-                state: a.state.clone(),
-                started_ms: a.active_since_ms,
-            })
-            .collect(),
+        related,
         xids,
         unknown,
     }
