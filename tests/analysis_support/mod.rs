@@ -1,6 +1,7 @@
 //! Shared by the analysis tests: a scenario played through the whole daemon in-process, on
 //! a fixed simulated clock at full speed (so the database, hence every analysis, is the same
-//! at every run), and the gpuwatch binary.
+//! at every run), and the gpuwatch binary. Each test file uses part of it.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
