@@ -95,6 +95,24 @@ fn demo_faults_have_their_analyses() {
         );
     }
 
+    // The line the sender adds to Slack and email messages: the same headline.
+    let conn = gpuwatch::store::open_read_only(&db).expect("db");
+    for (id, _, _) in &all {
+        let line = gpuwatch::analysis::message_line(&conn, *id).expect("a line");
+        let head = incident_json(&db, *id)["analysis"]["headline"]
+            .as_str()
+            .expect("headline")
+            .to_string();
+        assert!(line.starts_with("Analysis: "), "{line}");
+        assert!(
+            line.chars().count() <= gpuwatch::analysis::MESSAGE_LINE_CHARS,
+            "{line}"
+        );
+        let shown = line.trim_start_matches("Analysis: ").trim_end_matches('…');
+        assert!(head.starts_with(shown), "{line} vs {head}");
+    }
+    assert_eq!(gpuwatch::analysis::message_line(&conn, 9999), None);
+
     // The demo's hang: both ranks of the llama job are one incident, stopped at the same
     // second (28:00), so no rank is named first; the step stopped at 28:00 too.
     let hang = all.iter().find(|a| a.1 == "training_hang").expect("hang").0;

@@ -27,6 +27,31 @@ use crate::model::TsMs;
 use crate::store::analysis::GpuPoint;
 pub use facts::Facts;
 
+/// How far before an alert's start the analysis in a message looks.
+pub const MESSAGE_WINDOW_MS: TsMs = 20 * 60_000;
+/// The most characters of the analysis line in a message.
+pub const MESSAGE_LINE_CHARS: usize = 300;
+
+/// The rule-based analysis of alert `id` in one line for a message (the sender adds it to
+/// Slack and email messages); `None` (logged) when it cannot be read: a message is never
+/// held back for its analysis.
+pub fn message_line(conn: &rusqlite::Connection, id: i64) -> Option<String> {
+    let row = match crate::store::incident::alert(conn, id) {
+        Ok(r) => r?,
+        Err(e) => {
+            tracing::debug!(alert = id, error = %e, "no analysis line: cannot read the alert");
+            return None;
+        }
+    };
+    match Facts::gather(conn, &row, MESSAGE_WINDOW_MS) {
+        Ok(f) => Some(text::one_line(&analyse(&f), MESSAGE_LINE_CHARS)),
+        Err(e) => {
+            tracing::debug!(alert = id, error = %e, "no analysis line");
+            None
+        }
+    }
+}
+
 /// One fact the alert rests on, with its value.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Evidence {

@@ -521,6 +521,13 @@ impl Sender {
             }
         }
         latest.sort_by_key(|m| !m.is_firing());
+        for m in latest
+            .iter_mut()
+            .filter(|m| m.is_firing() && m.id > 0)
+            .take(MAX_ANALYSED)
+        {
+            m.analysis = crate::analysis::message_line(self.outbox.conn(), m.id);
+        }
         let group_labels: BTreeMap<String, String> = key
             .split_once('|')
             .map(|(_, labels)| {
@@ -543,6 +550,9 @@ impl Sender {
         }
     }
 }
+
+/// The most alerts of one message given an analysis line (each costs a few reads).
+const MAX_ANALYSED: usize = 10;
 
 /// Exponential backoff with full jitter in [d/2, d]: 1 s, 2 s, 4 s ... up to `max`.
 fn backoff(attempt: i64, max: Duration) -> Duration {

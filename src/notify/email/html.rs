@@ -136,6 +136,9 @@ fn card(h: &mut String, a: &AlertMsg, n: &Notification, chart: Option<ChartRef<'
         summary = escape(&a.summary),
     );
     row(h, "Host", &a.host);
+    if let Some(an) = &a.analysis {
+        row(h, "Analysis", an.strip_prefix("Analysis: ").unwrap_or(an));
+    }
     if let Some(g) = a.gpu {
         let mut gpu = format!("GPU {g}");
         if let Some(m) = &a.model {
