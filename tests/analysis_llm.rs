@@ -7,110 +7,13 @@
 
 mod analysis_support;
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use analysis_support::{gpuwatch, ok_stdout, play};
+use analysis_support::{Mode, gpuwatch, ok_stdout, play, stub};
 use serde_json::Value;
-
-/// How the stub answers.
-#[derive(Clone)]
-enum Mode {
-    Json(String),
-    Stream(Vec<String>),
-    Status(u16),
-    Garbage,
-    Hang(Duration),
-}
-
-/// One request the stub got: (request line, headers lower-cased, body).
-type Recorded = (String, Vec<(String, String)>, String);
-
-struct Stub {
-    port: u16,
-    requests: Arc<Mutex<Vec<Recorded>>>,
-}
-
-fn stub(mode: Mode) -> Stub {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    let requests: Arc<Mutex<Vec<Recorded>>> = Arc::default();
-    let seen = requests.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-            let mut first = String::new();
-            let _ = reader.read_line(&mut first);
-            let mut headers = Vec::new();
-            let mut len = 0usize;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some((k, v)) = line.split_once(':') {
-                    let (k, v) = (k.trim().to_ascii_lowercase(), v.trim().to_string());
-                    if k == "content-length" {
-                        len = v.parse().unwrap_or(0);
-                    }
-                    headers.push((k, v));
-                }
-            }
-            let mut body = vec![0; len];
-            let _ = reader.read_exact(&mut body);
-            seen.lock().expect("lock").push((
-                first.trim().to_string(),
-                headers,
-                String::from_utf8_lossy(&body).into_owned(),
-            ));
-            let reply = |ctype: &str, status: &str, body: &str| {
-                format!(
-                    "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                )
-            };
-            let out = match &mode {
-                Mode::Json(answer) => reply(
-                    "application/json",
-                    "200 OK",
-                    &serde_json::json!({
-                        "id": "chatcmpl-1", "object": "chat.completion", "model": "stub",
-                        "choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": answer}}],
-                    })
-                    .to_string(),
-                ),
-                Mode::Stream(parts) => {
-                    let mut b = String::new();
-                    for p in parts {
-                        b.push_str(&format!(
-                            "data: {}\n\n",
-                            serde_json::json!({"object": "chat.completion.chunk",
-                                "choices": [{"index": 0, "delta": {"content": p}}]})
-                        ));
-                    }
-                    b.push_str("data: [DONE]\n\n");
-                    reply("text/event-stream", "200 OK", &b)
-                }
-                Mode::Status(429) => reply("application/json", "429 Too Many Requests", "{}"),
-                Mode::Status(code) => {
-                    reply("text/plain", &format!("{code} Oops"), "upstream failed")
-                }
-                Mode::Garbage => reply("application/json", "200 OK", "<html>not json</html>"),
-                Mode::Hang(d) => {
-                    std::thread::sleep(*d);
-                    String::new()
-                }
-            };
-            let _ = stream.write_all(out.as_bytes());
-        }
-    });
-    Stub { port, requests }
-}
 
 /// The demo's database, made once for the tests of this file.
 fn demo_db() -> &'static Path {
@@ -384,5 +287,137 @@ fn explain_without_a_section_and_bad_sections_fail_clearly() {
             .expect("empty")
             .analysis
             .is_none()
+    );
+}
+
+/// A config delivering to a Slack webhook served by `slack` with `[analysis]` follow-ups from
+/// the model served by `llm`.
+fn followup_config(dir: &Path, slack: u16, llm: u16, timeout: &str) -> String {
+    let url_file = dir.join("slack-url");
+    std::fs::write(
+        &url_file,
+        format!("http://127.0.0.1:{slack}/services/T0/B0/secret\n"),
+    )
+    .expect("url");
+    format!(
+        "[notify]\ngroup_wait = \"1s\"\ngroup_interval = \"1m\"\n[[notify.slack]]\nname = \"chat\"\nwebhook_url_file = {:?}\nmin_interval = \"0s\"\n[analysis]\nurl = \"http://127.0.0.1:{llm}/v1\"\nmodel = \"stub-model\"\ntimeout = {timeout:?}\nattach_to = [\"slack\"]\n",
+        url_file
+    )
+}
+
+/// The texts Slack got: Block Kit messages (their blocks' and fallback text) and follow-ups
+/// (`text`), in arrival order.
+fn slack_texts(s: &analysis_support::Stub) -> Vec<String> {
+    s.requests
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|(_, _, body)| body.clone())
+        .collect()
+}
+
+fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + timeout;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < until,
+            "{what}: not within {timeout:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_follow_up_reaches_slack_after_the_alert_it_explains() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let slack = stub(Mode::Ok);
+    let llm = stub(Mode::Json("FOLLOWUP: a stuck collective.".into()));
+    let cfg = followup_config(dir.path(), slack.port, llm.port, "5s");
+    let db = analysis_support::play_with(dir.path(), "scenarios/demo.toml", "f", &cfg);
+    wait_for("a follow-up", Duration::from_secs(30), || {
+        slack_texts(&slack)
+            .iter()
+            .any(|t| t.contains("Machine-written explanation"))
+    });
+    let texts = slack_texts(&slack);
+    let follow = texts
+        .iter()
+        .position(|t| t.contains("Machine-written explanation"))
+        .expect("follow-up");
+    let body: Value = serde_json::from_str(&texts[follow]).expect("json");
+    let text = body["text"].as_str().expect("text");
+    assert!(text.contains("FOLLOWUP: a stuck collective."), "{text}");
+    assert!(text.contains("by model `stub-model`"), "{text}");
+    let id: i64 = text
+        .split("of alert ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("the alert's id");
+    // The alert's own message went first.
+    let first = texts
+        .iter()
+        .position(|t| t.contains(&format!("gpuwatch incident {id}`")))
+        .expect("the alert's message");
+    assert!(
+        first < follow,
+        "the message at {first}, the follow-up at {follow}"
+    );
+    // What was sent is stored with the incident.
+    let shown = gpuwatch(&[
+        "incident",
+        &id.to_string(),
+        "--show-prompt",
+        "--format",
+        "json",
+        "--db",
+    ])
+    .arg(&db)
+    .output()
+    .expect("run");
+    let shown: Value = serde_json::from_str(&ok_stdout(&shown)).expect("json");
+    assert_eq!(shown["status"], "answered", "{shown}");
+    let sent = llm.requests.lock().expect("lock").clone();
+    assert!(
+        sent.iter()
+            .any(|r| serde_json::from_str::<Value>(&r.2).ok() == Some(shown["request"].clone()))
+    );
+}
+
+#[test]
+fn a_hanging_model_delays_no_delivery() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let slack = stub(Mode::Ok);
+    let llm = stub(Mode::Hang(Duration::from_secs(60)));
+    let cfg = followup_config(dir.path(), slack.port, llm.port, "30s");
+    let started = std::time::Instant::now();
+    let db = analysis_support::play_with(dir.path(), "scenarios/demo.toml", "h", &cfg);
+    let played = started.elapsed();
+    // Every alert that fired was delivered, while the model had requests hanging.
+    let o = gpuwatch(&["alerts", "--format", "json", "--db"])
+        .arg(&db)
+        .output()
+        .expect("run");
+    let alerts: Value = serde_json::from_str(&ok_stdout(&o)).expect("json");
+    let texts = slack_texts(&slack).join("\n");
+    for a in alerts.as_array().expect("alerts") {
+        if a["fired_ms"].is_null() {
+            continue;
+        }
+        let id = a["alert_id"].as_i64().expect("id");
+        assert!(
+            texts.contains(&format!("gpuwatch incident {id}`")),
+            "alert {id} ({}) not delivered: {texts}",
+            a["rule"]
+        );
+    }
+    assert!(
+        !llm.requests.lock().expect("lock").is_empty(),
+        "follow-ups were asked for"
+    );
+    assert!(!texts.contains("Machine-written explanation"), "{texts}");
+    assert!(
+        played < Duration::from_secs(30),
+        "the run took {played:?}: it waited for the model"
     );
 }

@@ -5,7 +5,8 @@
 //! Owns: gathering the facts ([`facts`]), what changed just before the alert ([`changes`]),
 //! the ranked causes with next steps ([`rank`]), the one serialised form ([`Analysis`], the
 //! JSON of `incident --format json`) and its text ([`text`]), the prompt made of the same
-//! facts ([`prompt`]), redaction ([`redact`]) and the OpenAI-compatible client ([`llm`]).
+//! facts ([`prompt`]), redaction ([`redact`]) and the OpenAI-compatible client ([`llm`]), and the follow-up message after a Slack delivery
+//! ([`followup`]).
 //!
 //! Invariants:
 //! - Deterministic: the same database gives the same analysis (no clock, no randomness).
@@ -15,6 +16,7 @@
 
 pub mod changes;
 pub mod facts;
+pub mod followup;
 pub mod llm;
 pub mod prompt;
 pub mod rank;

@@ -3,10 +3,12 @@
 //! at every run), and the gpuwatch binary. Each test file uses part of it.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gpuwatch::config::Config;
@@ -19,6 +21,11 @@ pub const START_MS: i64 = 1_700_000_000_000;
 
 /// Plays `scenario` (a path under the crate) into `dir/NAME.db`; returns the database.
 pub fn play(dir: &Path, scenario: &str, name: &str) -> PathBuf {
+    play_with(dir, scenario, name, "")
+}
+
+/// [`play`] with the `[notify]` and `[analysis]` sections of `config` (TOML).
+pub fn play_with(dir: &Path, scenario: &str, name: &str, config_text: &str) -> PathBuf {
     let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(scenario))
         .expect("scenario");
     let sim = SimGpus::prepare(
@@ -36,6 +43,9 @@ pub fn play(dir: &Path, scenario: &str, name: &str) -> PathBuf {
         ..Config::default()
     };
     config.http.enabled = false;
+    let extra = Config::parse(config_text, Path::new("test.toml")).expect("test config");
+    config.notify = extra.notify;
+    config.analysis = extra.analysis;
     let kubelet = sim.serve_pods().expect("serve pods").expect("pods");
     kubelet.configure(&mut config);
     daemon::run(
@@ -103,4 +113,103 @@ pub fn golden(name: &str, got: &str) {
         "{} differs (GPUWATCH_UPDATE_GOLDEN=1 rewrites it after review)",
         path.display()
     );
+}
+
+/// How the stub answers.
+#[derive(Clone)]
+pub enum Mode {
+    /// 200 with the body `ok` (what Slack's webhooks answer).
+    Ok,
+    Json(String),
+    Stream(Vec<String>),
+    Status(u16),
+    Garbage,
+    Hang(Duration),
+}
+
+/// One request the stub got: (request line, headers lower-cased, body).
+pub type Recorded = (String, Vec<(String, String)>, String);
+
+pub struct Stub {
+    pub port: u16,
+    pub requests: Arc<Mutex<Vec<Recorded>>>,
+}
+
+pub fn stub(mode: Mode) -> Stub {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let requests: Arc<Mutex<Vec<Recorded>>> = Arc::default();
+    let seen = requests.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut first = String::new();
+            let _ = reader.read_line(&mut first);
+            let mut headers = Vec::new();
+            let mut len = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some((k, v)) = line.split_once(':') {
+                    let (k, v) = (k.trim().to_ascii_lowercase(), v.trim().to_string());
+                    if k == "content-length" {
+                        len = v.parse().unwrap_or(0);
+                    }
+                    headers.push((k, v));
+                }
+            }
+            let mut body = vec![0; len];
+            let _ = reader.read_exact(&mut body);
+            seen.lock().expect("lock").push((
+                first.trim().to_string(),
+                headers,
+                String::from_utf8_lossy(&body).into_owned(),
+            ));
+            let reply = |ctype: &str, status: &str, body: &str| {
+                format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+            };
+            let out = match &mode {
+                Mode::Ok => reply("text/plain", "200 OK", "ok"),
+                Mode::Json(answer) => reply(
+                    "application/json",
+                    "200 OK",
+                    &serde_json::json!({
+                        "id": "chatcmpl-1", "object": "chat.completion", "model": "stub",
+                        "choices": [{"index": 0, "finish_reason": "stop",
+                                     "message": {"role": "assistant", "content": answer}}],
+                    })
+                    .to_string(),
+                ),
+                Mode::Stream(parts) => {
+                    let mut b = String::new();
+                    for p in parts {
+                        b.push_str(&format!(
+                            "data: {}\n\n",
+                            serde_json::json!({"object": "chat.completion.chunk",
+                                "choices": [{"index": 0, "delta": {"content": p}}]})
+                        ));
+                    }
+                    b.push_str("data: [DONE]\n\n");
+                    reply("text/event-stream", "200 OK", &b)
+                }
+                Mode::Status(429) => reply("application/json", "429 Too Many Requests", "{}"),
+                Mode::Status(code) => {
+                    reply("text/plain", &format!("{code} Oops"), "upstream failed")
+                }
+                Mode::Garbage => reply("application/json", "200 OK", "<html>not json</html>"),
+                Mode::Hang(d) => {
+                    std::thread::sleep(*d);
+                    String::new()
+                }
+            };
+            let _ = stream.write_all(out.as_bytes());
+        }
+    });
+    Stub { port, requests }
 }
