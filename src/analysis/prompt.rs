@@ -96,3 +96,35 @@ pub fn request_body(
     let text = serde_json::to_string_pretty(&body).unwrap_or_default();
     super::redact::redact(&text, &cfg.redact, secrets)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn facts_are_capped_lists_first_then_cut() {
+        let facts = json!({
+            "alert": {"rule": "training_hang"},
+            "changes": (0..200).map(|i| json!({"text": format!("change {i}")})).collect::<Vec<_>>(),
+            "related_alerts": (0..200).map(|i| json!({"alert_id": i})).collect::<Vec<_>>(),
+            "evidence": [], "xids": [],
+        });
+        let t = capped(facts.clone(), 2000);
+        assert!(t.len() <= 2000, "{}", t.len());
+        let v: Value = serde_json::from_str(&t).expect("still JSON when lists suffice");
+        assert_eq!(v["truncated"], true);
+        assert_eq!(v["alert"]["rule"], "training_hang");
+        assert!(v["related_alerts"].as_array().expect("list").is_empty());
+        // Small enough: unchanged.
+        let small = json!({"alert": {"rule": "x"}});
+        assert_eq!(capped(small.clone(), 2000), small.to_string());
+        // Nothing left to shorten: cut and marked.
+        let huge = json!({"alert": {"summary": "é".repeat(3000)}});
+        let t = capped(huge, 1024);
+        assert!(
+            t.len() <= 1024 && t.ends_with("…[truncated]"),
+            "{}",
+            t.len()
+        );
+    }
+}

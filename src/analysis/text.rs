@@ -70,7 +70,7 @@ pub fn render(a: &Analysis) -> String {
             o.push_str(&format!(
                 "    alert {:<6} {:<32} stopped {}, alert started {}\n",
                 m.alert_id,
-                super::rank::who(m),
+                super::incident::who(m),
                 m.stopped_ms.map_or("unknown".to_string(), hms),
                 hms(m.started_ms)
             ));
@@ -111,4 +111,35 @@ pub fn one_line(a: &Analysis, max: usize) -> String {
     }
     let cut: String = line.chars().take(max.saturating_sub(1)).collect();
     format!("{cut}…")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_and_one_line() {
+        assert_eq!(offset(-134), "-2m14s");
+        assert_eq!(offset(30), "+30s");
+        assert_eq!(offset(0), "+0s");
+        let a = Analysis {
+            alert_id: 1,
+            rule: "r".into(),
+            headline: "likely cause: ".to_string() + &"x".repeat(400),
+            causes: vec![],
+            evidence: vec![],
+            changes: vec![],
+            incident: vec![],
+            incident_summary: None,
+            related: vec![],
+            xids: vec![],
+            unknown: vec![],
+        };
+        let l = one_line(&a, 50);
+        assert_eq!(l.chars().count(), 50);
+        assert!(
+            l.starts_with("Analysis: likely cause: xx") && l.ends_with('…'),
+            "{l}"
+        );
+    }
 }
