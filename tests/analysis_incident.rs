@@ -113,10 +113,24 @@ fn demo_faults_have_their_analyses() {
     }
     assert_eq!(gpuwatch::analysis::message_line(&conn, 9999), None);
 
+    // The GPU with the XID 48: its hardware health now (gpuwatch status) names the pending
+    // row remap; the hang's GPUs are healthy.
+    let ecc = all.iter().find(|a| a.1 == "gpu_xid_error").expect("xid").0;
+    let h = incident_json(&db, ecc)["analysis"]["health"].clone();
+    assert_eq!(h["status"], "warn", "{h}");
+    let codes: Vec<&str> = h["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .map(|f| f["code"].as_str().expect("code"))
+        .collect();
+    assert!(codes.contains(&"row_remap_pending"), "{codes:?}");
+
     // The demo's hang: both ranks of the llama job are one incident, stopped at the same
     // second (28:00), so no rank is named first; the step stopped at 28:00 too.
     let hang = all.iter().find(|a| a.1 == "training_hang").expect("hang").0;
     let a = incident_json(&db, hang)["analysis"].clone();
+    assert_eq!(a["health"]["status"], "ok", "{a}");
     let members = a["incident"].as_array().expect("incident");
     assert_eq!(members.len(), 2, "{a}");
     let hang_at = START_MS + 28 * 60_000;

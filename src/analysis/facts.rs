@@ -88,6 +88,10 @@ pub struct Facts {
     /// The alert itself and the related alerts of the same rule and job, one per GPU, each
     /// with its GPU's samples in `[its start - window, its start]`.
     pub group: Vec<Peer>,
+    /// The GPU's hardware health as `gpuwatch status` judges it at the host's newest sample
+    /// (ECC, row remapping, clock events, PCIe link, lost), with the time of the GPU's newest
+    /// sample; `None` for a host alert or a GPU without samples.
+    pub health: Option<(Option<TsMs>, crate::gpu_health::Health)>,
 }
 
 impl Facts {
@@ -135,6 +139,7 @@ impl Facts {
             });
         }
         Ok(Facts {
+            health: health(conn, alert)?,
             labels,
             before_from,
             start,
@@ -150,6 +155,31 @@ impl Facts {
             alert: alert.clone(),
         })
     }
+}
+
+/// How old a GPU's newest sample may be, behind its host's newest, and still be judged.
+const HEALTH_STALE_MS: TsMs = 60_000;
+
+/// The alert's GPU judged at its host's newest sample (deterministic: no wall clock).
+fn health(
+    conn: &Connection,
+    alert: &AlertRow,
+) -> Result<Option<(Option<TsMs>, crate::gpu_health::Health)>, store::StoreError> {
+    let (Some(uuid), Some(last)) = (
+        alert.gpu_uuid.as_deref(),
+        store::read::last_sample_ts(conn, Some(&alert.host))?,
+    ) else {
+        return Ok(None);
+    };
+    Ok(store::read::latest_per_gpu(conn, Some(&alert.host), last)?
+        .into_iter()
+        .find(|r| r.inventory.uuid == uuid)
+        .map(|r| {
+            (
+                r.latest.as_ref().map(|s| s.ts_ms),
+                crate::gpu_health::judge(&r, HEALTH_STALE_MS),
+            )
+        }))
 }
 
 /// An alert's labels (`labels_json`), empty when it has none.

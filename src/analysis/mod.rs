@@ -144,6 +144,27 @@ pub struct XidNote {
     pub action: Option<String>,
 }
 
+/// One finding of the GPU's hardware health (`gpuwatch status`, docs/HEALTH.md).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HealthFinding {
+    pub code: String,
+    pub severity: String,
+    pub text: String,
+    pub fix: String,
+}
+
+/// The GPU's hardware health at its newest sample.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HealthNote {
+    /// ok | warn | fail | unknown
+    pub status: String,
+    /// The newest sample judged (`None`: none stored).
+    pub at_ms: Option<TsMs>,
+    pub findings: Vec<HealthFinding>,
+    /// Checks that could not be made from that sample.
+    pub not_checked: Vec<String>,
+}
+
 /// The rule-based analysis of one alert.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Analysis {
@@ -161,6 +182,8 @@ pub struct Analysis {
     pub incident_summary: Option<String>,
     pub related: Vec<RelatedAlert>,
     pub xids: Vec<XidNote>,
+    /// The GPU's hardware health now (at its newest sample), as `gpuwatch status` judges it.
+    pub health: Option<HealthNote>,
     /// Facts the analysis needed and the store does not hold.
     pub unknown: Vec<String>,
 }
@@ -231,6 +254,21 @@ pub fn analyse(f: &Facts) -> Analysis {
         incident_summary,
         related,
         xids,
+        health: f.health.as_ref().map(|(at, h)| HealthNote {
+            status: h.status.as_str().to_string(),
+            at_ms: *at,
+            findings: h
+                .reasons
+                .iter()
+                .map(|r| HealthFinding {
+                    code: r.code.to_string(),
+                    severity: r.severity.as_str().to_string(),
+                    text: r.text.clone(),
+                    fix: r.fix.clone(),
+                })
+                .collect(),
+            not_checked: h.not_checked.iter().map(|c| c.to_string()).collect(),
+        }),
         unknown,
     }
 }

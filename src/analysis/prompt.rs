@@ -42,6 +42,7 @@ pub fn facts_json(alert: &AlertRow, a: &Analysis) -> Value {
         "incident": {"summary": a.incident_summary, "gpus": a.incident},
         "related_alerts": a.related,
         "xids": a.xids,
+        "gpu_health_now": a.health,
         "rule_based_causes": a.causes.iter().map(|c| json!({
             "cause": c.cause, "confidence": c.confidence, "because": c.because,
         })).collect::<Vec<_>>(),

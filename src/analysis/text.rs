@@ -94,6 +94,19 @@ pub fn render(a: &Analysis) -> String {
             ));
         }
     }
+    if let Some(h) = &a.health {
+        o.push_str(&format!(
+            "\n  GPU health at its newest sample{} (as `gpuwatch status` judges it): {}\n",
+            h.at_ms.map_or(String::new(), |t| format!(", {}", hms(t))),
+            h.status
+        ));
+        for r in &h.findings {
+            o.push_str(&format!(
+                "    {} ({}): {}; fix: {}\n",
+                r.code, r.severity, r.text, r.fix
+            ));
+        }
+    }
     if !a.unknown.is_empty() {
         o.push_str("\n  unknown (not in the store):\n");
         for u in &a.unknown {
@@ -133,6 +146,7 @@ mod tests {
             incident_summary: None,
             related: vec![],
             xids: vec![],
+            health: None,
             unknown: vec![],
         };
         let l = one_line(&a, 50);
