@@ -74,14 +74,15 @@ pub fn explain(cfg: &Config, alert: &AlertRow, a: &Analysis) -> Result<Explanati
     };
     let secrets: Vec<&str> = key_text.iter().map(String::as_str).collect();
     let body = prompt::request_body(ac, alert, a, &secrets);
-    let st = store::open(&cfg.database, &store::StoreConfig::new(cfg.host.clone()))?;
+    // The database is at this binary's schema (the read-only open before checked it): a
+    // second connection, nothing created or registered.
+    let conn = store::open_existing_rw(&cfg.database)?;
     let now = crate::clock::now_ms();
     let outcome = match (key, redact::check_clean(&body, &secrets)) {
         (Err(e), _) => Err(e.to_string()),
         (_, Err(e)) => Err(e),
         (Ok(k), Ok(())) => {
-            let id =
-                sa::insert_request(st.conn(), alert.alert_id, now, &endpoint, &ac.model, &body)?;
+            let id = sa::insert_request(&conn, alert.alert_id, now, &endpoint, &ac.model, &body)?;
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -94,7 +95,7 @@ pub fn explain(cfg: &Config, alert: &AlertRow, a: &Analysis) -> Result<Explanati
             });
             let r = r.map_err(|e| e.to_string());
             sa::finish_request(
-                st.conn(),
+                &conn,
                 id,
                 crate::clock::now_ms(),
                 r.as_deref().map(|s| s as &str).map_err(|e| e as &str),
