@@ -279,3 +279,6 @@ fn confidence_word(c: Confidence) -> &'static str {
         Confidence::Possible => "possible",
     }
 }
+
+#[cfg(test)]
+mod tests;
