@@ -17,6 +17,14 @@ use crate::store::{self, history};
 use crate::training::GpuRef;
 use crate::training::join::{Choice, SeriesRef, choose};
 
+/// The most of an alert's active time whose raw samples are read (an alert firing for days
+/// is analysed from its first hour: its onset is what the analysis is about).
+pub const DURING_CAP_MS: TsMs = 3_600_000;
+
+/// Events up to this long after the start count even for an alert that ended sooner (an XID
+/// the event thread hands over a tick or two after the counters that raised the alert).
+pub const EVENTS_AFTER_START_MS: TsMs = 60_000;
+
 /// How far around the alert other alerts of the host count as related.
 pub const RELATED_SLACK_MS: TsMs = 10 * 60_000;
 
@@ -75,7 +83,7 @@ pub struct Facts {
     pub before_from: TsMs,
     pub start: TsMs,
     pub end: TsMs,
-    /// The alert's GPU, `[before_from, end]`.
+    /// The alert's GPU, `[before_from, min(end, start + DURING_CAP_MS)]`.
     pub points: Vec<GpuPoint>,
     pub procs: Vec<q::WindowProcess>,
     /// (samples whose process list was observed, samples).
@@ -144,10 +152,20 @@ impl Facts {
             before_from,
             start,
             end,
-            points: gpu_points(conn, alert.gpu_id, before_from, end)?,
+            points: gpu_points(
+                conn,
+                alert.gpu_id,
+                before_from,
+                end.min(start + DURING_CAP_MS),
+            )?,
             observed: q::process_observation(conn, alert.gpu_id, before_from, end)?,
             holders: q::holders(conn, alert.gpu_id, before_from, end)?,
-            events: q::events(conn, alert.gpu_id, before_from, end)?,
+            events: q::events(
+                conn,
+                alert.gpu_id,
+                before_from,
+                end.max(start + EVENTS_AFTER_START_MS),
+            )?,
             procs,
             training,
             related,
