@@ -212,6 +212,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         history: config.rollup_retention,
         bell: outbox_bell.clone(),
         wall_clock: !ticker.simulated(),
+        analysis: config.analysis.clone(),
     })
     .map_err(DaemonError::Thread)?;
 

@@ -7,6 +7,7 @@
 //! and [`cli`]. See ARCHITECTURE.md.
 
 pub mod alerts;
+pub mod analysis;
 pub mod attribution;
 pub mod cli;
 pub mod clock;

@@ -93,6 +93,7 @@ fn alert(firing: bool) -> AlertMsg {
         ends_ms: (!firing).then_some(T0 + 40 * 60_000),
         metric: Some("step".into()),
         gpu_id: Some(1),
+        analysis: None,
     }
 }
 
@@ -181,6 +182,25 @@ async fn firing_message_carries_everything() {
     assert!(blocks.contains("Alert 42"), "{blocks}");
     assert!(blocks.contains("The training step counter stopped advancing."));
     assert!(!blocks.contains("RESOLVED"), "{blocks}");
+}
+
+#[tokio::test]
+async fn the_analysis_line_is_shown_when_the_sender_added_one() {
+    let s = setup("5s", "0s");
+    let mut with = alert(true);
+    with.analysis = Some("Analysis: likely cause: a stuck collective <ranks> & more".into());
+    s.receiver
+        .send(&notification(vec![with, alert(true)], T0 + 6 * 60_000))
+        .await
+        .expect("delivered");
+    let blocks = block_texts(s.server.received()[0].json());
+    assert_eq!(
+        blocks
+            .matches(":mag: Analysis: likely cause: a stuck collective &lt;ranks&gt; &amp; more")
+            .count(),
+        1,
+        "{blocks}"
+    );
 }
 
 #[tokio::test]

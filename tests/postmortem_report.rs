@@ -163,6 +163,12 @@ fn report_for_an_alert_highlights_it_and_shades_its_span() {
         alert.id
     )));
     assert!(html.contains(" (alert)</div>") || html.contains(" (alert)<span"));
+    // Its rule-based analysis: the headline and the causes with next steps (docs/ANALYSIS.md).
+    assert!(
+        html.contains("<section><h2>Analysis (rule-based)</h2><p class=\"wrap\">likely cause: cooling of this GPU"),
+        "the analysis section"
+    );
+    assert!(html.contains("<li>next: check its fan speed"), "next steps");
     // Its firing span is shaded darker than other alerts, in its severity's colour, in every GPU chart.
     let colour = match alert.severity.as_deref() {
         Some("critical") => "#DC2626",

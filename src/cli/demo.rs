@@ -44,8 +44,9 @@ pub struct DemoArgs {
     #[arg(long, value_parser = humantime::parse_duration)]
     pub duration: Option<Duration>,
     /// Deliver the demo's alerts through the receivers and routes of this config file's
-    /// `[notify]` section (Slack, email, webhook, Alertmanager; see docs/ALERTING.md). Group
-    /// timing runs on the simulated clock.
+    /// `[notify]` section (Slack, email, webhook, Alertmanager; see docs/ALERTING.md), with
+    /// its `[analysis]` follow-ups (docs/ANALYSIS.md). Group timing runs on the simulated
+    /// clock.
     #[arg(long, short = 'c', value_name = "PATH")]
     pub config: Option<PathBuf>,
     /// Path of the simulated NVML library [default: next to this binary, or $GPUWATCH_FAKE_NVML].
@@ -114,7 +115,9 @@ pub fn run(args: DemoArgs) -> Result<(), Failure> {
     };
     config.http.listen = ([127, 0, 0, 1], 0).into();
     if let Some(path) = &args.config {
-        config.notify = Config::load(path).map_err(|e| fail(exit::USAGE, e))?.notify;
+        let loaded = Config::load(path).map_err(|e| fail(exit::USAGE, e))?;
+        config.notify = loaded.notify;
+        config.analysis = loaded.analysis;
     }
 
     println!(

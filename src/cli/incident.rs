@@ -16,11 +16,11 @@ use anyhow::{Context, anyhow};
 use rusqlite::Connection;
 use serde_json::{Value, json};
 
+use crate::analysis::facts::{Training, joined_training};
 use crate::model::TsMs;
-use crate::store::{self, history, incident as q, window};
-use crate::training::GpuRef;
-use crate::training::join::{Choice, choose};
+use crate::store::{self, incident as q, window};
 
+mod explain;
 mod text;
 
 use super::alerts::{alert_json, durations, rfc3339};
@@ -45,6 +45,15 @@ pub struct IncidentArgs {
     /// How far before the alert's start to look.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "20m")]
     pub window: Duration,
+    /// Also ask the language model of the config's `[analysis]` section to explain the
+    /// incident from the same facts (docs/ANALYSIS.md); its answer is printed marked as
+    /// machine-written, and the request is stored with the incident.
+    #[arg(long)]
+    pub explain: bool,
+    /// Print the request last sent to the language model about this alert (exactly as
+    /// sent), and its answer, instead of the incident.
+    #[arg(long, conflicts_with = "explain")]
+    pub show_prompt: bool,
 }
 
 /// GPU metrics summarised (their units are the window table's).
@@ -127,36 +136,6 @@ fn gpu_metrics(
         .collect())
 }
 
-/// One training series' points in both phases.
-struct Training {
-    name: String,
-    labels: Vec<(String, String)>,
-    before: Vec<(TsMs, f64)>,
-    during: Vec<(TsMs, f64)>,
-}
-
-impl Training {
-    /// When the value last changed (within the window), if it did.
-    fn last_change(&self) -> Option<TsMs> {
-        let all: Vec<&(TsMs, f64)> = self.before.iter().chain(&self.during).collect();
-        last_change(&all)
-    }
-
-    /// When the value last changed before the alert started (a hang: when the step stopped).
-    fn last_change_before(&self) -> Option<TsMs> {
-        let before: Vec<&(TsMs, f64)> = self.before.iter().collect();
-        last_change(&before)
-    }
-}
-
-fn last_change(points: &[&(TsMs, f64)]) -> Option<TsMs> {
-    points
-        .windows(2)
-        .rev()
-        .find(|w| w[0].1 != w[1].1)
-        .map(|w| w[1].0)
-}
-
 fn phase_json(p: &[(TsMs, f64)]) -> Value {
     json!({
         "points": p.len(),
@@ -190,6 +169,17 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
     let before_from = start.saturating_sub(window_ms);
     let ctx = || format!("reading alert {} from {}", args.id, cfg.database.display());
 
+    if args.show_prompt {
+        print!("{}", explain::show_prompt(&conn, args.id, args.format)?);
+        return Ok(());
+    }
+    let facts = crate::analysis::Facts::gather(&conn, &alert, window_ms).with_context(ctx)?;
+    let analysis = crate::analysis::analyse(&facts);
+    let explanation = if args.explain {
+        Some(explain::explain(&cfg, &alert, &analysis)?)
+    } else {
+        None
+    };
     let notes = q::notifications(&conn, args.id).with_context(ctx)?;
     let mut metrics =
         gpu_metrics(&conn, alert.gpu_id, before_from, start, end).with_context(ctx)?;
@@ -207,7 +197,8 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
     let observed =
         q::process_observation(&conn, alert.gpu_id, before_from, end).with_context(ctx)?;
     let events = q::events(&conn, alert.gpu_id, before_from, end).with_context(ctx)?;
-    let training = training(&conn, &alert, &procs, (before_from, start, end)).with_context(ctx)?;
+    let training =
+        joined_training(&conn, &alert, &procs, (before_from, start, end)).with_context(ctx)?;
 
     let out = match args.format {
         Format::Json => {
@@ -262,87 +253,33 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
                     "last_change": t.last_change().map(rfc3339),
                     "last_change_before_start": t.last_change_before().map(rfc3339),
                 })).collect::<Vec<_>>(),
+                "analysis": analysis,
             });
+            let mut doc = doc;
+            if let Some(e) = &explanation {
+                doc["explanation"] = e.json();
+            }
             serde_json::to_string_pretty(&doc).context("rendering JSON")? + "\n"
         }
-        Format::Text => text::render(
-            &alert,
-            &notes,
-            &metrics,
-            (&procs, observed, &holders),
-            &events,
-            &training,
-            args.window,
-        ),
+        Format::Text => {
+            let mut o = text::render(
+                &alert,
+                &notes,
+                &metrics,
+                (&procs, observed, &holders),
+                &events,
+                &training,
+                args.window,
+            );
+            o.push_str(&crate::analysis::text::render(&analysis));
+            if let Some(e) = &explanation {
+                o.push_str(&e.text());
+            }
+            o
+        }
     };
     print!("{out}");
     Ok(())
-}
-
-/// The training series the rules read for the alert's GPU (the evaluator's chooser, with
-/// the pods the kubelet said held the host's GPUs when the alert began, else the one pod the
-/// GPU's processes ran in); where the choice is ambiguous, every candidate.
-fn training(
-    conn: &Connection,
-    alert: &q::AlertRow,
-    procs: &[q::WindowProcess],
-    (before_from, start, end): (TsMs, TsMs, TsMs),
-) -> Result<Vec<Training>, store::StoreError> {
-    let held = history::holders(conn, start - 1, start)?;
-    let gpus: Vec<GpuRef> = history::gpus(conn, Some(&alert.host))?
-        .into_iter()
-        .map(|g| {
-            let holder = held
-                .iter()
-                .filter(|h| h.gpu_id == g.gpu_id && h.from_ms <= start)
-                .map(|h| (h.holder.namespace.clone(), h.holder.pod.clone()))
-                .next_back();
-            let own = (g.gpu_id == alert.gpu_id)
-                .then(|| {
-                    crate::attribution::shared_pod(
-                        procs.iter().filter_map(|p| p.placement.as_ref()),
-                    )
-                    .map(|p| (p.namespace.to_string(), p.pod.to_string()))
-                })
-                .flatten();
-            GpuRef {
-                index: g.inventory.index,
-                uuid: g.inventory.uuid,
-                pod: holder.or(own),
-            }
-        })
-        .collect();
-    let series = history::training_series(conn)?;
-    let refs = super::status_training::series_refs(&series, &alert.host);
-    let mut ids: Vec<i64> = Vec::new();
-    if let Some(c) = alert.gpu_index.and_then(|i| {
-        choose(&refs, &gpus)
-            .into_iter()
-            .find(|c| i64::from(c.index) == i)
-    }) {
-        for choice in [c.step, c.loss] {
-            match choice {
-                Choice::Joined { series, .. } => ids.push(series),
-                Choice::Ambiguous { series } => ids.extend(series),
-                Choice::Waiting { .. } | Choice::Nothing => {}
-            }
-        }
-    }
-    let mut out = Vec::new();
-    for s in series.into_iter().filter(|s| ids.contains(&s.series_id)) {
-        let before = q::training_points(conn, s.series_id, before_from, start - 1)?;
-        let during = q::training_points(conn, s.series_id, start, end)?;
-        if before.is_empty() && during.is_empty() {
-            continue;
-        }
-        out.push(Training {
-            name: s.name,
-            labels: s.labels,
-            before,
-            during,
-        });
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! errors of a file are reported at once. Secrets never enter this module: it holds the names
 //! of env vars and `*_file` paths to read them from (see [`SecretSource`]).
 
+pub mod analysis;
 mod error;
 mod notify;
 mod prometheus;
@@ -73,6 +74,8 @@ pub struct Config {
     pub log_format: LogFormat,
     /// `[xid]`: where XIDs come from besides NVML's event API.
     pub xid: XidConfig,
+    /// `[analysis]`: the language model that explains incidents; `None`: off (the default).
+    pub analysis: Option<analysis::AnalysisConfig>,
 }
 
 /// `[xid] kmsg_path` when the config does not set it.
@@ -219,6 +222,7 @@ impl Default for Config {
             },
             log_format: LogFormat::Text,
             xid: XidConfig::default(),
+            analysis: None,
         }
     }
 }

@@ -43,6 +43,7 @@ pub struct RawConfig {
     log: RawLog,
     #[serde(default)]
     xid: RawXid,
+    analysis: Option<Spanned<super::analysis::RawAnalysis>>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -416,6 +417,10 @@ impl RawConfig {
             p.into_inner().compile(&mut c, span, interval)
         });
         let notify = self.notify.compile(&mut c);
+        let analysis = self.analysis.and_then(|a| {
+            let span = a.span();
+            a.into_inner().compile(&mut c, span)
+        });
         let mut remote_write = Vec::new();
         for (i, r) in self.remote_write.into_iter().enumerate() {
             let span = r.span();
@@ -471,6 +476,7 @@ impl RawConfig {
             prometheus,
             remote_write,
             notify,
+            analysis,
             log_format,
             xid: super::XidConfig {
                 kernel_log: self.xid.kernel_log.unwrap_or(true),

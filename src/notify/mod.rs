@@ -70,6 +70,10 @@ pub struct AlertMsg {
     pub metric: Option<String>,
     /// `gpus.id` in the store, for charts (none for host alerts).
     pub gpu_id: Option<i64>,
+    /// The rule-based analysis in one line (`analysis::text::one_line`), added by the
+    /// sender when the message is built; never stored in the outbox.
+    #[serde(default, skip_serializing)]
+    pub analysis: Option<String>,
 }
 
 impl AlertMsg {

@@ -175,6 +175,7 @@ pub fn alert_msg(tr: &Transition) -> AlertMsg {
         ends_ms: (tr.state == "resolved").then_some(tr.at),
         metric: tr.metric.map(str::to_string),
         gpu_id: (tr.scope != Scope::Host).then_some(tr.gpu_id),
+        analysis: None,
     }
 }
 

@@ -62,6 +62,9 @@ pub struct SenderParts {
     /// Whether `now` is the wall clock (a simulated clock's times are approached in
     /// [`CYCLE`] steps).
     pub wall_clock: bool,
+    /// `[analysis]`: with `attach_to = ["slack"]`, a machine-written follow-up after each
+    /// firing alert a Slack receiver accepted (on its own thread: `analysis::followup`).
+    pub analysis: Option<crate::config::analysis::AnalysisConfig>,
 }
 
 /// When the sender has something to do next: a time on the daemon's clock (group timing,
@@ -146,6 +149,11 @@ async fn run(parts: SenderParts) {
     };
     let mut s = Sender {
         outbox,
+        db: parts.db.clone(),
+        analysis: parts
+            .analysis
+            .clone()
+            .filter(|a| a.attach_to.iter().any(|k| k == "slack")),
         cfg: parts.config.clone(),
         host: parts.host.clone(),
         history: parts.history,
@@ -253,6 +261,9 @@ fn nap(next: Next, now: TsMs, wall: TsMs, wall_clock: bool) -> Duration {
 
 pub(super) struct Sender {
     pub(super) outbox: Outbox,
+    pub(super) db: PathBuf,
+    /// `[analysis]` when it attaches follow-ups to Slack receivers.
+    pub(super) analysis: Option<crate::config::analysis::AnalysisConfig>,
     pub(super) cfg: NotifyConfig,
     pub(super) host: String,
     /// Delivery history older than this is pruned (rows of live alerts are kept).
@@ -396,6 +407,7 @@ impl Sender {
                     }
                     slot.failures = 0;
                     tracing::info!(receiver = %slot.cfg.name, alerts = n.alerts.len(), "notification delivered");
+                    self.follow_up(&slot.cfg, &n);
                 }
                 Err(SendError::Permanent(m)) => {
                     let m = secret::scrub(&m);
@@ -498,6 +510,29 @@ impl Sender {
         })
     }
 
+    /// After a delivery: a machine-written follow-up for each newly firing alert of a Slack
+    /// receiver's message, when `[analysis] attach_to` asks for it. Each runs on its own
+    /// thread; this returns at once.
+    fn follow_up(&self, rc: &ReceiverConfig, n: &Notification) {
+        let (Some(ac), crate::config::ReceiverKind::Slack(slack)) = (&self.analysis, &rc.kind)
+        else {
+            return;
+        };
+        if n.repeat || n.test {
+            return;
+        }
+        for a in n.firing().filter(|a| a.id > 0) {
+            crate::analysis::followup::spawn(crate::analysis::followup::FollowUp {
+                db: self.db.clone(),
+                config: ac.clone(),
+                alert_id: a.id,
+                webhook: slack.webhook_url.clone(),
+                receiver: rc.name.clone(),
+                post_timeout: rc.timeout,
+            });
+        }
+    }
+
     /// One message: each alert once (its latest state), firing first.
     fn notification(
         &self,
@@ -521,6 +556,13 @@ impl Sender {
             }
         }
         latest.sort_by_key(|m| !m.is_firing());
+        for m in latest
+            .iter_mut()
+            .filter(|m| m.is_firing() && m.id > 0)
+            .take(MAX_ANALYSED)
+        {
+            m.analysis = crate::analysis::message_line(self.outbox.conn(), m.id);
+        }
         let group_labels: BTreeMap<String, String> = key
             .split_once('|')
             .map(|(_, labels)| {
@@ -543,6 +585,9 @@ impl Sender {
         }
     }
 }
+
+/// The most alerts of one message given an analysis line (each costs a few reads).
+const MAX_ANALYSED: usize = 10;
 
 /// Exponential backoff with full jitter in [d/2, d]: 1 s, 2 s, 4 s ... up to `max`.
 fn backoff(attempt: i64, max: Duration) -> Duration {

@@ -150,6 +150,9 @@ pub fn plain(n: &Notification) -> String {
         if let Some(d) = &a.description {
             out.push_str(&format!("  {d}\n"));
         }
+        if let Some(an) = &a.analysis {
+            out.push_str(&format!("  {an}\n"));
+        }
         if let Some(cmd) = a.story_command() {
             out.push_str(&format!("  alert {} — its story: {cmd}\n", a.id));
         }
@@ -177,6 +180,7 @@ mod tests {
             process: Some("python".into()),
             starts_ms: 1_000_000,
             fired_ms: 1_060_000,
+            analysis: Some("Analysis: likely cause: a stuck collective".into()),
             ..Default::default()
         };
         let n = Notification {
@@ -197,6 +201,7 @@ mod tests {
             "firing for 6m",
             "gpuwatch incident 42",
             "71 W",
+            "  Analysis: likely cause: a stuck collective\n",
         ] {
             assert!(t.contains(want), "{want} missing in {t}");
         }

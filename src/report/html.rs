@@ -254,6 +254,33 @@ fn focus(o: &mut String, d: &ReportData, a: &AlertSpan) {
         esc(&runs_in_labels(&a.labels)),
         esc(a.summary.as_deref().unwrap_or("-")),
     );
+    if let Some(an) = &d.analysis {
+        analysis(o, an);
+    }
+}
+
+/// The focused alert's rule-based analysis: the headline and the causes with next steps.
+fn analysis(o: &mut String, an: &crate::analysis::Analysis) {
+    let _ = write!(
+        o,
+        "<section><h2>Analysis (rule-based)</h2><p class=\"wrap\">{}</p><ol>",
+        esc(&an.headline)
+    );
+    for c in &an.causes {
+        let _ = write!(o, "<li class=\"wrap\"><b>{}</b><ul>", esc(&c.cause));
+        for b in &c.because {
+            let _ = write!(o, "<li>because: {}</li>", esc(b));
+        }
+        for n in &c.next_steps {
+            let _ = write!(o, "<li>next: {}</li>", esc(n));
+        }
+        o.push_str("</ul></li>");
+    }
+    o.push_str("</ol>");
+    if let Some(s) = &an.incident_summary {
+        let _ = write!(o, "<p class=\"wrap\">Incident: {}</p>", esc(s));
+    }
+    o.push_str("</section>\n");
 }
 
 fn alerts(o: &mut String, d: &ReportData) {

@@ -78,6 +78,8 @@ pub struct ReportData {
     pub training: Vec<TrainingLine>,
     /// Who the kubelet said held these GPUs during the window (pod allocations).
     pub holders: Vec<HolderRow>,
+    /// The rule-based analysis of the focused alert (`crate::analysis`).
+    pub analysis: Option<crate::analysis::Analysis>,
 }
 
 /// The window of an alert's report: its span, [`CONTEXT_BEFORE_MS`] (or its length, when
@@ -150,7 +152,18 @@ pub fn gather(
         let (o, n) = crate::store::incident::process_observation(conn, id, from_ms, to_ms - 1)?;
         process_observation = (process_observation.0 + o, process_observation.1 + n);
     }
+    // The focused alert's analysis, with the report's context before it as the window.
+    let analysis = match &focus {
+        Some(f) => crate::store::incident::alert(conn, f.id)?
+            .map(|row| {
+                crate::analysis::Facts::gather(conn, &row, CONTEXT_BEFORE_MS)
+                    .map(|facts| crate::analysis::analyse(&facts))
+            })
+            .transpose()?,
+        None => None,
+    };
     Ok(ReportData {
+        analysis,
         process_observation,
         alerts: postmortem::alerts_in(conn, &ids, from_ms, to_ms)?,
         processes: postmortem::processes_in(conn, &ids, from_ms, to_ms, MAX_ROWS)?,

@@ -100,6 +100,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "rollups_by_gpu",
         sql: include_str!("../../migrations/0015_rollups_by_gpu.sql"),
     },
+    Migration {
+        version: 16,
+        name: "analysis",
+        sql: include_str!("../../migrations/0016_analysis.sql"),
+    },
 ];
 
 /// The schema version this binary writes and reads: the highest migration's.

@@ -35,6 +35,7 @@
 //!   a permission, a newer schema or another application's file is never taken for damage.
 
 pub mod alerts;
+pub mod analysis;
 pub mod audit;
 mod bounds;
 pub mod events;

@@ -136,6 +136,9 @@ fn card(h: &mut String, a: &AlertMsg, n: &Notification, chart: Option<ChartRef<'
         summary = escape(&a.summary),
     );
     row(h, "Host", &a.host);
+    if let Some(an) = &a.analysis {
+        row(h, "Analysis", an.strip_prefix("Analysis: ").unwrap_or(an));
+    }
     if let Some(g) = a.gpu {
         let mut gpu = format!("GPU {g}");
         if let Some(m) = &a.model {
@@ -306,10 +309,12 @@ mod tests {
             severity: "critical".into(),
             summary: "<script>alert(1)</script>".into(),
             host: "node-1".into(),
+            analysis: Some("Analysis: likely cause: an idle <notebook>".into()),
             ..Default::default()
         };
         let mut r = a.clone();
         r.state = "resolved".into();
+        r.analysis = None;
         r.ends_ms = Some(60_000);
         let n = Notification {
             alerts: vec![a, r],
@@ -322,5 +327,12 @@ mod tests {
         assert!(h.contains("RESOLVED"));
         assert!(h.contains(RESOLVED) && h.contains("#dc2626"));
         assert!(h.contains("gpuwatch incident 7"));
+        // The sender's analysis line: one row, escaped, without its "Analysis: " prefix.
+        assert_eq!(
+            h.matches(">likely cause: an idle &lt;notebook&gt;</td>")
+                .count(),
+            1,
+            "{h}"
+        );
     }
 }

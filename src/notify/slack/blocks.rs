@@ -140,6 +140,9 @@ fn alert_mrkdwn(a: &AlertMsg, n: &Notification) -> String {
     if let Some(d) = a.description.as_deref().filter(|d| !d.trim().is_empty()) {
         lines.push(format!("_{}_", fit(&esc(d.trim()), 1200)));
     }
+    if let Some(an) = &a.analysis {
+        lines.push(format!(":mag: {}", fit(&esc(an), 400)));
+    }
     if let Some(cmd) = a.story_command() {
         lines.push(format!("Alert {} · its story: `{cmd}`", a.id));
     }
