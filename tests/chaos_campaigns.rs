@@ -130,3 +130,15 @@ fn blocked_driver_slice_costs_one_gpu() {
     assert!(line.contains("gaps recorded 1/1"), "{line}");
     assert_eq!(figure(line, "lost"), 0, "{line}");
 }
+
+#[test]
+fn sighup_storm_slice_keeps_the_last_good_rules() {
+    let (code, out, err) = campaign(&["sighup", "--hups", "60", "--after", "8"]);
+    let line = summary("sighup", &out);
+    assert_eq!(code, 0, "{line}\n{err}");
+    assert!(line.ends_with(": PASS"), "{line}\n{err}");
+    assert!(line.contains("daemon alive, 0 missed ticks"), "{line}");
+    assert!(figure(line, "time(s) after the last reload") > 0, "{line}");
+    assert_eq!(figure(line, "lost"), 0, "{line}");
+    assert_eq!(figure(line, "duplicates"), 0, "{line}");
+}

@@ -5,6 +5,7 @@ line and exits 1 when a check fails (2 when the rig itself could not run).
     benches/chaos/chaos.py kill9   [--trials 50] [--seed S] [--max-run 5]
     benches/chaos/chaos.py outage  [--down 30] [--backlog-after 5s]
     benches/chaos/chaos.py blocked [--episodes 10] [--block 6] [--period 25]
+    benches/chaos/chaos.py sighup  [--hups 300] [--max-gap-ms 30] [--seed S]
 
 What each checks, and the figures of our runs: docs/RELIABILITY.md.
 
@@ -272,8 +273,11 @@ class Smtp:
 
 class Alertmanager:
     """A real Alertmanager behind a recording proxy. `log` = what gpuwatch posted and
-    Alertmanager accepted (counted like the other receivers); `webhook` = the alerts
-    Alertmanager itself notified (id -> last status), a check that it really got them."""
+    Alertmanager accepted (counted like the other receivers); `webhook` = what Alertmanager
+    itself notified: (alertname, gpu) -> the last status. Alertmanager knows label sets, not
+    gpuwatch's episodes (an alert that resolves and fires again within its group_interval
+    is one alert there), so the check is that its last word on every label set is
+    `resolved` once gpuwatch resolved everything."""
 
     def __init__(self, workdir):
         if not os.path.exists(AM_BINARY):
@@ -296,9 +300,10 @@ class Alertmanager:
             return 400, b"bad json"
         with self.webhook_lock:
             for a in doc.get("alerts", []):
-                aid = a.get("annotations", {}).get("gpuwatch_alert_id")
-                if aid:
-                    self.webhook[int(aid)] = a.get("status")
+                labels = a.get("labels", {})
+                if a.get("annotations", {}).get("gpuwatch_alert_id"):
+                    key = (labels.get("alertname"), labels.get("gpu"))
+                    self.webhook[key] = a.get("status")
         return 200, b"ok"
 
     def _proxy(self, h, body):
@@ -730,16 +735,27 @@ timeout = "3s"
         res["per_trial"] = per_trial
         for (trial, recv), n in sorted(per_trial.items(), key=str):
             log("duplicates: trial %s, %s: %d message(s)" % (trial, recv, n))
-        # Alertmanager really notified every alert it was told about, last as resolved.
-        with self.am.webhook_lock:
-            hook = dict(self.am.webhook)
-        am_ids = {aid for aid, kind in per.get("alertmanager", [])}
-        missing = [a for a in am_ids if hook.get(a) != "resolved"]
+        # Alertmanager itself notified every label set gpuwatch told it about, and its last
+        # word on each is `resolved` (it may lag: wait a little).
+        want_sets = set(
+            self.query(
+                "SELECT DISTINCT rule, CAST(gpu_index AS TEXT) FROM alerts "
+                "WHERE reported = 1 AND fired_ms IS NOT NULL"
+            )
+        )
+        deadline = time.time() + 10
+        while True:
+            with self.am.webhook_lock:
+                hook = dict(self.am.webhook)
+            missing = sorted(k for k in want_sets if hook.get(k) != "resolved")
+            if not missing or time.time() > deadline:
+                break
+            time.sleep(0.2)
         res["am_webhook_missing"] = len(missing)
         if missing:
             res["problems"].append(
-                "alertmanager's webhook: %d alert(s) not (last) notified resolved, e.g. %s"
-                % (len(missing), sorted(missing)[:5])
+                "alertmanager's webhook: %d label set(s) not last notified resolved, e.g. %s"
+                % (len(missing), missing[:5])
             )
         return res
 
@@ -876,7 +892,7 @@ def campaign_outage(args):
         )
         print(
             "chaos outage: slack+smtp down %.0fs wall (%.0fs simulated), %d messages backlogged, "
-            "%d alerts, %d transitions x receivers, %d lost, %d duplicates, order %s, "
+            "%d alerts, %d transitions x receivers, %d lost, %d duplicates, order %s%s, "
             "backlog alert %s on alertmanager: %s"
             % (
                 up_at - down_at,
@@ -887,6 +903,7 @@ def campaign_outage(args):
                 res["lost"],
                 res["dups"],
                 "kept" if res["order_ok"] else "BROKEN",
+                "" if drained else ", NOT DRAINED",
                 "fired+resolved" if fired and resolved else ("fired" if fired else "MISSING"),
                 "PASS" if ok else "FAIL",
             ),
@@ -1143,6 +1160,166 @@ def campaign_blocked(args):
         rig.close()
 
 
+RULES_HOT = RULES + """
+[[rule]]
+name = "hot"
+severity = "critical"
+condition = "util_gpu > 90"
+summary = "GPU {gpu} flat out"
+"""
+
+RULES_BROKEN = RULES + """
+[[rule]]
+name = "broken"
+severity = "warning"
+condition = "util_gpu >"
+"""
+
+
+def campaign_sighup(args):
+    rng = random.Random(args.seed)
+    rig = Rig(args, "sighup")
+    rules = os.path.join(rig.dir, "rules.toml")
+    try:
+        rig.start_receivers()
+        rig.write_config()
+        rig.start_daemon()
+        deadline = time.time() + 20
+        while True:
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % rig.http_port, timeout=1):
+                    break
+            except OSError:
+                if time.time() > deadline or rig.daemon.poll() is not None:
+                    raise RigError("the daemon never answered /healthz (see %s)" % rig.dir)
+                time.sleep(0.1)
+        prober = Prober(rig.http_port)
+        prober.start()
+        time.sleep(args.before)
+        storm_start = time.time()
+        kinds = {"hot": 0, "plain": 0, "broken": 0}
+        for _ in range(args.hups):
+            # The rules file changes under the daemon, written in place (a reload may read a
+            # torn file: it must keep the last good rules), then SIGHUP.
+            kind = rng.choice(["hot", "plain", "broken"])
+            kinds[kind] += 1
+            text = {"hot": RULES_HOT, "plain": RULES, "broken": RULES_BROKEN}[kind]
+            with open(rules, "w") as f:
+                f.write(text)
+            if rig.daemon.poll() is not None:
+                break
+            rig.daemon.send_signal(signal.SIGHUP)
+            time.sleep(rng.uniform(0, args.max_gap_ms / 1000.0))
+        storm_end = time.time()
+        alive_after_storm = rig.daemon.poll() is None
+        # Then for sure (the storm's reloads take whatever file is there at the next commit):
+        # `busy` alone, then a broken file, which is refused (`busy` alone stays: `hot` must
+        # not fire in between), then both rules (`hot` must fire).
+        for text in (RULES, RULES_BROKEN):
+            with open(rules, "w") as f:
+                f.write(text)
+            if alive_after_storm:
+                rig.daemon.send_signal(signal.SIGHUP)
+            if text is RULES:
+                plain_hup = time.time()
+            time.sleep(2.5 if text is RULES else 4.0)
+        # The last word: both rules, one more SIGHUP; `hot` must fire after it.
+        with open(rules, "w") as f:
+            f.write(RULES_HOT)
+        final_hup = time.time()
+        if alive_after_storm:
+            rig.daemon.send_signal(signal.SIGHUP)
+        time.sleep(args.after)
+        prober.stop()
+        hot_after = 0
+        res_extra = []
+        if alive_after_storm and rig.daemon.poll() is None:
+            hot_after = rig.query(
+                "SELECT count(*) FROM alerts WHERE rule = 'hot' AND fired_ms > ?",
+                (int(final_hup * 1000) + 1500,),
+            )[0][0]
+            hot_while_off = rig.query(
+                "SELECT count(*) FROM alerts WHERE rule = 'hot' AND fired_ms BETWEEN ? AND ?",
+                # A reload is taken at the next commit and evaluates the ticks held for it
+                # (up to `commit_interval`, 1 s): the margins are 1.5 s.
+                (int(plain_hup * 1000) + 1500, int(final_hup * 1000) - 1500),
+            )[0][0]
+            if hot_while_off:
+                res_extra.append(
+                    "`hot` fired %d time(s) while the last good rules were `busy` alone"
+                    % hot_while_off
+                )
+            # The scenario is read at NVML init: a restart takes the end of the flapping.
+            rig.write_scenario(flap_until_s=int(rig.sim_now_s()) + 3)
+            rig.sigterm()
+            rig.start_daemon()
+            drained = rig.drain()
+        else:
+            drained = False
+        res = rig.count()
+        rig.sigterm()
+        res["problems"] += res_extra
+        res["problems"] += ["daemon panicked: " + b for b in panics(rig)[:3]]
+        with open(os.path.join(rig.dir, "daemon.log"), "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+        reloaded = text.count("rules reloaded")
+        refused = text.count("rule reload failed")
+        missed = rig.query(
+            "SELECT count(*) FROM gpu_samples WHERE status != 'ok' AND ts_ms BETWEEN ? AND ?",
+            (int(storm_start * 1000), int(storm_end * 1000)),
+        )[0][0]
+        answers = [x for x in prober.results]
+        failed = [x for x in answers if not x[2]]
+        ok = (
+            alive_after_storm
+            and drained
+            and res["lost"] == 0
+            and res["dups"] == 0
+            and res["order_ok"]
+            and not res["problems"]
+            and hot_after > 0
+            and reloaded > 0
+            and refused > 0
+            and missed == 0
+            and answers
+            and not failed
+        )
+        print(
+            "chaos sighup: %d SIGHUPs in %.1fs (rules file rewritten before each: %d with `hot`, "
+            "%d without, %d broken), %d reloads, %d refused, daemon %s, %d missed ticks, "
+            "`hot` fired %d time(s) after the last reload, %d alerts, %d lost, %d duplicates, "
+            "order %s%s, http %d/%d answered: %s"
+            % (
+                args.hups,
+                storm_end - storm_start,
+                kinds["hot"],
+                kinds["plain"],
+                kinds["broken"],
+                reloaded,
+                refused,
+                "alive" if alive_after_storm else "DEAD",
+                missed,
+                hot_after,
+                res["alerts"],
+                res["lost"],
+                res["dups"],
+                "kept" if res["order_ok"] else "BROKEN",
+                "" if drained else ", NOT DRAINED",
+                len(answers) - len(failed),
+                len(answers),
+                "PASS" if ok else "FAIL",
+            ),
+            flush=True,
+        )
+        if not ok:
+            report_problems(res)
+        return 0 if ok else 1
+    finally:
+        if args.keep:
+            print("work directory kept: %s" % rig.dir, file=sys.stderr)
+        rig.close()
+
+
 def main():
     global VERBOSE
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -1188,13 +1365,27 @@ def main():
         "in can miss on a loaded machine: the others are asked again on a new lane)",
     )
 
+    h = sub.add_parser("sighup", help="a storm of SIGHUPs while the rules file changes")
+    common(h)
+    h.add_argument("--hups", type=int, default=300)
+    h.add_argument("--max-gap-ms", type=float, default=30.0)
+    h.add_argument("--before", type=float, default=3.0)
+    h.add_argument("--after", type=float, default=12.0)
+    h.add_argument("--seed", type=int, default=None)
+
     args = p.parse_args()
     VERBOSE = args.verbose
     if getattr(args, "seed", 0) is None:
         args.seed = random.SystemRandom().randrange(1 << 32)
         print("seed %d" % args.seed, file=sys.stderr)
     try:
-        return {"kill9": campaign_kill9, "outage": campaign_outage, "blocked": campaign_blocked}[args.campaign](args)
+        campaigns = {
+            "kill9": campaign_kill9,
+            "outage": campaign_outage,
+            "blocked": campaign_blocked,
+            "sighup": campaign_sighup,
+        }
+        return campaigns[args.campaign](args)
     except RigError as e:
         print("chaos %s: rig failed: %s" % (args.campaign, e), flush=True)
         return 2
