@@ -9,7 +9,8 @@
 //! Invariants:
 //! - A notification is marked sent only after its receiver accepted it; a crash between the
 //!   two sends it again (at most one duplicate); nothing else is ever sent twice.
-//! - Per receiver, notifications leave in the order they were enqueued; a transient failure
+//! - Per receiver and group, notifications leave in the order they were enqueued (between
+//!   groups, each group's timing decides); a transient failure
 //!   holds the receiver's queue (and is retried with backoff), a permanent one dead-letters
 //!   the rows it concerned.
 //! - Receivers never put secrets in errors; every error text still goes through
