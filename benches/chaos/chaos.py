@@ -736,14 +736,15 @@ timeout = "3s"
         for (trial, recv), n in sorted(per_trial.items(), key=str):
             log("duplicates: trial %s, %s: %d message(s)" % (trial, recv, n))
         # Alertmanager itself notified every label set gpuwatch told it about, and its last
-        # word on each is `resolved` (it may lag: wait a little).
+        # word on each is `resolved` (it may lag: its group timers run on a loaded machine
+        # too, so wait up to 30 s; a pass returns as soon as every label set is resolved).
         want_sets = set(
             self.query(
                 "SELECT DISTINCT rule, CAST(gpu_index AS TEXT) FROM alerts "
                 "WHERE reported = 1 AND fired_ms IS NOT NULL"
             )
         )
-        deadline = time.time() + 10
+        deadline = time.time() + 30
         while True:
             with self.am.webhook_lock:
                 hook = dict(self.am.webhook)
