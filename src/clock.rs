@@ -199,17 +199,11 @@ impl Ticker for WallTicker {
     }
 
     fn next(&mut self, stop: &AtomicBool) -> Option<Tick> {
-        if stop.load(Ordering::Relaxed) {
-            return None;
-        }
-        let (ts_ms, wait) = self.advance();
-        if !sleep_unless_stopped(wait, stop) {
-            return None;
-        }
-        Some(Tick {
-            ts_ms,
-            training: Vec::new(),
-        })
+        let (tick, at) = self.next_due(stop)?;
+        let wait = at.map_or(Duration::ZERO, |at| {
+            at.saturating_duration_since(Instant::now())
+        });
+        sleep_unless_stopped(wait, stop).then_some(tick)
     }
 
     fn interval(&self) -> Duration {

@@ -321,13 +321,11 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
 
     let mut released: Option<std::time::Instant> = None;
     while let Some((tick, at)) = ticker.next_due(&stop) {
-        let started = at.map_or_else(std::time::Instant::now, |at| {
-            at.max(std::time::Instant::now())
-        });
         let timing = crate::sampler::Timing {
             at,
             next_at: at.map(|at| at + ticker.interval()),
         };
+        let started = timing.start();
         let Some(mut batch) = sampler.tick_at(tick.ts_ms, timing, &stop) else {
             break;
         };

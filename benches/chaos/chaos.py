@@ -609,7 +609,9 @@ timeout = "3s"
             except Exception:  # noqa: BLE001 - best effort at exit
                 pass
         self.daemon_log.close()
-        if not self.args.keep:
+        if self.args.keep:
+            print("work directory kept: %s" % self.dir, file=sys.stderr)
+        else:
             shutil.rmtree(self.dir, ignore_errors=True)
 
     # ----------------------------------------------------------------------- counting
@@ -784,9 +786,12 @@ def panics(rig):
     return [l for l in text.splitlines() if "panicked" in l]
 
 
-def report_problems(res):
-    for p in res["problems"][:20]:
-        print("  " + p, file=sys.stderr)
+def verdict(ok, res):
+    """The campaign's exit status; on a failure, its problems on stderr."""
+    if not ok:
+        for p in res["problems"][:20]:
+            print("  " + p, file=sys.stderr)
+    return 0 if ok else 1
 
 
 # --------------------------------------------------------------------------- campaigns
@@ -846,12 +851,8 @@ def campaign_kill9(args):
             ),
             flush=True,
         )
-        if not ok:
-            report_problems(res)
-        return 0 if ok else 1
+        return verdict(ok, res)
     finally:
-        if args.keep:
-            print("work directory kept: %s" % rig.dir, file=sys.stderr)
         rig.close()
 
 
@@ -927,12 +928,8 @@ def campaign_outage(args):
             ),
             flush=True,
         )
-        if not ok:
-            report_problems(res)
-        return 0 if ok else 1
+        return verdict(ok, res)
     finally:
-        if args.keep:
-            print("work directory kept: %s" % rig.dir, file=sys.stderr)
         rig.close()
 
 
@@ -1167,14 +1164,10 @@ def campaign_blocked(args):
             ),
             flush=True,
         )
-        if not ok:
-            report_problems(res)
-            for x in failed[:5]:
-                print("  %s failed at %.1f s" % (x[1], x[0] - rig.start_ms / 1000.0), file=sys.stderr)
-        return 0 if ok else 1
+        for x in failed[:5] if not ok else []:
+            print("  %s failed at %.1f s" % (x[1], x[0] - rig.start_ms / 1000.0), file=sys.stderr)
+        return verdict(ok, res)
     finally:
-        if args.keep:
-            print("work directory kept: %s" % rig.dir, file=sys.stderr)
         rig.close()
 
 
@@ -1329,12 +1322,8 @@ def campaign_sighup(args):
             ),
             flush=True,
         )
-        if not ok:
-            report_problems(res)
-        return 0 if ok else 1
+        return verdict(ok, res)
     finally:
-        if args.keep:
-            print("work directory kept: %s" % rig.dir, file=sys.stderr)
         rig.close()
 
 

@@ -133,18 +133,15 @@ fn database(cfg: &Config) -> Check {
             );
         }
     };
-    let quick: Result<Vec<String>, rusqlite::Error> =
-        conn.prepare("PRAGMA quick_check").and_then(|mut s| {
-            s.query_map([], |r| r.get::<_, String>(0))?
-                .collect::<Result<Vec<_>, _>>()
-        });
+    // SQLite's default limit: up to 100 findings.
+    let quick = crate::store::recover::quick_check_findings(&conn, 100);
     let sizes: Result<(i64, i64, i64), rusqlite::Error> = conn.query_row(
         "SELECT * FROM pragma_page_count(), pragma_freelist_count(), pragma_page_size()",
         [],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     );
     match (quick, sizes) {
-        (Ok(lines), Ok((pages, free, size))) if lines == ["ok"] => {
+        (Ok(findings), Ok((pages, free, size))) if findings.is_empty() => {
             let total = u64::try_from(pages * size).unwrap_or(0);
             let used = u64::try_from((pages - free) * size).unwrap_or(0);
             let max = cfg.max_db_size;
@@ -166,26 +163,17 @@ fn database(cfg: &Config) -> Check {
                 Check::ok(name, found)
             }
         }
-        (Ok(lines), Ok(_)) => {
-            // SQLite heads the first finding's row with the schema they are in (`*** in
-            // database main ***` and a newline); the findings themselves are the rest.
-            let findings: Vec<&str> = lines
-                .iter()
-                .flat_map(|row| row.lines())
-                .filter(|l| !l.starts_with("*** in database") && !l.trim().is_empty())
-                .collect();
-            Check::fail(
-                name,
-                format!(
-                    "{}: quick_check found damage ({} finding{}): {}",
-                    path.display(),
-                    findings.len(),
-                    if findings.len() == 1 { "" } else { "s" },
-                    findings[..findings.len().min(3)].join("; ")
-                ),
-                DAMAGED_FIX,
-            )
-        }
+        (Ok(findings), Ok(_)) => Check::fail(
+            name,
+            format!(
+                "{}: quick_check found damage ({} finding{}): {}",
+                path.display(),
+                findings.len(),
+                if findings.len() == 1 { "" } else { "s" },
+                findings[..findings.len().min(3)].join("; ")
+            ),
+            DAMAGED_FIX,
+        ),
         (Err(e), _) | (_, Err(e)) if is_corrupt(&e) => damaged(path, &e),
         (Err(e), _) | (_, Err(e)) => Check::fail(
             name,

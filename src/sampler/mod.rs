@@ -109,6 +109,14 @@ pub struct Timing {
     pub next_at: Option<Instant>,
 }
 
+impl Timing {
+    /// When the tick's reads start: `at`, or now if that is past (or not given).
+    pub fn start(&self) -> Instant {
+        let now = Instant::now();
+        self.at.map_or(now, |at| at.max(now))
+    }
+}
+
 struct Slot {
     index: u32,
     uuid: Option<String>,
@@ -257,8 +265,9 @@ impl Sampler {
             next_at: None,
         };
         self.pool.ask_all(&req, |_| true);
-        let deadline = Instant::now() + self.cfg.startup_timeout;
-        self.pool.wait(&req, deadline, self.cfg.deadline / 4, None);
+        let start = Instant::now();
+        let span = (start, start + self.cfg.startup_timeout);
+        self.pool.wait(&req, span, self.cfg.deadline / 4, None);
         for r in self.pool.mailbox.drain() {
             self.absorb(r, 0);
         }
@@ -337,7 +346,7 @@ impl Sampler {
     pub fn tick_at(&mut self, ts_ms: TsMs, timing: Timing, stop: &AtomicBool) -> Option<TickBatch> {
         self.tick_id += 1;
         let tick_id = self.tick_id;
-        let started = timing.at.unwrap_or_else(Instant::now).max(Instant::now());
+        let started = timing.start();
         let refresh = self
             .last_inventory
             .is_none_or(|t| ts_ms - t >= self.cfg.inventory_interval.as_millis() as i64);
@@ -377,12 +386,11 @@ impl Sampler {
                 .get(g as usize)
                 .is_some_and(|s| s.quarantine.is_none() || req.probe.contains(&g))
         });
-        if !self.pool.wait(
-            &req,
-            started + self.cfg.deadline,
-            self.cfg.deadline / 4,
-            Some(stop),
-        ) {
+        let span = (started, started + self.cfg.deadline);
+        if !self
+            .pool
+            .wait(&req, span, self.cfg.deadline / 4, Some(stop))
+        {
             return None;
         }
         // A tick never ends before its time, even when no lane was asked (every GPU

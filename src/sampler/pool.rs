@@ -283,17 +283,16 @@ impl Pool {
         asked
     }
 
-    /// Waits for the answers of `req` until `deadline`, moving GPUs off stalled lanes (the
-    /// first check `stall` after the request's start); false when `stop` ended the wait
-    /// before every answer came.
+    /// Waits for the answers of `req`, read from `start` on, until `deadline`, moving GPUs
+    /// off stalled lanes (the first check `stall` after `start`); false when `stop` ended the
+    /// wait before every answer came.
     pub(super) fn wait(
         &mut self,
         req: &Request,
-        deadline: Instant,
+        (start, deadline): (Instant, Instant),
         stall: Duration,
         stop: Option<&AtomicBool>,
     ) -> bool {
-        let start = req.at.unwrap_or_else(Instant::now).max(Instant::now());
         let mut check = start + stall;
         loop {
             if self.mailbox.wait(check.min(deadline), stop) {

@@ -69,20 +69,32 @@ pub(super) fn damage(path: &Path, e: &StoreError) -> Option<String> {
     }
 }
 
-/// `PRAGMA quick_check` on `conn`: `Err(Corrupt)` with its first findings unless it is ok.
-pub(super) fn quick_check(conn: &Connection, path: &Path) -> Result<(), StoreError> {
-    let lines: Vec<String> = conn
-        .prepare("PRAGMA quick_check(3)")?
+/// `PRAGMA quick_check(limit)` on `conn`: its findings, none when the file is sound. SQLite
+/// heads the first finding's row with the schema it is in (`*** in database main ***` and a
+/// newline); that heading is dropped. The one reader of the check (the daemon's start and
+/// the doctor).
+pub fn quick_check_findings(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<String>> {
+    let rows: Vec<String> = conn
+        .prepare(&format!("PRAGMA quick_check({limit})"))?
         .query_map([], |r| r.get::<_, String>(0))?
         .collect::<Result<_, _>>()?;
-    if lines == ["ok"] {
-        return Ok(());
+    if rows == ["ok"] {
+        return Ok(Vec::new());
     }
-    let findings: Vec<&str> = lines
+    Ok(rows
         .iter()
         .flat_map(|row| row.lines())
         .filter(|l| !l.starts_with("*** in database") && !l.trim().is_empty())
-        .collect();
+        .map(str::to_string)
+        .collect())
+}
+
+/// `PRAGMA quick_check` on `conn`: `Err(Corrupt)` with its first findings unless it is ok.
+pub(super) fn quick_check(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let findings = quick_check_findings(conn, 3)?;
+    if findings.is_empty() {
+        return Ok(());
+    }
     Err(StoreError::Corrupt {
         path: path.to_path_buf(),
         detail: format!("quick_check: {}", findings.join("; ")),
