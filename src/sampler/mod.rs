@@ -15,7 +15,7 @@
 //! - A lane split off by a stall is merged back after [`MERGE_AFTER`] ticks answered in time,
 //!   so the threads woken per tick return to one.
 //! - A GPU NVML calls lost, one with a fatal XID (79, 119, 120), or one without an answer for
-//!   three ticks over ten seconds is quarantined ([`quarantine`]): not called again but for
+//!   three ticks over ten seconds of the monotonic clock (not tick time) is quarantined ([`quarantine`]): not called again but for
 //!   probes on a backoff from a minute to an hour; it gets a `Lost` row every tick (it stays
 //!   visible), one `gpu_lost` event, and `gpu_recovered` when a probe finds it back.
 //! - On the wall clock the daemon calls [`Sampler::tick_at`] with the tick's instant as soon
@@ -475,7 +475,7 @@ impl Sampler {
                         SampleStatus::DeadlineMissed,
                     ));
                     // Asked and late, or not asked because its lane is still stuck in it.
-                    if slot.misses.missed(ts_ms) {
+                    if slot.misses.missed(started) {
                         let reason = format!(
                             "GPU {}: NVML calls missed the deadline {MISSES_BEFORE} ticks in a \
                              row, for {}",

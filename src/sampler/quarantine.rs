@@ -1,7 +1,9 @@
 //! GPUs the sampler stops calling: NVML says they are lost (`GPU_IS_LOST`, `RESET_REQUIRED`),
 //! the driver reported a fatal XID for them (79: fallen off the bus; 119, 120: the GSP stopped
 //! answering), or their reads missed the deadline [`MISSES_BEFORE`] ticks in a row over at
-//! least [`MISSING_FOR`] (a slow call or two at a short interval is a gap, not a loss). Calls on
+//! least [`MISSING_FOR`] of the monotonic clock (a slow call or two at a short interval is a
+//! gap, not a loss; tick time is not used, since a simulated clock runs it many times faster
+//! than a stuck driver call, and a loaded machine misses deadlines that are that short). Calls on
 //! such a GPU block for seconds to minutes in the driver, so it is not read again until a
 //! probe on a long backoff, and every other GPU keeps its deadline.
 //!
@@ -13,7 +15,7 @@
 //!   (`gpu_lost`), however many probes fail.
 //! - While quarantined, the GPU's rows say `lost` (it stays visible, with no made-up values).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::model::TsMs;
 
@@ -24,29 +26,28 @@ pub const FATAL_XIDS: [i64; 3] = [79, 119, 120];
 /// Consecutive ticks without an answer before a GPU is quarantined...
 pub const MISSES_BEFORE: u32 = 3;
 
-/// ...spanning at least this much tick time.
+/// ...spanning at least this much time on the monotonic clock.
 pub const MISSING_FOR: Duration = Duration::from_secs(10);
 
 /// A GPU's run of ticks without an answer.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Misses {
     count: u32,
-    first_ms: TsMs,
+    first: Option<Instant>,
 }
 
 impl Misses {
-    /// Another tick at `now_ms` without an answer; true when that makes the GPU lost.
-    pub fn missed(&mut self, now_ms: TsMs) -> bool {
-        if self.count == 0 {
-            self.first_ms = now_ms;
-        }
+    /// Another tick, whose reads started at `now` (monotonic), without an answer; true when
+    /// that makes the GPU lost.
+    pub fn missed(&mut self, now: Instant) -> bool {
+        let first = *self.first.get_or_insert(now);
         self.count += 1;
-        self.count >= MISSES_BEFORE && now_ms - self.first_ms >= millis(MISSING_FOR)
+        self.count >= MISSES_BEFORE && now.saturating_duration_since(first) >= MISSING_FOR
     }
 
     /// An answer came: the run ends.
     pub fn answered(&mut self) {
-        self.count = 0;
+        *self = Self::default();
     }
 }
 
@@ -120,15 +121,18 @@ mod tests {
 
     #[test]
     fn lost_after_three_misses_over_ten_seconds() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
         let mut m = Misses::default();
-        assert!(!m.missed(0));
-        assert!(!m.missed(100));
-        assert!(!m.missed(200), "three misses in 200 ms are gaps");
-        assert!(m.missed(10_000));
+        assert!(!m.missed(at(0)));
+        assert!(!m.missed(at(100)));
+        assert!(!m.missed(at(200)), "three misses in 200 ms are gaps");
+        assert!(!m.missed(at(9_999)), "four, in under ten seconds");
+        assert!(m.missed(at(10_000)));
         m.answered();
-        assert!(!m.missed(20_000));
-        assert!(!m.missed(40_000), "two misses, however far apart");
-        assert!(m.missed(40_001));
+        assert!(!m.missed(at(20_000)), "an answer starts a new run");
+        assert!(!m.missed(at(40_000)), "two misses, however far apart");
+        assert!(m.missed(at(40_001)));
     }
 
     #[test]

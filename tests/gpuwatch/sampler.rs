@@ -274,15 +274,21 @@ fn a_lost_gpu_is_marked_and_the_others_go_on() {
     assert_eq!(lost_events, 1, "one gpu_lost event");
 }
 
+/// A call that blocks for good costs its GPU a gap per tick (the other keeps its deadline),
+/// and after ten seconds of the monotonic clock — not of tick time, which a simulated clock
+/// (here a second every 250 ms) runs faster — the GPU is lost and no longer called.
 #[test]
 fn a_call_that_never_returns_costs_one_gpu_not_the_daemon() {
     let scenario = format!(
         "{TWO_GPUS}\n[[fault]]\ngpu = 1\nsymbol = \"nvmlDeviceGetTemperature\"\nfrom = \"2s\"\nblock = \"forever\"\n"
     );
     let deadline = Duration::from_millis(300);
+    let pace = Duration::from_millis(250);
     let mut r = rig(&scenario, deadline);
     let mut lost = Vec::new();
-    for n in 0..14 {
+    let mut first_miss: Option<Instant> = None;
+    let mut lost_at: Option<(u64, Duration)> = None;
+    for n in 0..80 {
         let started = Instant::now();
         let b = r.tick();
         let took = started.elapsed();
@@ -299,15 +305,34 @@ fn a_call_that_never_returns_costs_one_gpu_not_the_daemon() {
             b.samples[0].util_gpu_pct,
             Some(r.sim.scenario.gpu_state(0, n).util_gpu)
         );
-        // Ten seconds without an answer, then the GPU is no longer called: lost.
-        let want = match n {
-            0..2 => SampleStatus::Ok,
-            2..13 => SampleStatus::DeadlineMissed,
-            _ => SampleStatus::Lost,
-        };
-        assert_eq!(b.samples[1].status, want, "GPU 1 at tick {n}");
+        let status = b.samples[1].status;
         lost.extend(b.events.into_iter().filter(|e| e.kind == "gpu_lost"));
+        match (n, lost_at) {
+            (0..2, _) => assert_eq!(status, SampleStatus::Ok, "GPU 1 at tick {n}"),
+            (_, Some(_)) => assert_eq!(status, SampleStatus::Lost, "GPU 1 at tick {n}"),
+            (_, None) => {
+                let since = first_miss.get_or_insert(started).elapsed();
+                if status == SampleStatus::Lost {
+                    lost_at = Some((n, since));
+                } else {
+                    assert_eq!(status, SampleStatus::DeadlineMissed, "GPU 1 at tick {n}");
+                }
+            }
+        }
+        if lost_at.is_some_and(|(at, _)| n >= at + 3) {
+            break;
+        }
+        std::thread::sleep(pace.saturating_sub(started.elapsed()));
     }
+    let (n, since) = lost_at.expect("GPU 1 is lost within 80 ticks");
+    assert!(
+        since >= Duration::from_secs(10) && since < Duration::from_secs(13),
+        "lost {since:?} after its first miss"
+    );
+    assert!(
+        n > 12,
+        "ten seconds of tick time are not enough: lost at tick {n}"
+    );
     assert_eq!(lost.len(), 1, "{lost:?}");
     assert!(lost[0].message.contains("missed the deadline"), "{lost:?}");
     assert_eq!(
@@ -390,10 +415,10 @@ fn a_call_that_never_returns_on_the_first_gpu_costs_only_that_gpu() {
             started.elapsed() < deadline + Duration::from_millis(500),
             "tick {n}"
         );
+        // Gaps: these ticks take well under the ten seconds after which GPU 0 is lost.
         let want = match n {
             0..2 => SampleStatus::Ok,
-            2..13 => SampleStatus::DeadlineMissed,
-            _ => SampleStatus::Lost,
+            _ => SampleStatus::DeadlineMissed,
         };
         assert_eq!(b.samples[0].status, want, "GPU 0 at tick {n}");
         assert_eq!(
