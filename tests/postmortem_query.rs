@@ -181,7 +181,7 @@ fn writes_query_only_off_and_attach_fail_and_change_nothing() {
     let copy = dir.path().join("copy.db");
     let attach = format!("ATTACH DATABASE '{}' AS o", other.display());
     let vacuum = format!("VACUUM INTO '{}'", copy.display());
-    let cases: [(&str, &str); 9] = [
+    let cases: [(&str, &str); 11] = [
         ("DELETE FROM samples", "read-only"),
         ("INSERT INTO hosts(name) VALUES ('evil')", "read-only"),
         ("UPDATE gpus SET name = 'x'", "read-only"),
@@ -196,6 +196,14 @@ fn writes_query_only_off_and_attach_fail_and_change_nothing() {
         ),
         ("SELECT 1; SELECT 2", "several SQL statements"),
         (&attach, "ATTACH is not allowed"),
+        (
+            "SELECT load_extension('/tmp/evil.so')",
+            "load_extension is not allowed",
+        ),
+        (
+            "SELECT load_extension('/tmp/evil.so', 'init')",
+            "load_extension is not allowed",
+        ),
         (&vacuum, "read-only"),
     ];
     for (sql, want) in cases {

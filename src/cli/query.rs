@@ -142,6 +142,7 @@ fn failure(e: QueryError, why: u8, timeout: Duration) -> Failure {
         | QueryError::MultipleStatements
         | QueryError::Write(_)
         | QueryError::Attach
+        | QueryError::Extension
         | QueryError::Syntax { .. }
         | QueryError::Invalid(_)) => fail(exit::USAGE, e),
         e @ (QueryError::Sqlite(_) | QueryError::Output(_)) => fail(exit::FAILURE, e),

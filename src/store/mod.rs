@@ -197,6 +197,11 @@ pub enum StoreError {
         lock::lock_path(db).display()
     )]
     Locked { db: PathBuf, pid: Option<u32> },
+    #[error("cannot create the database {path}: {source}")]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot use the lock file {path}: {source}")]
     LockFile {
         path: PathBuf,
@@ -352,7 +357,42 @@ fn open_with(
     Ok(store)
 }
 
+/// Mode of a database file gpuwatch creates: its owner reads and writes, its group reads
+/// (an operator's group may run post-mortem queries), others nothing — the history names
+/// processes, users, pods and command lines. SQLite gives the `-wal` and `-shm` files the
+/// main file's mode.
+pub const DB_FILE_MODE: u32 = 0o640;
+
+/// Creates `path` empty with [`DB_FILE_MODE`] when it does not exist (an empty file is an
+/// empty database to SQLite); an existing file keeps its mode.
+fn create_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(DB_FILE_MODE)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 fn open_once(path: &Path, cfg: &StoreConfig, quick: bool) -> Result<Store, StoreError> {
+    create_private(path).map_err(|source| match source.kind() {
+        std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
+            StoreError::PermissionDenied {
+                path: path.to_path_buf(),
+                detail: format!("cannot create it: {source}"),
+            }
+        }
+        std::io::ErrorKind::NotFound => StoreError::MissingParent(path.to_path_buf()),
+        _ => StoreError::Create {
+            path: path.to_path_buf(),
+            source,
+        },
+    })?;
     let mut conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE

@@ -95,6 +95,11 @@ pub enum QueryError {
          config, opened read-only"
     )]
     Attach,
+    #[error(
+        "load_extension is not allowed: gpuwatch query runs SQLite's built-in functions only \
+         (extension loading is disabled in its SQLite)"
+    )]
+    Extension,
     #[error("SQL:{line}:{col}: {msg}")]
     Syntax {
         msg: String,
@@ -149,6 +154,9 @@ fn classify(e: rusqlite::Error, sql: &str, prepared: bool) -> QueryError {
     let msg = e.to_string();
     if msg.contains("too many attached databases") {
         return QueryError::Attach;
+    }
+    if msg.contains("not authorized") && sql.to_ascii_lowercase().contains("load_extension") {
+        return QueryError::Extension;
     }
     match e.sqlite_error_code() {
         Some(ErrorCode::OperationInterrupted) => QueryError::Interrupted,
