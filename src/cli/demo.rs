@@ -45,13 +45,27 @@ pub struct DemoArgs {
     pub duration: Option<Duration>,
     /// Deliver the demo's alerts through the receivers and routes of this config file's
     /// `[notify]` section (Slack, email, webhook, Alertmanager; see docs/ALERTING.md), with
-    /// its `[analysis]` follow-ups (docs/ANALYSIS.md). Group timing runs on the simulated
-    /// clock.
+    /// its `[analysis]` follow-ups (docs/ANALYSIS.md), and push its series to the file's
+    /// `[[remote_write]]` targets. Group timing runs on the simulated clock.
     #[arg(long, short = 'c', value_name = "PATH")]
     pub config: Option<PathBuf>,
     /// Path of the simulated NVML library [default: next to this binary, or $GPUWATCH_FAKE_NVML].
     #[arg(long, value_name = "PATH")]
     pub fake_nvml: Option<PathBuf>,
+    /// Serve /healthz, /metrics, the API and the live page on this address (loopback only;
+    /// default: a free loopback port, not printed).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// The database's size bound (`max_db_size`, e.g. "256MiB"); oldest raw samples go first.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_db_size: Option<u64>,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    s.trim()
+        .parse::<bytesize::ByteSize>()
+        .map(|b| b.0)
+        .map_err(|e| format!("{e} (e.g. \"256MiB\")"))
 }
 
 pub fn run(args: DemoArgs) -> Result<(), Failure> {
@@ -114,10 +128,23 @@ pub fn run(args: DemoArgs) -> Result<(), Failure> {
         ..Config::default()
     };
     config.http.listen = ([127, 0, 0, 1], 0).into();
+    if let Some(addr) = args.listen {
+        if !addr.ip().is_loopback() {
+            return Err(fail(
+                exit::USAGE,
+                anyhow::anyhow!("--listen {addr}: the demo serves loopback addresses only"),
+            ));
+        }
+        config.http.listen = addr;
+    }
+    if let Some(bound) = args.max_db_size {
+        config.max_db_size = bound;
+    }
     if let Some(path) = &args.config {
         let loaded = Config::load(path).map_err(|e| fail(exit::USAGE, e))?;
         config.notify = loaded.notify;
         config.analysis = loaded.analysis;
+        config.remote_write = loaded.remote_write;
     }
 
     println!(
