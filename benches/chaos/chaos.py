@@ -47,6 +47,8 @@ from blocked import campaign_blocked  # noqa: E402
 from common import RigError  # noqa: E402
 from restarts import campaign_kill9, campaign_outage  # noqa: E402
 from sighup import campaign_sighup  # noqa: E402
+from imports import campaign_import  # noqa: E402
+from storefaults import campaign_corrupt, campaign_lock  # noqa: E402
 
 
 
@@ -102,6 +104,26 @@ def main():
     h.add_argument("--after", type=float, default=12.0)
     h.add_argument("--seed", type=int, default=None)
 
+    c = sub.add_parser("corrupt", help="a damaged database at start: moved aside, a new one, the alert sent")
+    options(c)
+    c.add_argument("--trials", type=int, default=30)
+    c.add_argument("--seed", type=int, default=None)
+
+    lk = sub.add_parser("lock", help="two daemons started on one database, 0..--max-gap s apart")
+    options(lk)
+    lk.add_argument("--trials", type=int, default=20)
+    lk.add_argument("--max-gap", type=float, default=3.0)
+    lk.add_argument("--exit-within", type=float, default=10.0)
+    lk.add_argument("--seed", type=int, default=None)
+
+    im = sub.add_parser("import", help="`gpuwatch import nvidia-smi` killed at random moments")
+    im.add_argument("--gpuwatch")
+    im.add_argument("--keep", action="store_true")
+    im.add_argument("-v", "--verbose", action="store_true")
+    im.add_argument("--trials", type=int, default=30)
+    im.add_argument("--days", type=float, default=0.3, help="the generated log's length (x 8 GPUs x 1 s)")
+    im.add_argument("--seed", type=int, default=None)
+
     args = p.parse_args()
     common.VERBOSE = args.verbose
     if getattr(args, "seed", 0) is None:
@@ -113,6 +135,9 @@ def main():
             "outage": campaign_outage,
             "blocked": campaign_blocked,
             "sighup": campaign_sighup,
+            "corrupt": campaign_corrupt,
+            "lock": campaign_lock,
+            "import": campaign_import,
         }
         return campaigns[args.campaign](args)
     except RigError as e:
