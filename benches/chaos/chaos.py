@@ -47,6 +47,7 @@ from blocked import campaign_blocked  # noqa: E402
 from common import RigError  # noqa: E402
 from restarts import campaign_kill9, campaign_outage  # noqa: E402
 from sighup import campaign_sighup  # noqa: E402
+from gpulost import campaign_lost  # noqa: E402
 from imports import campaign_import  # noqa: E402
 from storefaults import campaign_corrupt, campaign_lock  # noqa: E402
 
@@ -124,6 +125,14 @@ def main():
     im.add_argument("--days", type=float, default=0.3, help="the generated log's length (x 8 GPUs x 1 s)")
     im.add_argument("--seed", type=int, default=None)
 
+    gl = sub.add_parser("lost", help="GPU 2 lost mid-run, back after a reset, episode after episode")
+    options(gl)
+    gl.add_argument("--episodes", type=int, default=3)
+    gl.add_argument("--before", type=float, default=5.0)
+    gl.add_argument("--lost", type=float, default=20.0, help="scenario seconds GPU 2 answers GPU_IS_LOST")
+    gl.add_argument("--period", type=float, default=70.0, help="scenario seconds between episodes (the probe comes 60 s after the loss)")
+    gl.add_argument("--max-hole-ms", type=int, default=1000)
+
     args = p.parse_args()
     common.VERBOSE = args.verbose
     if getattr(args, "seed", 0) is None:
@@ -138,6 +147,7 @@ def main():
             "corrupt": campaign_corrupt,
             "lock": campaign_lock,
             "import": campaign_import,
+            "lost": campaign_lost,
         }
         return campaigns[args.campaign](args)
     except RigError as e:

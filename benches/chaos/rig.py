@@ -74,12 +74,12 @@ class Rig(Counting):
     def sim_now_s(self):
         return (time.time() * 1000 - self.start_ms) * self.speed / 1000.0
 
-    def write_config(self, notify_extra=""):
+    def write_config(self, notify_extra="", rules=RULES):
         url_file = os.path.join(self.dir, "slack-url")
         with open(url_file, "w") as f:
             f.write(self.slack.url)
         with open(os.path.join(self.dir, "rules.toml"), "w") as f:
-            f.write(RULES)
+            f.write(rules)
         self.config = os.path.join(self.dir, "gpuwatch.toml")
         with open(self.config, "w") as f:
             f.write(
