@@ -47,8 +47,10 @@ from blocked import campaign_blocked  # noqa: E402
 from common import RigError  # noqa: E402
 from restarts import campaign_kill9, campaign_outage  # noqa: E402
 from sighup import campaign_sighup  # noqa: E402
+from clocksteps import campaign_clock  # noqa: E402
 from gpulost import campaign_lost  # noqa: E402
 from imports import campaign_import  # noqa: E402
+from promfaults import campaign_prometheus  # noqa: E402
 from storefaults import campaign_corrupt, campaign_lock  # noqa: E402
 
 
@@ -133,6 +135,26 @@ def main():
     gl.add_argument("--period", type=float, default=70.0, help="scenario seconds between episodes (the probe comes 60 s after the loss)")
     gl.add_argument("--max-hole-ms", type=int, default=1000)
 
+    ck = sub.add_parser("clock", help="the wall clock steps back an hour and forward again (libfaketime)")
+    options(ck)
+    ck.add_argument("--steps", default="-3600,0,3600", help="wall-clock offsets in s, applied in turn")
+    ck.add_argument("--before", type=float, default=6.0)
+    ck.add_argument("--every", type=float, default=8.0, help="s between steps")
+    ck.add_argument("--after", type=float, default=14.0)
+    ck.add_argument("--hold", type=float, default=30.0, help="the `for` of the rule `held`, s")
+    ck.add_argument("--min-tick-share", type=float, default=0.8)
+
+    pr = sub.add_parser("prometheus", help="the training metrics' Prometheus down, then slow")
+    options(pr)
+    pr.add_argument("--before", type=float, default=45.0, help="s of training before the outage")
+    pr.add_argument("--down", type=float, default=120.0)
+    pr.add_argument("--between", type=float, default=30.0)
+    pr.add_argument("--slow", type=float, default=120.0)
+    pr.add_argument("--delay", type=float, default=30.0, help="s each answer is delayed while slow")
+    pr.add_argument("--after", type=float, default=20.0)
+    pr.add_argument("--unavailable-for", default=None, help="the `for` of training_metrics_unavailable (default: the rule file's)")
+    pr.add_argument("--max-hole-ms", type=int, default=1000)
+
     args = p.parse_args()
     common.VERBOSE = args.verbose
     if getattr(args, "seed", 0) is None:
@@ -148,6 +170,8 @@ def main():
             "lock": campaign_lock,
             "import": campaign_import,
             "lost": campaign_lost,
+            "clock": campaign_clock,
+            "prometheus": campaign_prometheus,
         }
         return campaigns[args.campaign](args)
     except RigError as e:

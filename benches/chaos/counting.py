@@ -32,7 +32,7 @@ class Counting:
             "SELECT alert_id, fired_ms, resolved_ms FROM alerts WHERE reported = 1 "
             "AND fired_ms IS NOT NULL"
         )
-        for recv in ("slack", "email", "alertmanager"):
+        for recv in [r.log.name for r in self.receivers]:
             have = set(per.get(recv, []))
             for aid, _f, resolved in alerts:
                 if (aid, "firing") not in have:
@@ -133,6 +133,8 @@ class Counting:
                         res["problems"].append("%s: alert %d resolved before firing" % (r.log.name, aid))
         res["max_dup_per_trial"] = max(per_trial.values(), default=0)
         res["per_trial"] = per_trial
+        if self.am is None:
+            return res
         for (trial, recv), n in sorted(per_trial.items(), key=str):
             log("duplicates: trial %s, %s: %d message(s)" % (trial, recv, n))
         # Alertmanager's own word: every label set it notified ends `resolved`, and every
