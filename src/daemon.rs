@@ -148,7 +148,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     } = parts;
     // One daemon per database: held until `run` returns (the kernel releases it on any exit).
     let lock = store::DaemonLock::acquire(&config.database)?;
-    let store = store::open_daemon(
+    let mut store = store::open_daemon(
         &config.database,
         &StoreConfig {
             retention: config.retention,
@@ -158,6 +158,8 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         },
         &lock,
     )?;
+    // Room to go on writing (deleting the oldest samples) when the disk fills up.
+    store.keep_reserve();
     // A damaged database moved aside at this start: the self alert, through the outbox.
     crate::notify::recovered::announce(&store, &config);
     // Kernel-log history up to the newest XID already stored is not stored again.

@@ -48,6 +48,7 @@ from common import RigError  # noqa: E402
 from restarts import campaign_kill9, campaign_outage  # noqa: E402
 from sighup import campaign_sighup  # noqa: E402
 from clocksteps import campaign_clock  # noqa: E402
+from diskfull import campaign_diskfull  # noqa: E402
 from gpulost import campaign_lost  # noqa: E402
 from imports import campaign_import  # noqa: E402
 from promfaults import campaign_prometheus  # noqa: E402
@@ -155,6 +156,14 @@ def main():
     pr.add_argument("--unavailable-for", default=None, help="the `for` of training_metrics_unavailable (default: the rule file's)")
     pr.add_argument("--max-hole-ms", type=int, default=1000)
 
+    df = sub.add_parser("diskfull", help="the database's filesystem filled to the last byte, then emptied")
+    options(df)
+    df.add_argument("--size", default="32m", help="the tmpfs's size")
+    df.add_argument("--before", type=float, default=10.0)
+    df.add_argument("--full", type=float, default=20.0)
+    df.add_argument("--after", type=float, default=15.0)
+    df.add_argument("--max-log-lines", type=int, default=4)
+
     args = p.parse_args()
     common.VERBOSE = args.verbose
     if getattr(args, "seed", 0) is None:
@@ -172,6 +181,7 @@ def main():
             "lost": campaign_lost,
             "clock": campaign_clock,
             "prometheus": campaign_prometheus,
+            "diskfull": campaign_diskfull,
         }
         return campaigns[args.campaign](args)
     except RigError as e:

@@ -121,7 +121,11 @@ impl Store {
         stats.rows = match self.insert_batches(batches, sources) {
             Ok(rows) => rows,
             Err(e) if e.is_full() => {
-                tracing::warn!(error = %e, "database full; deleting old data and retrying");
+                if self.disk_full_at_write()? {
+                    tracing::debug!(error = %e, "disk full; deleting old data and retrying");
+                } else {
+                    tracing::warn!(error = %e, "database full; deleting old data and retrying");
+                }
                 self.reload_caches();
                 self.free_space_emergency()?;
                 match self.insert_batches(batches, sources) {
@@ -152,6 +156,9 @@ impl Store {
                 tracing::warn!(error = %e, "store maintenance failed; will retry next tick");
                 stats.maintenance_error = Some(e.to_string());
             }
+        }
+        if let Err(e) = self.disk_space_back() {
+            tracing::debug!(error = %e, "disk-full check failed; will retry");
         }
         stats.total_time = start.elapsed();
         Ok(stats)
