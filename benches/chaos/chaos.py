@@ -6,8 +6,18 @@ line and exits 1 when a check fails (2 when the rig itself could not run).
     benches/chaos/chaos.py outage  [--down 30] [--backlog-after 5s]
     benches/chaos/chaos.py blocked [--episodes 10] [--block 6] [--period 25]
     benches/chaos/chaos.py sighup  [--hups 300] [--max-gap-ms 30] [--seed S]
+    benches/chaos/chaos.py lost    [--episodes 3] [--lost 20] [--period 70]
+    benches/chaos/chaos.py diskfull [--size 32m] [--full 20]              (root: mounts a tmpfs)
+    benches/chaos/chaos.py clock   [--steps -3600,0,3600] [--hold 30]     (libfaketime)
+    benches/chaos/chaos.py prometheus [--down 120] [--slow 120] [--delay 30]
+    benches/chaos/chaos.py import  [--trials 30] [--days 0.3] [--seed S]
+    benches/chaos/chaos.py corrupt [--trials 30] [--seed S]
+    benches/chaos/chaos.py lock    [--trials 20] [--max-gap 3] [--seed S]
 
-What each checks, and the figures of our runs: docs/RELIABILITY.md.
+What each checks, and the figures of our runs: docs/RELIABILITY.md. The modules: common (logging,
+ports, artifacts), receivers, rig (the daemon and its config), counting (at the receivers
+against the outbox), and one module per campaign family (restarts: kill9 and outage; blocked;
+sighup; gpulost; diskfull; clocksteps; promfaults; imports; storefaults: corrupt and lock).
 
 Common options: --gpuwatch PATH (default target/release/gpuwatch, else target/debug/...; or
 $GPUWATCH_BIN), --lib PATH (libgpuwatch_fake_nvml.so, same search; or $GPUWATCH_FAKE_LIB),
@@ -122,6 +132,7 @@ def main():
 
     im = sub.add_parser("import", help="`gpuwatch import nvidia-smi` killed at random moments")
     im.add_argument("--gpuwatch")
+    im.add_argument("--lib", help="not used (the import runs no daemon); accepted like the other campaigns")
     im.add_argument("--keep", action="store_true")
     im.add_argument("-v", "--verbose", action="store_true")
     im.add_argument("--trials", type=int, default=30)
@@ -154,6 +165,7 @@ def main():
     pr.add_argument("--delay", type=float, default=30.0, help="s each answer is delayed while slow")
     pr.add_argument("--after", type=float, default=20.0)
     pr.add_argument("--unavailable-for", default=None, help="the `for` of training_metrics_unavailable (default: the rule file's)")
+    pr.add_argument("--timeout", type=float, default=10.0, help="[prometheus] timeout, s")
     pr.add_argument("--max-hole-ms", type=int, default=1000)
 
     df = sub.add_parser("diskfull", help="the database's filesystem filled to the last byte, then emptied")

@@ -19,6 +19,7 @@ fires between --hold and --hold + 3 s after the start; after a drain, every tran
 reached the receivers (0 lost, 0 duplicates, order kept).
 """
 
+import glob
 import os
 import threading
 import time
@@ -27,9 +28,8 @@ from common import RigError, log
 from counting import panics, verdict
 from rig import RULES, Rig
 
-FAKETIME_LIBS = (
-    "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
-    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+FAKETIME_LIBS = sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1")) + sorted(
+    glob.glob("/usr/lib/*/faketime/libfaketime.so.1")
 )
 
 

@@ -4,7 +4,7 @@ answers slowly, while the GPUs show a hang's signature and the job keeps trainin
 The rig: a training job's exporter (the harness: `training_step{job="llm",gpu="N"}` for the
 four GPUs, two steps a second, always advancing), a real Prometheus (Debian's `prometheus`)
 scraping it every second, and a proxy in front of Prometheus that gpuwatch queries
-(`[prometheus] url`, polled every second, the default 10-s timeout). The proxy goes `down`
+(`[prometheus] url`, polled every second, timeout --timeout: default 10 s, the daemon's). The proxy goes `down`
 (connections refused) for --down s, and later `slow` (every answer delayed --delay s) for
 --slow s. During both, the simulated GPUs show the NCCL-hang signature (utilisation 100 % at
 92 W instead of ~600 W) while the steps keep advancing in Prometheus: a daemon that read the
@@ -13,8 +13,8 @@ default `training_hang` and `training_metrics_unavailable` (rules/training.toml)
 latter's `for` set by --unavailable-for (default: the file's).
 
 Checks: no `training_hang`; `training_metrics_unavailable` fires in each fault (within its
-`for` plus 5 s when down, plus two poll timeouts when slow: a poll asks for the step, then
-the loss) and resolves after it; the evaluator is never blocked:
+`for` plus 7 s when down: a poll, a commit and the evaluator's read of the sources' status
+every 5 s; plus two poll timeouts when slow: a poll asks for the step, then the loss) and resolves after it; the evaluator is never blocked:
 every GPU has a row every tick through the faults (no hole over --max-hole-ms), /healthz and
 /metrics answer every time (polled every 0.25 s); after a drain every transition reached the
 three receivers (0 lost, 0 duplicates, order kept).
@@ -252,7 +252,10 @@ def campaign_prometheus(args):
         rules = default_rule("training_hang") + default_rule("training_metrics_unavailable", args.unavailable_for)
         rig.write_config(rules=rules)
         with open(rig.config, "a") as f:
-            f.write('\n[prometheus]\nurl = "http://127.0.0.1:%d"\npoll_interval = "1s"\nquery_step = "1s"\n' % prom.proxy.port)
+            f.write(
+                '\n[prometheus]\nurl = "http://127.0.0.1:%d"\npoll_interval = "1s"\nquery_step = "1s"\ntimeout = "%gs"\n'
+                % (prom.proxy.port, args.timeout)
+            )
         check = subprocess.run([rig.gpuwatch, "run", "--check", "--config", rig.config], capture_output=True, text=True)
         if check.returncode != 0:
             raise RigError("config refused: %s%s" % (check.stdout, check.stderr))
@@ -288,17 +291,17 @@ def campaign_prometheus(args):
         unavailable = [a for a in alerts if a[0] == "training_metrics_unavailable"]
         for_s = float(args.unavailable_for.rstrip("s")) if args.unavailable_for else 60.0
         timely = 0
-        # A poll asks for the step, then the loss series: against a slow Prometheus its failure
-        # is known after two timeouts (10 s each); the evaluator reads the sources' status
-        # every few seconds.
-        for name, (a, b), extra in (("down", down, 0), ("slow", slow, 20)):
+        # Detection takes a poll (1 s), a commit (1 s) and the evaluator's read of the sources'
+        # status (every 5 s); against a slow Prometheus also two timeouts (a poll asks for the
+        # step, then the loss series).
+        for name, (a, b), extra in (("down", down, 7), ("slow", slow, 7 + 2 * args.timeout)):
             lo, hi = wall(a) * 1000, wall(b) * 1000
             got = [u for u in unavailable if lo <= u[1] <= hi + 5000]
             if len(got) != 1:
                 problems.append("%s: training_metrics_unavailable fired %d time(s)" % (name, len(got)))
                 continue
             late = (got[0][1] - lo) / 1000.0
-            if not (for_s <= late <= for_s + extra + 5):
+            if not (for_s <= late <= for_s + extra):
                 problems.append("%s: training_metrics_unavailable fired %.1f s after the fault began" % (name, late))
             elif got[0][2] is None or got[0][2] < hi:
                 problems.append("%s: training_metrics_unavailable did not resolve after the fault" % name)
