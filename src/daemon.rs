@@ -300,6 +300,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
             startup_timeout: config.sample_deadline.max(Duration::from_secs(5)),
             proc_root: config.processes.proc_root.clone(),
             pod_logs_dir: config.kubernetes.pod_logs_dir.clone(),
+            first_probe: config.lost_probe_after,
         },
         overrides,
     )?;

@@ -6,10 +6,9 @@
 //! prometheus-alertmanager and prometheus, libfaketime from Debian's faketime; the disk-full
 //! slice mounts a tmpfs, so it runs as root as CI does) on loopback and prints `... : PASS`
 //! only when nothing was lost, order was kept and duplicates stayed within the promise. Each
-//! slice stays under a minute on 2 cores but the lost-GPU slice (about 80 s: the sampler's
-//! first probe of a lost GPU comes 60 s after the loss). The slices run one at a time (each
-//! times ticks and deadlines; three rigs at once on 2 cores would measure the machine). The
-//! full campaigns (50 trials, ...) run from the command line only.
+//! slice stays under a minute on 2 cores. The slices run one at a time (each times ticks and
+//! deadlines; three rigs at once on 2 cores would measure the machine). The full campaigns
+//! (50 trials, ...) run from the command line only.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -185,13 +184,27 @@ fn import_killed_slice_leaves_all_or_nothing() {
 
 #[test]
 fn lost_gpu_slice_is_reported_once_and_found_back() {
-    // One episode: the probe comes 60 s after the loss (sampler::quarantine::FIRST_PROBE).
-    let (code, out, err) = campaign(&["lost", "--episodes", "1", "--max-hole-ms", "2000"]);
+    // Two episodes (the second with XID 79), each probed 8 s after the loss.
+    let (code, out, err) = campaign(&[
+        "lost",
+        "--episodes",
+        "2",
+        "--before",
+        "3",
+        "--lost",
+        "6",
+        "--probe-after",
+        "8",
+        "--period",
+        "12",
+        "--max-hole-ms",
+        "2000",
+    ]);
     let line = summary("lost", &out);
     assert_eq!(code, 0, "{line}\n{err}");
     assert!(line.ends_with(": PASS"), "{line}\n{err}");
     assert!(
-        line.contains("gpu_lost fired 1 and resolved 1, recovered by probe 1/1"),
+        line.contains("gpu_lost fired 2 and resolved 2, recovered by probe 2/2"),
         "{line}"
     );
     assert!(figure(line, "lost rows without values") > 0, "{line}");

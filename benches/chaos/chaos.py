@@ -144,7 +144,8 @@ def main():
     gl.add_argument("--episodes", type=int, default=3)
     gl.add_argument("--before", type=float, default=5.0)
     gl.add_argument("--lost", type=float, default=20.0, help="scenario seconds GPU 2 answers GPU_IS_LOST")
-    gl.add_argument("--period", type=float, default=70.0, help="scenario seconds between episodes (the probe comes 60 s after the loss)")
+    gl.add_argument("--period", type=float, default=70.0, help="scenario seconds between episodes (the probe comes --probe-after s after the loss)")
+    gl.add_argument("--probe-after", type=float, default=None, help="the daemon's lost_probe_after, s (default: the daemon's, 60 s)")
     gl.add_argument("--max-hole-ms", type=int, default=1000)
 
     ck = sub.add_parser("clock", help="the wall clock steps back an hour and forward again (libfaketime)")

@@ -5,8 +5,8 @@ calls answer again, same UUID), episode after episode, while the daemon runs.
 The harness appends to its scenario copy, per episode, a `[[fault]]` (`gpu = 2`, every
 symbol, `error = "GPU_IS_LOST"`) lasting --lost s of scenario time, and on odd episodes an
 `[[event]]` with XID 79 at its start. The sampler quarantines the GPU at once and probes it
-60 s later (the first probe's wait, `sampler::quarantine::FIRST_PROBE`, wall time); the
-GPU is back by then, so the probe ends the quarantine. Rules: `busy` and the default
+--probe-after s later (`lost_probe_after`, wall time; default: the daemon's, 60 s); the GPU
+is back by then, so the probe ends the quarantine. Rules: `busy` and the default
 `gpu_lost`. Checks per episode: one `gpu_lost` event and one `gpu_recovered` after it; GPU
 2's rows between them say `lost` with no values (no made-up readings), one per tick; the
 other GPUs keep every tick (no status but `ok`, no hole over --max-hole-ms); `gpu_lost`
@@ -14,6 +14,7 @@ fired once per episode and resolved after the recovery; and, after a drain, ever
 transition reached the three receivers (0 lost, 0 duplicates, order kept).
 """
 
+import subprocess
 import time
 
 from common import RigError, log
@@ -48,6 +49,14 @@ def campaign_lost(args):
         rig.write_scenario(flap_until_s=int(end_sim), extra=extra)
         rig.start_receivers()
         rig.write_config(rules=RULES_LOST)
+        if args.probe_after:
+            with open(rig.config) as f:
+                text = f.read()
+            with open(rig.config, "w") as f:
+                f.write('lost_probe_after = "%gs"\n' % args.probe_after + text)
+            check = subprocess.run([rig.gpuwatch, "run", "--check", "--config", rig.config], capture_output=True, text=True)
+            if check.returncode != 0:
+                raise RigError("config refused: %s%s" % (check.stdout, check.stderr))
         rig.start_daemon()
         wall = lambda t_sim: rig.start_ms / 1000.0 + t_sim / rig.speed  # noqa: E731
         while time.time() < wall(end_sim):
