@@ -160,6 +160,11 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     )?;
     // Room to go on writing (deleting the oldest samples) when the disk fills up.
     store.keep_reserve();
+    // Tick times go on after the newest stored tick, even if the wall clock stepped back
+    // while the daemon was stopped.
+    if let Some(newest) = store.host_last_seen_ms()? {
+        crate::clock::steps::not_before(newest);
+    }
     // A damaged database moved aside at this start: the self alert, through the outbox.
     crate::notify::recovered::announce(&store, &config);
     // Kernel-log history up to the newest XID already stored is not stored again.

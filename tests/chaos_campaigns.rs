@@ -220,7 +220,10 @@ fn clock_steps_slice_keeps_rows_in_order_and_for_on_the_monotonic_clock() {
     let line = summary("clock", &out);
     assert_eq!(code, 0, "{line}\n{err}");
     assert!(line.ends_with(": PASS"), "{line}\n{err}");
-    assert!(line.contains("daemon alive, 0 rows out of order"), "{line}");
+    assert!(
+        line.contains("restarted 6s, daemon alive, 0 rows out of order"),
+        "{line}"
+    );
     assert_eq!(figure(line, "lost"), 0, "{line}");
 }
 

@@ -8,7 +8,7 @@ line and exits 1 when a check fails (2 when the rig itself could not run).
     benches/chaos/chaos.py sighup  [--hups 300] [--max-gap-ms 30] [--seed S]
     benches/chaos/chaos.py lost    [--episodes 3] [--lost 20] [--period 70]
     benches/chaos/chaos.py diskfull [--size 32m] [--full 20]              (root: mounts a tmpfs)
-    benches/chaos/chaos.py clock   [--steps -3600,0,3600] [--hold 30]     (libfaketime)
+    benches/chaos/chaos.py clock   [--steps -3600,0,3600,0] [--hold 30]   (libfaketime)
     benches/chaos/chaos.py prometheus [--down 120] [--slow 120] [--delay 30]
     benches/chaos/chaos.py import  [--trials 30] [--days 0.3] [--seed S]
     benches/chaos/chaos.py corrupt [--trials 30] [--seed S]
@@ -150,7 +150,8 @@ def main():
 
     ck = sub.add_parser("clock", help="the wall clock steps back an hour and forward again (libfaketime)")
     options(ck)
-    ck.add_argument("--steps", default="-3600,0,3600", help="wall-clock offsets in s, applied in turn")
+    ck.add_argument("--steps", default="-3600,0,3600,0", help="wall-clock offsets in s, applied in turn")
+    ck.add_argument("--restart", type=float, default=6.0, help="restart after the steps and run this long (0: no restart)")
     ck.add_argument("--before", type=float, default=6.0)
     ck.add_argument("--every", type=float, default=8.0, help="s between steps")
     ck.add_argument("--after", type=float, default=14.0)

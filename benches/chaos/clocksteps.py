@@ -5,14 +5,16 @@ steps; the monotonic clock does not).
 
 The simulated GPUs run on the fake library's own clock, from its init on the monotonic clock
 (GPUWATCH_FAKE_START_MS unset), so they do not step. The wall clock's offset goes through
---steps (default `-3600,0,3600`: back an hour, back to true time, an hour ahead), one every
---every s after --before s. Rules: `busy`, and `held` (`max(util_gpu[5s]) > 1`: true from
+--steps (default `-3600,0,3600,0`: back an hour, back to true time, an hour ahead, back to
+true time), one every --every s after --before s; then (--restart S) the daemon is restarted
+with the wall clock where the last step left it (an hour behind the newest stored tick) and
+runs S s more. Rules: `busy`, and `held` (`max(util_gpu[5s]) > 1`: true from
 the first ticks while the GPUs flap, `for` = --hold s) whose firing must come --hold s of monotonic time after the start:
 not cut short by a forward step, not stretched by a backward one. A thread reads every GPU's
 sample times every 0.3 s.
 
-Checks: the daemon survives every step; no row is written with a time at or before one
-already stored for its GPU (no reordering, no overwrite); ticks keep coming through the
+Checks: the daemon survives every step and the restart; no row is written with a time at or
+before one already stored for its GPU (no reordering, no overwrite; the restart included); ticks keep coming through the
 steps (per GPU at least --min-tick-share of the ticks the monotonic clock allows); rollups
 are sane (samples per minute at most a minute of ticks, averages within 0..100); `held`
 fires between --hold and --hold + 3 s after the start; after a drain, every transition
@@ -143,6 +145,17 @@ def campaign_clock(args):
             time.sleep(0.2)
         elapsed = time.monotonic() - t0
         per_gpu = rig.query("SELECT gpu_id, count(*) FROM samples GROUP BY gpu_id")
+        restarted = ""
+        if args.restart and rig.daemon.poll() is None:
+            # A restart with the wall clock where the last step left it: behind the newest
+            # stored tick when that step went back. The watcher goes on checking the order.
+            rig.sigterm()
+            rig.write_scenario(flap_until_s=1)  # idle from the new start (its own time 0)
+            rig.start_daemon()
+            time.sleep(args.restart)
+            restarted = ", restarted %gs" % args.restart
+            if rig.daemon.poll() is not None:
+                problems.append("the daemon exited after the restart (%s)" % rig.daemon.returncode)
         drained = rig.daemon.poll() is None and rig.drain()
         watcher.stop()
         res = rig.count() if rig.daemon.poll() is None else {"problems": [], "lost": -1, "dups": -1, "order_ok": False, "alerts": 0, "transitions": 0}
@@ -168,11 +181,12 @@ def campaign_clock(args):
         res["problems"] = problems
         ok = drained and not problems and res["lost"] == 0 and res["dups"] == 0 and res["order_ok"]
         print(
-            "chaos clock: wall clock stepped %s s, daemon %s, %d rows out of order, fewest rows per GPU "
+            "chaos clock: wall clock stepped %s s%s, daemon %s, %d rows out of order, fewest rows per GPU "
             "%d of %.0f ticks, %d rollup rows (%d out of bounds), `held` (for %gs) fired after %s s of "
             "monotonic time, %d alerts, %d transitions x receivers, %d lost, %d duplicates, order %s%s: %s"
             % (
                 ",".join("%+d" % s for s in steps),
+                restarted,
                 "alive" if not any("exited" in p for p in problems) else "EXITED",
                 sum(n for *_x, n in watcher.out_of_order),
                 fewest,

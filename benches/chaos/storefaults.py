@@ -153,6 +153,11 @@ def campaign_corrupt(args):
                 damaged_bytes = f.read()
             log("trial %d: %s; sqlite: %s" % (i, what, oracle or "sound"))
             rig.start_daemon()
+            if oracle:
+                # The damaged file may still answer a count: wait for the move first.
+                deadline = time.time() + 30
+                while time.time() < deadline and moved_files(rig) == before and rig.daemon.poll() is None:
+                    time.sleep(0.1)
             started = wait_ticks(rig, 0 if oracle else sound_ticks, 30)
             new = [f for f in moved_files(rig) if f not in before]
             if not started:

@@ -11,6 +11,8 @@
 //!   length is recorded ([`forward_steps_between`]) so that the alert engine does not count
 //!   the jump towards a `for` or `keep_firing_for` (those measure time actually observed).
 //! - Differences under [`TOLERANCE_US`] are not steps (slewing moves both clocks alike).
+//! - A daemon started while the wall clock is behind the newest tick it stored goes on from
+//!   that tick ([`not_before`]): a restart does not undo the first invariant.
 //! - Each step is logged once, with its size.
 
 use std::sync::Mutex;
@@ -49,6 +51,22 @@ impl StepFree {
             at,
             reported_behind_us: 0,
         }
+    }
+
+    /// Moves this clock forward so that it reads at least `min_us` at `now` (a daemon started
+    /// while the wall clock is behind the newest tick it stored). Returns how far (µs).
+    pub fn not_before(&mut self, min_us: i64, now: Instant) -> i64 {
+        let elapsed =
+            i64::try_from(now.saturating_duration_since(self.at).as_micros()).unwrap_or(i64::MAX);
+        let t = self.wall_us.saturating_add(elapsed);
+        if t >= min_us {
+            return 0;
+        }
+        let d = min_us - t;
+        self.wall_us += d;
+        // The wall clock is now behind by about `d`: not a new step.
+        self.reported_behind_us = self.reported_behind_us.max(d);
+        d
     }
 
     /// gpuwatch's time (µs since the epoch) given the wall clock and the monotonic clock read
@@ -123,6 +141,26 @@ pub fn now_us() -> i64 {
     t
 }
 
+/// Makes gpuwatch's clock read after `newest_ms` (the newest tick stored): a daemon started
+/// while the wall clock is behind it goes on from there instead of storing rows before it.
+pub fn not_before(newest_ms: TsMs) {
+    let wall = chrono::Utc::now().timestamp_micros();
+    let now = Instant::now();
+    let mut g = GLOBAL.lock().unwrap_or_else(|e| e.into_inner());
+    let clock = g.clock.get_or_insert_with(|| StepFree::new(wall, now));
+    let moved = clock.not_before(newest_ms.saturating_add(1).saturating_mul(1000), now);
+    drop(g);
+    if moved >= TOLERANCE_US {
+        tracing::warn!(
+            behind_ms = moved / 1000,
+            "the wall clock is {} behind the newest sample stored; gpuwatch's clock goes on from \
+             that sample, so no row is stored before it (it follows the wall clock again when \
+             that catches up or steps forward past it)",
+            human_us(moved)
+        );
+    }
+}
+
 /// The total length (ms) of the forward steps followed after `after` and up to `upto`
 /// (gpuwatch's times).
 pub fn forward_steps_between(after: TsMs, upto: TsMs) -> i64 {
@@ -191,6 +229,21 @@ mod tests {
         assert_eq!(
             c.read(100 * H + 1_600_000, t0 + Duration::from_secs(2)),
             (100 * H + 2_000_000, None)
+        );
+    }
+
+    #[test]
+    fn a_start_behind_the_stored_ticks_goes_on_from_them() {
+        let t0 = Instant::now();
+        let mut c = StepFree::new(99 * H, t0);
+        assert_eq!(c.not_before(100 * H, t0), H);
+        let (t, step) = c.read(99 * H + 1_000_000, t0 + Duration::from_secs(1));
+        assert_eq!(t, 100 * H + 1_000_000);
+        assert_eq!(step, None, "already reported at the start");
+        assert_eq!(
+            c.not_before(50 * H, t0),
+            0,
+            "nothing stored after now: unchanged"
         );
     }
 

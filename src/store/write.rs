@@ -98,6 +98,15 @@ pub(super) fn ensure_host(conn: &Connection, name: &str) -> Result<i64, StoreErr
 }
 
 impl Store {
+    /// The newest tick time stored for this store's host (`hosts.last_seen_ms`).
+    pub fn host_last_seen_ms(&self) -> Result<Option<TsMs>, StoreError> {
+        Ok(self.conn.query_row(
+            "SELECT last_seen_ms FROM hosts WHERE id = ?1",
+            [self.host_id],
+            |r| r.get(0),
+        )?)
+    }
+
     /// Writes one tick in one transaction, then runs one bounded maintenance step
     /// (rollups of completed minutes, retention, size bound).
     pub fn write_tick(&mut self, batch: &TickBatch) -> Result<WriteStats, StoreError> {
