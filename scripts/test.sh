@@ -51,6 +51,10 @@ command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-aler
 # The doctor's fixtures (tests/doctor/) run it as `nobody` (setpriv) and in a PID namespace of
 # its own (unshare), both util-linux's, and build an ld.so.cache with ldconfig (libc-bin).
 command -v setpriv >/dev/null 2>&1 && command -v unshare >/dev/null 2>&1 || need_apt+=(util-linux)
+# The clock-step campaign's slice (tests/chaos_campaigns.rs) steps the daemon's wall clock
+# with libfaketime (Debian's faketime); its disk-full slice mounts a tmpfs (root).
+[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || [ -e /usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1 ] \
+  || need_apt+=(faketime)
 # systemd-analyze checks the systemd unit (tests/deploy.rs).
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 # The live page's browser test (tests/http_api.rs) renders it in headless Chromium.

@@ -148,7 +148,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     } = parts;
     // One daemon per database: held until `run` returns (the kernel releases it on any exit).
     let lock = store::DaemonLock::acquire(&config.database)?;
-    let store = store::open_daemon(
+    let mut store = store::open_daemon(
         &config.database,
         &StoreConfig {
             retention: config.retention,
@@ -158,6 +158,13 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         },
         &lock,
     )?;
+    // Room to go on writing (deleting the oldest samples) when the disk fills up.
+    store.keep_reserve();
+    // Tick times go on after the newest stored tick, even if the wall clock stepped back
+    // while the daemon was stopped.
+    if let Some(newest) = store.host_last_seen_ms()? {
+        crate::clock::steps::not_before(newest);
+    }
     // A damaged database moved aside at this start: the self alert, through the outbox.
     crate::notify::recovered::announce(&store, &config);
     // Kernel-log history up to the newest XID already stored is not stored again.
@@ -298,6 +305,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
             startup_timeout: config.sample_deadline.max(Duration::from_secs(5)),
             proc_root: config.processes.proc_root.clone(),
             pod_logs_dir: config.kubernetes.pod_logs_dir.clone(),
+            first_probe: config.lost_probe_after,
         },
         overrides,
     )?;

@@ -2,12 +2,13 @@
 //! the campaign command is run as a user runs it, on this build's `gpuwatch` and fake NVML
 //! library, with few trials; the test checks its exit status and its one summary line.
 //!
-//! Invariants: every campaign here runs its real receivers (aiosmtpd, Debian's
-//! prometheus-alertmanager) on loopback and prints `... : PASS` only when nothing was lost,
-//! order was kept and duplicates stayed within the promise; each slice stays well under a
-//! minute on 2 cores. The slices run one at a time (each times ticks and deadlines; three
-//! rigs at once on 2 cores would measure the machine). The full campaigns (50 trials, ...)
-//! run from the command line only.
+//! Invariants: every campaign here runs its real services (aiosmtpd, Debian's
+//! prometheus-alertmanager and prometheus, libfaketime from Debian's faketime; the disk-full
+//! slice mounts a tmpfs, so it runs as root as CI does) on loopback and prints `... : PASS`
+//! only when nothing was lost, order was kept and duplicates stayed within the promise. Each
+//! slice stays under a minute on 2 cores. The slices run one at a time (each times ticks and
+//! deadlines; three rigs at once on 2 cores would measure the machine). The full campaigns
+//! (50 trials, ...) run from the command line only.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -141,4 +142,129 @@ fn sighup_storm_slice_keeps_the_last_good_rules() {
     assert!(figure(line, "time(s) after the last reload") > 0, "{line}");
     assert_eq!(figure(line, "lost"), 0, "{line}");
     assert_eq!(figure(line, "duplicates"), 0, "{line}");
+}
+
+#[test]
+fn corrupt_database_slice_moves_it_aside_and_announces_it() {
+    let (code, out, err) = campaign(&["corrupt", "--trials", "4"]);
+    let line = summary("corrupt", &out);
+    assert_eq!(code, 0, "{line}\n{err}");
+    assert!(line.ends_with(": PASS"), "{line}\n{err}");
+    // The first three trials are garbage, a truncation and a foreign WAL: at least the WAL
+    // is damage to SQLite.
+    assert!(figure(line, "moved aside") >= 1, "{line}");
+    assert_eq!(
+        figure(line, "damaged per SQLite"),
+        figure(line, "moved aside"),
+        "{line}"
+    );
+    assert!(line.contains("0 deleted"), "{line}");
+}
+
+#[test]
+fn two_daemons_slice_refuses_the_second() {
+    let (code, out, err) = campaign(&["lock", "--trials", "3", "--max-gap", "1"]);
+    let line = summary("lock", &out);
+    assert_eq!(code, 0, "{line}\n{err}");
+    assert!(line.ends_with(": PASS"), "{line}\n{err}");
+    assert_eq!(figure(line, "refused with the lock's message"), 3, "{line}");
+    assert!(line.contains("integrity_check ok"), "{line}");
+}
+
+#[test]
+fn import_killed_slice_leaves_all_or_nothing() {
+    let (code, out, err) = campaign(&["import", "--trials", "4", "--days", "0.03"]);
+    let line = summary("import", &out);
+    assert_eq!(code, 0, "{line}\n{err}");
+    assert!(line.ends_with(": PASS"), "{line}\n{err}");
+    assert_eq!(figure(line, "part"), 0, "{line}");
+    assert_eq!(figure(line, "integrity_check failures"), 0, "{line}");
+    assert!(line.contains("reruns complete 4/4"), "{line}");
+}
+
+#[test]
+fn lost_gpu_slice_is_reported_once_and_found_back() {
+    // Two episodes (the second with XID 79), each probed 8 s after the loss.
+    let (code, out, err) = campaign(&[
+        "lost",
+        "--episodes",
+        "2",
+        "--before",
+        "3",
+        "--lost",
+        "6",
+        "--probe-after",
+        "8",
+        "--period",
+        "12",
+        "--max-hole-ms",
+        "2000",
+    ]);
+    let line = summary("lost", &out);
+    assert_eq!(code, 0, "{line}\n{err}");
+    assert!(line.ends_with(": PASS"), "{line}\n{err}");
+    assert!(
+        line.contains("gpu_lost fired 2 and resolved 2, recovered by probe 2/2"),
+        "{line}"
+    );
+    assert!(figure(line, "lost rows without values") > 0, "{line}");
+    assert_eq!(figure(line, "bad)"), 0, "{line}");
+    assert_eq!(figure(line, "lost,"), 0, "{line}");
+}
+
+#[test]
+fn clock_steps_slice_keeps_rows_in_order_and_for_on_the_monotonic_clock() {
+    let (code, out, err) = campaign(&[
+        "clock", "--before", "3", "--every", "4", "--after", "6", "--hold", "12",
+    ]);
+    let line = summary("clock", &out);
+    assert_eq!(code, 0, "{line}\n{err}");
+    assert!(line.ends_with(": PASS"), "{line}\n{err}");
+    assert!(
+        line.contains("restarted 6s, daemon alive, 0 rows out of order"),
+        "{line}"
+    );
+    assert_eq!(figure(line, "lost"), 0, "{line}");
+}
+
+#[test]
+fn prometheus_down_and_slow_slice_is_no_hang() {
+    let (code, out, err) = campaign(&[
+        "prometheus",
+        "--before",
+        "8",
+        "--down",
+        "14",
+        "--between",
+        "6",
+        "--slow",
+        "16",
+        "--delay",
+        "5",
+        "--timeout",
+        "2",
+        "--after",
+        "4",
+        "--unavailable-for",
+        "3s",
+        "--max-hole-ms",
+        "2000",
+    ]);
+    let line = summary("prometheus", &out);
+    assert_eq!(code, 0, "{line}\n{err}");
+    assert!(line.ends_with(": PASS"), "{line}\n{err}");
+    assert!(line.contains("training_hang fired 0 time(s)"), "{line}");
+    assert!(line.contains("fired and resolved in 2/2 faults"), "{line}");
+    assert_eq!(figure(line, "lost"), 0, "{line}");
+}
+
+#[test]
+fn disk_full_slice_keeps_writing_and_says_so() {
+    let (code, out, err) = campaign(&["diskfull", "--before", "4", "--full", "8", "--after", "7"]);
+    let line = summary("diskfull", &out);
+    assert_eq!(code, 0, "{line}\n{err}");
+    assert!(line.ends_with(": PASS"), "{line}\n{err}");
+    assert!(line.contains("self alert at 3/3 receivers"), "{line}");
+    assert!(line.contains("oldest samples deleted yes"), "{line}");
+    assert_eq!(figure(line, "lost"), 0, "{line}");
 }

@@ -132,6 +132,24 @@ impl AlertState {
         }
     }
 
+    /// Time not observed (the wall clock stepped forward by `ms`) does not count towards
+    /// `for` or `keep_firing_for`: the pending and keeping counts move by `ms`. True when the
+    /// state changed.
+    pub fn discount(&mut self, ms: i64) -> bool {
+        let mut changed = false;
+        if self.phase == Phase::Pending
+            && let Some(a) = self.active_since.as_mut()
+        {
+            *a += ms;
+            changed = true;
+        }
+        if let Some(k) = self.kept_since.as_mut() {
+            *k += ms;
+            changed = true;
+        }
+        changed
+    }
+
     fn try_fire(&mut self, t: TsMs, for_ms: i64, severity: Severity) -> Option<Change> {
         let since = self.active_since.unwrap_or(t);
         if t - since >= for_ms {
@@ -173,6 +191,32 @@ mod tests {
             for_: Duration::from_secs(f),
             keep_firing_for: Duration::from_secs(k),
         }
+    }
+
+    #[test]
+    fn a_forward_clock_step_does_not_count_towards_for_or_keep_firing_for() {
+        let t = Timing {
+            for_: Duration::from_secs(30),
+            keep_firing_for: Duration::from_secs(30),
+        };
+        let h = 3_600_000;
+        let mut s = AlertState::default();
+        assert_eq!(s.step(0, True, W, t), None);
+        assert_eq!(s.step(10_000, True, W, t), None);
+        // The wall clock jumps an hour ahead between two evaluations 1 s apart.
+        assert!(s.discount(h));
+        assert_eq!(
+            s.step(h + 11_000, True, W, t),
+            None,
+            "11 s observed, not an hour"
+        );
+        assert_eq!(s.step(h + 30_000, True, W, t), Some(Change::Fired(W)));
+        assert_eq!(s.step(h + 31_000, False, W, t), None);
+        assert!(s.discount(h));
+        assert_eq!(s.step(2 * h + 32_000, False, W, t), None);
+        assert_eq!(s.step(2 * h + 61_000, False, W, t), Some(Change::Resolved));
+        let mut idle = AlertState::default();
+        assert!(!idle.discount(h), "nothing pending, nothing kept");
     }
 
     #[test]

@@ -53,6 +53,9 @@ pub struct Config {
     pub sample_deadline: Duration,
     /// How often the inventory (names, limits, thresholds) is re-read.
     pub inventory_interval: Duration,
+    /// How long a lost GPU (GPU_IS_LOST, a fatal XID, missed deadlines) is left alone before
+    /// the first probe asks whether it is back (then the wait doubles, up to an hour).
+    pub lost_probe_after: Duration,
     /// How long ticks may wait in memory to be written together, in one transaction (zero:
     /// each tick in its own). Alerts are evaluated once the ticks are written, so this is
     /// also the most they wait; a tick with events (an XID) is written at once.
@@ -189,6 +192,7 @@ impl Default for Config {
             interval: Duration::from_secs(1),
             sample_deadline: Duration::from_millis(800),
             inventory_interval: Duration::from_secs(300),
+            lost_probe_after: crate::sampler::quarantine::FIRST_PROBE,
             commit_interval: Duration::from_secs(5),
             retention: Duration::from_secs(7 * 86_400),
             rollup_retention: Duration::from_secs(90 * 86_400),

@@ -22,6 +22,7 @@ pub struct RawConfig {
     interval: Option<Spanned<String>>,
     sample_deadline: Option<Spanned<String>>,
     inventory_interval: Option<Spanned<String>>,
+    lost_probe_after: Option<Spanned<String>>,
     commit_interval: Option<Spanned<String>>,
     retention: Option<Spanned<String>>,
     rollup_retention: Option<Spanned<String>>,
@@ -213,6 +214,13 @@ impl RawConfig {
             d.inventory_interval,
             s(1),
             s(day),
+        );
+        let lost_probe_after = c.duration(
+            "lost_probe_after",
+            &self.lost_probe_after,
+            d.lost_probe_after,
+            s(1),
+            s(3600),
         );
         let commit_interval = c.duration(
             "commit_interval",
@@ -444,6 +452,7 @@ impl RawConfig {
             interval,
             sample_deadline,
             inventory_interval,
+            lost_probe_after,
             commit_interval,
             retention,
             rollup_retention,

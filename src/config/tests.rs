@@ -90,6 +90,16 @@ fn wrong_type_is_an_error() {
 }
 
 #[test]
+fn lost_probe_after_defaults_to_a_minute_and_is_bounded() {
+    let d = parse("").expect("valid");
+    assert_eq!(d.lost_probe_after, Duration::from_secs(60));
+    let c = parse("lost_probe_after = \"10s\"\n").expect("valid");
+    assert_eq!(c.lost_probe_after, Duration::from_secs(10));
+    let e = err("lost_probe_after = \"2h\"\n");
+    assert!(e.starts_with("g.toml:1:20:"), "{e}");
+}
+
+#[test]
 fn deadline_longer_than_interval_is_rejected() {
     let e = err("interval = \"1s\"\nsample_deadline = \"2s\"\n");
     assert!(

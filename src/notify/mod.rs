@@ -17,6 +17,7 @@
 //!   [`secret::scrub`] before it is logged or stored.
 
 pub mod alertmanager;
+mod diskfull;
 pub mod email;
 pub mod http;
 pub mod matcher;

@@ -158,6 +158,7 @@ async fn run(parts: SenderParts) {
         host: parts.host.clone(),
         history: parts.history,
         pruned_at: None,
+        disk_full_raised: None,
     };
     // Rows left for a receiver that is no longer configured can never go: dead letters.
     let names: Vec<&str> = slots.iter().map(|s| s.cfg.name.as_str()).collect();
@@ -270,6 +271,8 @@ pub(super) struct Sender {
     pub(super) history: Duration,
     /// When history was last pruned (wall clock).
     pub(super) pruned_at: Option<TsMs>,
+    /// `gpuwatch_database_full` as raised, while it fires.
+    pub(super) disk_full_raised: Option<AlertMsg>,
 }
 
 /// What a group's rows become.

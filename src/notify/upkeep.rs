@@ -36,6 +36,7 @@ impl Sender {
             self.unsilenced(slot, now, &silences, &mut next)?;
         }
         self.backlog_alerts(slots, now, &mut next)?;
+        self.disk_full_alert(slots, now)?;
         self.prune(&mut next)?;
         Ok(next)
     }

@@ -75,6 +75,8 @@ pub struct SamplerConfig {
     pub proc_root: PathBuf,
     /// The kubelet's pod log directories (`[kubernetes] pod_logs_dir`).
     pub pod_logs_dir: PathBuf,
+    /// How long a lost GPU is left alone before its first probe (`lost_probe_after`).
+    pub first_probe: Duration,
 }
 
 impl Default for SamplerConfig {
@@ -87,6 +89,7 @@ impl Default for SamplerConfig {
             startup_timeout: Duration::from_secs(10),
             proc_root: PathBuf::from(crate::config::DEFAULT_PROC_ROOT),
             pod_logs_dir: PathBuf::from(crate::config::DEFAULT_POD_LOGS_DIR),
+            first_probe: quarantine::FIRST_PROBE,
         }
     }
 }
@@ -320,7 +323,13 @@ impl Sampler {
         }
         if let Some(reason) = r.lost {
             let reason = format!("GPU {} lost: {reason}", slot.index);
-            quarantine(slot, &mut self.pending_events, r.ts_ms, reason);
+            quarantine(
+                slot,
+                &mut self.pending_events,
+                self.cfg.first_probe,
+                r.ts_ms,
+                reason,
+            );
         }
         self.pending_errors.extend(r.errors);
         if r.tick_id != tick_id {
@@ -482,7 +491,13 @@ impl Sampler {
                             slot.index,
                             humantime::format_duration(MISSING_FOR)
                         );
-                        quarantine(slot, &mut self.pending_events, ts_ms, reason);
+                        quarantine(
+                            slot,
+                            &mut self.pending_events,
+                            self.cfg.first_probe,
+                            ts_ms,
+                            reason,
+                        );
                     }
                 }
             }
@@ -537,12 +552,24 @@ impl Sampler {
             return;
         };
         let reason = format!("GPU {}: {}", slot.index, xid_reason(code));
-        quarantine(slot, &mut self.pending_events, ts_ms, reason);
+        quarantine(
+            slot,
+            &mut self.pending_events,
+            self.cfg.first_probe,
+            ts_ms,
+            reason,
+        );
     }
 }
 
 /// Stops calling `slot`'s GPU (until its probes bring it back) and reports it lost, once.
-fn quarantine(slot: &mut Slot, events: &mut Vec<Event>, ts_ms: TsMs, reason: String) {
+fn quarantine(
+    slot: &mut Slot,
+    events: &mut Vec<Event>,
+    first_probe: Duration,
+    ts_ms: TsMs,
+    reason: String,
+) {
     if slot.quarantine.is_some() {
         return;
     }
@@ -555,7 +582,7 @@ fn quarantine(slot: &mut Slot, events: &mut Vec<Event>, ts_ms: TsMs, reason: Str
         message: reason.clone(),
         ..Event::default()
     });
-    slot.quarantine = Some(Quarantine::new(ts_ms, reason));
+    slot.quarantine = Some(Quarantine::new(ts_ms, reason, first_probe));
 }
 
 /// The settings that differ between two inventory reads of one GPU (both values known):

@@ -8,8 +8,9 @@
 //! probe on a long backoff, and every other GPU keeps its deadline.
 //!
 //! Invariants:
-//! - A quarantined GPU is asked nothing but its probes: the first [`FIRST_PROBE`] after it
-//!   was quarantined, then at doubling intervals up to [`MAX_BACKOFF`].
+//! - A quarantined GPU is asked nothing but its probes: the first one `first_probe` after it
+//!   was quarantined (`lost_probe_after`, default [`FIRST_PROBE`]), then at doubling intervals
+//!   up to [`MAX_BACKOFF`].
 //! - A probe that answers with a good sample ends the quarantine (`gpu_recovered`); any other
 //!   outcome doubles the wait for the next one. Entering quarantine is reported once
 //!   (`gpu_lost`), however many probes fail.
@@ -51,7 +52,7 @@ impl Misses {
     }
 }
 
-/// The first probe of a quarantined GPU comes this long after it was quarantined.
+/// The first probe of a quarantined GPU comes this long after it was quarantined, by default.
 pub const FIRST_PROBE: Duration = Duration::from_secs(60);
 
 /// The longest wait between probes.
@@ -68,8 +69,8 @@ pub struct Quarantine {
 }
 
 impl Quarantine {
-    pub fn new(now_ms: TsMs, reason: String) -> Self {
-        let backoff_ms = millis(FIRST_PROBE);
+    pub fn new(now_ms: TsMs, reason: String, first_probe: Duration) -> Self {
+        let backoff_ms = millis(first_probe.min(MAX_BACKOFF));
         Self {
             since_ms: now_ms,
             reason,
@@ -105,7 +106,7 @@ mod tests {
 
     #[test]
     fn probes_back_off_to_an_hour() {
-        let mut q = Quarantine::new(0, "test".into());
+        let mut q = Quarantine::new(0, "test".into(), FIRST_PROBE);
         assert!(!q.probe_due(59_999));
         assert!(q.probe_due(60_000));
         let mut at = 60_000;
@@ -117,6 +118,15 @@ mod tests {
         }
         assert_eq!(&waits[..3], &[120_000, 240_000, 480_000]);
         assert_eq!(waits.last(), Some(&3_600_000));
+    }
+
+    #[test]
+    fn the_first_probe_comes_when_configured() {
+        let mut q = Quarantine::new(1_000, "test".into(), Duration::from_secs(5));
+        assert!(!q.probe_due(5_999));
+        assert!(q.probe_due(6_000));
+        q.probe_failed(6_000);
+        assert_eq!(q.next_probe_ms, 16_000, "then doubling");
     }
 
     #[test]

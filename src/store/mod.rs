@@ -51,6 +51,7 @@ pub mod query;
 pub mod read;
 pub mod recover;
 pub mod remote_write;
+mod reserve;
 mod rollup;
 mod rows;
 pub mod scrape;
@@ -62,6 +63,8 @@ mod tx;
 pub mod window;
 mod write;
 mod writer;
+
+pub use reserve::disk_full;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -274,6 +277,8 @@ pub struct Store {
     caches: write::Caches,
     maint: bounds::MaintState,
     recovered: Option<Recovered>,
+    /// The daemon's disk-full reserve (`reserve.rs`); None for one-shot writers.
+    reserve: Option<reserve::Reserve>,
 }
 
 impl std::fmt::Debug for Store {
@@ -447,6 +452,7 @@ fn open_once(path: &Path, cfg: &StoreConfig, quick: bool) -> Result<Store, Store
         caches: write::Caches::default(),
         maint: bounds::MaintState::new(),
         recovered: None,
+        reserve: None,
     };
     store.caches.load(&store.conn, host_id)?;
     // Sound: a clean close checkpoints and removes the WAL again.

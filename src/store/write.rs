@@ -98,6 +98,15 @@ pub(super) fn ensure_host(conn: &Connection, name: &str) -> Result<i64, StoreErr
 }
 
 impl Store {
+    /// The newest tick time stored for this store's host (`hosts.last_seen_ms`).
+    pub fn host_last_seen_ms(&self) -> Result<Option<TsMs>, StoreError> {
+        Ok(self.conn.query_row(
+            "SELECT last_seen_ms FROM hosts WHERE id = ?1",
+            [self.host_id],
+            |r| r.get(0),
+        )?)
+    }
+
     /// Writes one tick in one transaction, then runs one bounded maintenance step
     /// (rollups of completed minutes, retention, size bound).
     pub fn write_tick(&mut self, batch: &TickBatch) -> Result<WriteStats, StoreError> {
@@ -121,7 +130,11 @@ impl Store {
         stats.rows = match self.insert_batches(batches, sources) {
             Ok(rows) => rows,
             Err(e) if e.is_full() => {
-                tracing::warn!(error = %e, "database full; deleting old data and retrying");
+                if self.disk_full_at_write()? {
+                    tracing::debug!(error = %e, "disk full; deleting old data and retrying");
+                } else {
+                    tracing::warn!(error = %e, "database full; deleting old data and retrying");
+                }
                 self.reload_caches();
                 self.free_space_emergency()?;
                 match self.insert_batches(batches, sources) {
@@ -152,6 +165,9 @@ impl Store {
                 tracing::warn!(error = %e, "store maintenance failed; will retry next tick");
                 stats.maintenance_error = Some(e.to_string());
             }
+        }
+        if let Err(e) = self.disk_space_back() {
+            tracing::debug!(error = %e, "disk-full check failed; will retry");
         }
         stats.total_time = start.elapsed();
         Ok(stats)

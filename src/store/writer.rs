@@ -65,8 +65,11 @@ pub const UNHELD_AT_START: u64 = 10;
 pub struct WriterStats {
     pub ticks_written: u64,
     pub rows_written: u64,
-    /// Ticks whose transaction failed (lost, and logged).
+    /// Ticks whose transaction failed (lost, and logged: the first of a run of failures as
+    /// an error, the rest at debug level).
     pub write_errors: u64,
+    /// Ticks lost since the last successful write (0 while writes succeed).
+    pub failing_ticks: u64,
     /// Maintenance steps that failed (the ticks were written).
     pub maintenance_errors: u64,
     /// Ticks refused by [`WriterHandle::send_tick`] because the queue was full or closed.
@@ -424,6 +427,10 @@ fn write_many(store: &mut Store, batches: &[TickBatch], shared: &Shared) -> Opti
     let mut s = shared.lock();
     match result {
         Ok(w) => {
+            if s.failing_ticks > 0 {
+                tracing::warn!(lost_ticks = s.failing_ticks, "writing sample batches again");
+                s.failing_ticks = 0;
+            }
             s.ticks_written += batches.len() as u64;
             s.rows_written += w.rows as u64;
             s.full_retries += u64::from(w.retried_after_full);
@@ -441,7 +448,13 @@ fn write_many(store: &mut Store, batches: &[TickBatch], shared: &Shared) -> Opti
         Err(e) => {
             s.write_errors += batches.len() as u64;
             s.last_error = Some(e.to_string());
-            tracing::error!(error = %e, ts_ms = ?newest, ticks = batches.len(), "writing sample batches failed");
+            // Once per run of failures, not once per tick (a full disk fails every commit).
+            if s.failing_ticks == 0 {
+                tracing::error!(error = %e, ts_ms = ?newest, ticks = batches.len(), "writing sample batches failed; later failures of this run are logged at debug level");
+            } else {
+                tracing::debug!(error = %e, ts_ms = ?newest, ticks = batches.len(), "writing sample batches failed");
+            }
+            s.failing_ticks += batches.len() as u64;
             None
         }
     }

@@ -264,6 +264,17 @@ impl Engine {
         {
             return Vec::new();
         }
+        // A forward step of the wall clock since the last evaluation was not observed time.
+        if let Some(l) = self.last_eval {
+            let jump = crate::clock::steps::forward_steps_between(l, t);
+            if jump > 0 {
+                for (key, inst) in &mut self.alerts {
+                    if inst.state.discount(jump) {
+                        self.dirty.insert(key.clone());
+                    }
+                }
+            }
+        }
         self.last_eval = Some(t);
         let ctx = EvalCtx {
             world: &self.world,

@@ -1,6 +1,8 @@
 //! Time as a parameter: what decides when the daemon ticks and what time a tick carries.
 //!
-//! [`WallTicker`] ticks on wall-clock boundaries of the interval (12:00:01.000, ...). The
+//! [`WallTicker`] ticks on wall-clock boundaries of the interval (12:00:01.000, ...), on
+//! gpuwatch's clock ([`now_ms`]: the wall clock, except that it never steps back; see
+//! [`steps`]), so tick times strictly increase whatever the wall clock does. The
 //! simulated ticker (in [`crate::sim`]) runs a scenario's clock faster than real time. The
 //! daemon and `replay` never read the system clock for a sample's time themselves.
 //!
@@ -14,6 +16,8 @@ use std::sync::{Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::model::{TrainingPoint, TsMs};
+
+pub mod steps;
 
 /// One tick: the time it stands for, and training metrics known at that time (simulated
 /// scenarios provide them; live ones come from Prometheus in their own task).
@@ -51,9 +55,10 @@ pub trait Ticker: Send {
 /// A shareable source of "now", in milliseconds since the epoch.
 pub type Clock = std::sync::Arc<dyn Fn() -> TsMs + Send + Sync>;
 
-/// Milliseconds since the Unix epoch, now.
+/// Milliseconds since the Unix epoch, now, on gpuwatch's clock: the wall clock, except that
+/// it never steps back ([`steps`]).
 pub fn now_ms() -> TsMs {
-    chrono::Utc::now().timestamp_millis()
+    steps::now_us().div_euclid(1000)
 }
 
 /// Rung by [`request_stop`]: wakes every [`sleep_unless_stopped`] at once.
@@ -166,20 +171,22 @@ impl WallTicker {
     /// The next tick's time and how long until it is due (counting ticks skipped by a late
     /// caller).
     fn advance(&mut self) -> (TsMs, Duration) {
-        let now = now_ms();
+        let now_us = steps::now_us();
+        let now = now_us.div_euclid(1000);
         let mut due = (now / self.interval_ms + 1) * self.interval_ms;
         if let Some(last) = self.last {
             let expected = last + self.interval_ms;
             if expected > now {
                 due = expected;
-            } else if due > expected + self.interval_ms {
+            } else if due > expected + self.interval_ms
+                && steps::forward_steps_between(last, now) == 0
+            {
                 self.skipped += ((due - expected) / self.interval_ms) as u64;
             }
         }
         self.last = Some(due);
         // To the microsecond, so that the instants of consecutive ticks are one interval
         // apart on the monotonic clock too.
-        let now_us = chrono::Utc::now().timestamp_micros();
         let wait_us = (due.saturating_mul(1000) - now_us).max(0);
         (due, Duration::from_micros(wait_us as u64))
     }
