@@ -40,11 +40,16 @@ fn campaign(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-/// The one summary line, `chaos NAME: ...: PASS|FAIL`.
-fn summary<'a>(name: &str, stdout: &'a str) -> &'a str {
+/// The one summary line, `chaos NAME: ...: PASS|FAIL` (the campaign's stderr in the failure
+/// message when there is none: a traceback says why).
+fn summary<'a>(name: &str, stdout: &'a str, stderr: &str) -> &'a str {
     let prefix = format!("chaos {name}: ");
     let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with(&prefix)).collect();
-    assert_eq!(lines.len(), 1, "one summary line expected in {stdout:?}");
+    assert_eq!(
+        lines.len(),
+        1,
+        "one summary line expected in {stdout:?}; stderr:\n{stderr}"
+    );
     lines[0]
 }
 
@@ -69,7 +74,7 @@ fn figure(line: &str, what: &str) -> u64 {
 #[test]
 fn kill9_slice_loses_nothing() {
     let (code, out, err) = campaign(&["kill9", "--trials", "5"]);
-    let line = summary("kill9", &out);
+    let line = summary("kill9", &out, &err);
     assert_eq!(code, 0, "{line}\n{err}");
     assert!(line.ends_with(": PASS"), "{line}\n{err}");
     assert!(line.starts_with("chaos kill9: 5 trials (seed "), "{line}");
@@ -94,7 +99,7 @@ fn outage_slice_delivers_the_backlog_in_order() {
         "--backlog-after",
         "3s",
     ]);
-    let line = summary("outage", &out);
+    let line = summary("outage", &out, &err);
     assert_eq!(code, 0, "{line}\n{err}");
     assert!(line.ends_with(": PASS"), "{line}\n{err}");
     assert!(figure(line, "messages backlogged") > 0, "{line}");
@@ -119,7 +124,7 @@ fn blocked_driver_slice_costs_one_gpu() {
         "--max-missed-per-episode",
         "1",
     ]);
-    let line = summary("blocked", &out);
+    let line = summary("blocked", &out, &err);
     assert_eq!(code, 0, "{line}\n{err}");
     assert!(line.ends_with(": PASS"), "{line}\n{err}");
     // On a loaded 2-core machine a debug build may miss the tick the stall is found in
@@ -135,7 +140,7 @@ fn blocked_driver_slice_costs_one_gpu() {
 #[test]
 fn sighup_storm_slice_keeps_the_last_good_rules() {
     let (code, out, err) = campaign(&["sighup", "--hups", "60", "--after", "8"]);
-    let line = summary("sighup", &out);
+    let line = summary("sighup", &out, &err);
     assert_eq!(code, 0, "{line}\n{err}");
     assert!(line.ends_with(": PASS"), "{line}\n{err}");
     assert!(line.contains("daemon alive, 0 missed ticks"), "{line}");
@@ -147,7 +152,7 @@ fn sighup_storm_slice_keeps_the_last_good_rules() {
 #[test]
 fn corrupt_database_slice_moves_it_aside_and_announces_it() {
     let (code, out, err) = campaign(&["corrupt", "--trials", "4"]);
-    let line = summary("corrupt", &out);
+    let line = summary("corrupt", &out, &err);
     assert_eq!(code, 0, "{line}\n{err}");
     assert!(line.ends_with(": PASS"), "{line}\n{err}");
     // The first three trials are garbage, a truncation and a foreign WAL: at least the WAL
@@ -164,7 +169,7 @@ fn corrupt_database_slice_moves_it_aside_and_announces_it() {
 #[test]
 fn two_daemons_slice_refuses_the_second() {
     let (code, out, err) = campaign(&["lock", "--trials", "3", "--max-gap", "1"]);
-    let line = summary("lock", &out);
+    let line = summary("lock", &out, &err);
     assert_eq!(code, 0, "{line}\n{err}");
     assert!(line.ends_with(": PASS"), "{line}\n{err}");
     assert_eq!(figure(line, "refused with the lock's message"), 3, "{line}");
@@ -174,7 +179,7 @@ fn two_daemons_slice_refuses_the_second() {
 #[test]
 fn import_killed_slice_leaves_all_or_nothing() {
     let (code, out, err) = campaign(&["import", "--trials", "4", "--days", "0.03"]);
-    let line = summary("import", &out);
+    let line = summary("import", &out, &err);
     assert_eq!(code, 0, "{line}\n{err}");
     assert!(line.ends_with(": PASS"), "{line}\n{err}");
     assert_eq!(figure(line, "part"), 0, "{line}");
@@ -200,7 +205,7 @@ fn lost_gpu_slice_is_reported_once_and_found_back() {
         "--max-hole-ms",
         "2000",
     ]);
-    let line = summary("lost", &out);
+    let line = summary("lost", &out, &err);
     assert_eq!(code, 0, "{line}\n{err}");
     assert!(line.ends_with(": PASS"), "{line}\n{err}");
     assert!(
@@ -217,7 +222,7 @@ fn clock_steps_slice_keeps_rows_in_order_and_for_on_the_monotonic_clock() {
     let (code, out, err) = campaign(&[
         "clock", "--before", "3", "--every", "4", "--after", "6", "--hold", "12",
     ]);
-    let line = summary("clock", &out);
+    let line = summary("clock", &out, &err);
     assert_eq!(code, 0, "{line}\n{err}");
     assert!(line.ends_with(": PASS"), "{line}\n{err}");
     assert!(
@@ -250,7 +255,7 @@ fn prometheus_down_and_slow_slice_is_no_hang() {
         "--max-hole-ms",
         "2000",
     ]);
-    let line = summary("prometheus", &out);
+    let line = summary("prometheus", &out, &err);
     assert_eq!(code, 0, "{line}\n{err}");
     assert!(line.ends_with(": PASS"), "{line}\n{err}");
     assert!(line.contains("training_hang fired 0 time(s)"), "{line}");
@@ -261,7 +266,7 @@ fn prometheus_down_and_slow_slice_is_no_hang() {
 #[test]
 fn disk_full_slice_keeps_writing_and_says_so() {
     let (code, out, err) = campaign(&["diskfull", "--before", "4", "--full", "8", "--after", "7"]);
-    let line = summary("diskfull", &out);
+    let line = summary("diskfull", &out, &err);
     assert_eq!(code, 0, "{line}\n{err}");
     assert!(line.ends_with(": PASS"), "{line}\n{err}");
     assert!(line.contains("self alert at 3/3 receivers"), "{line}");

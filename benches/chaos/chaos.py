@@ -48,6 +48,7 @@ the `alerts` view must have its firing (and resolved) row queued for every recei
 import argparse
 import random
 import sys
+import traceback
 import os
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -200,6 +201,10 @@ def main():
         return campaigns[args.campaign](args)
     except RigError as e:
         print("chaos %s: rig failed: %s" % (args.campaign, e), flush=True)
+        return 2
+    except Exception as e:  # a harness bug: still one summary line, the traceback on stderr
+        traceback.print_exc()
+        print("chaos %s: harness error: %s: %s" % (args.campaign, type(e).__name__, e), flush=True)
         return 2
 
 

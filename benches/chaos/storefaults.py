@@ -100,16 +100,18 @@ def foreign_wal(dirpath):
 
 
 def damage(rig, rng, kind):
+    # The main file can be empty: a daemon stopped before its first checkpoint keeps
+    # everything in the WAL (randrange(0, 0) would raise).
     size = os.path.getsize(rig.db)
     if kind == "garbage":
-        at = rng.randrange(0, size)
+        at = rng.randrange(0, size) if size else 0
         n = rng.choice((1, 16, 512, 4096))
         with open(rig.db, "r+b") as f:
             f.seek(at)
             f.write(bytes(rng.randrange(256) for _ in range(n)))
         return "%d garbage bytes at %d of %d" % (n, at, size)
     if kind == "truncate":
-        at = rng.randrange(0, size)
+        at = rng.randrange(0, size) if size else 0
         os.truncate(rig.db, at)
         return "truncated to %d of %d" % (at, size)
     with open(rig.db + "-wal", "wb") as f:
