@@ -179,6 +179,27 @@ fn every_function_parses_and_prints_back() {
     );
 }
 
+/// Found by the `rule_expr` fuzz target: `2.55s` printed as `2550ms`, which the lexer reads
+/// as 2550 × 0.001 = 2.5500000000000003 s, and long fractions were cut to whole nanoseconds.
+#[test]
+fn fractional_durations_print_back_to_the_same_seconds() {
+    for src in [
+        "2.55s",
+        "2.8s",
+        "0.0009953955976405989599m",
+        "--0.0009953955976405989599m",
+        "0.1s + 0.2s",
+        "1.5h",
+        "1w2d3h4m5s6ms",
+    ] {
+        let e = val(src, Scope::Gpu);
+        let printed = e.to_string();
+        assert_eq!(val(&printed, Scope::Gpu), e, "{src} printed as {printed}");
+    }
+    assert_eq!(val("2.55s", Scope::Gpu).to_string(), "2.55s");
+    assert_eq!(val("1.5h", Scope::Gpu).to_string(), "90m");
+}
+
 #[test]
 fn syntax_errors() {
     assert_eq!(err(""), "column 1: the expression is empty");
