@@ -48,15 +48,16 @@ fn read(data: &[u8], fixed: Option<&fields::Layout>, strict: bool) -> Read {
         staging: &mut queue,
         registry: &mut registry,
     };
-    let end = fr
-        .read(
-            &mut &data[..],
-            &mut sinks,
-            strict,
-            &mut |b| bad.push(b),
-            &mut |_| {},
-        )
-        .and_then(|()| queue.flush().map_err(SmiError::Store));
+    let end = fr.read(
+        &mut &data[..],
+        &mut sinks,
+        strict,
+        &mut |b| bad.push(b),
+        &mut |_| {},
+    );
+    // Flushed even after an error, so that every counted row is seen staged.
+    let flushed = queue.flush().map_err(SmiError::Store);
+    let end = end.and(flushed);
     drop(queue);
     let staged = rx.iter().map(|batch| batch.len() as u64).sum();
     let _ = registry.plan();
