@@ -14,6 +14,8 @@ pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod doctor;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gpu_health;
 pub mod http;
 pub mod import;

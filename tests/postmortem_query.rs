@@ -186,13 +186,14 @@ fn writes_query_only_off_and_attach_fail_and_change_nothing() {
         ("INSERT INTO hosts(name) VALUES ('evil')", "read-only"),
         ("UPDATE gpus SET name = 'x'", "read-only"),
         ("DROP VIEW gpu_samples", "read-only"),
+        // The pragma is refused before SQLite prepares it (the prepare would apply it).
         (
             "PRAGMA query_only=0; DELETE FROM samples",
-            "several SQL statements",
+            "PRAGMA query_only with a value would change the connection",
         ),
         (
             "PRAGMA query_only=0; INSERT INTO hosts(name) VALUES ('evil');",
-            "several",
+            "read-only",
         ),
         ("SELECT 1; SELECT 2", "several SQL statements"),
         (&attach, "ATTACH is not allowed"),

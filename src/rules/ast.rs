@@ -276,6 +276,28 @@ pub enum Expr {
 }
 
 impl Expr {
+    /// Whether the tree has more than `limit` levels; walks at most `limit` levels down (the
+    /// parser's bound on depth, [`super::parse::MAX_DEPTH`], uses it on trees it builds).
+    pub fn deeper_than(&self, limit: usize) -> bool {
+        let Some(below) = limit.checked_sub(1) else {
+            return true;
+        };
+        match self {
+            Expr::Number(_)
+            | Expr::Seconds(_)
+            | Expr::Current(_)
+            | Expr::Static(_)
+            | Expr::Window { .. }
+            | Expr::Quantile { .. }
+            | Expr::PredictLinear { .. }
+            | Expr::Trend { .. } => false,
+            Expr::TimeTo { threshold, .. } => threshold.deeper_than(below),
+            Expr::Peer { expr, .. } | Expr::Unary { expr, .. } => expr.deeper_than(below),
+            Expr::Scalar { args, .. } => args.iter().any(|a| a.deeper_than(below)),
+            Expr::Binary { lhs, rhs, .. } => lhs.deeper_than(below) || rhs.deeper_than(below),
+        }
+    }
+
     /// Every inventory constant the expression reads.
     pub fn statics(&self, out: &mut Vec<Static>) {
         match self {

@@ -85,7 +85,8 @@ pub struct Token {
 }
 
 /// Duration units and their length in seconds.
-const UNITS: &[(&str, f64)] = &[
+/// Duration units and their length in seconds (the printer uses them to write durations back).
+pub(super) const UNITS: &[(&str, f64)] = &[
     ("ms", 0.001),
     ("s", 1.0),
     ("m", 60.0),

@@ -8,7 +8,9 @@
 //! Invariants: an expression is parsed once, at load; a syntax error stops the parse, while
 //! errors of meaning (unknown names, wrong arguments, scope violations) are collected so one
 //! pass reports all of them, each at the byte offset of its cause; `and`/`or`/`not` take
-//! true/false values and a condition must be one (0/1 flags such as `lost` count as both).
+//! true/false values and a condition must be one (0/1 flags such as `lost` count as both);
+//! nesting and the expression tree are at most [`MAX_DEPTH`] deep, which bounds every
+//! recursion over them.
 
 use std::ops::Range;
 
@@ -57,6 +59,7 @@ pub fn parse_checked(src: &str, scope: Scope, want: Want) -> Result<Expr, Vec<Ex
                 scope,
                 errors: Vec::new(),
                 in_peer: false,
+                depth: 0,
             };
             match p.top(want) {
                 Ok(e) => (Some(e), p.errors),
@@ -75,6 +78,12 @@ pub fn parse_checked(src: &str, scope: Scope, want: Want) -> Result<Expr, Vec<Ex
     }
 }
 
+/// The deepest nesting (parentheses, calls, `not`, unary `-`) and the deepest expression tree
+/// (an operator chain `a + b + c` is as deep as it is long) an expression may have. It bounds
+/// the parser's recursion and that of printing, comparing, checking and evaluating: fuzzing
+/// found thousands of nested parentheses or signs overflowing a thread's stack.
+pub const MAX_DEPTH: usize = 100;
+
 type Parsed = Result<Arg, ExprError>;
 
 struct Parser<'a> {
@@ -86,6 +95,8 @@ struct Parser<'a> {
     errors: Vec<ExprError>,
     /// Inside the argument of a peer function.
     in_peer: bool,
+    /// Nesting of the rule being parsed now (see [`MAX_DEPTH`]).
+    depth: usize,
 }
 
 /// What an operand becomes after an error of meaning, so that the parse can go on without
@@ -210,14 +221,44 @@ impl Parser<'_> {
         }
     }
 
+    /// One level deeper into the source (parentheses, a call, `not`, `-`): an error past
+    /// [`MAX_DEPTH`]. Every `enter` is paired with a `self.depth -= 1` on success (an error
+    /// ends the parse).
+    fn enter(&mut self) -> Result<(), ExprError> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(self.too_deep());
+        }
+        Ok(())
+    }
+
+    fn too_deep(&self) -> ExprError {
+        ExprError::new(
+            self.span().start,
+            format!("the expression is nested too deeply (more than {MAX_DEPTH} levels)"),
+        )
+        .hint("split it into simpler rules or `values`")
+    }
+
+    /// An error when the tree built so far is deeper than [`MAX_DEPTH`] (long operator chains).
+    fn check_depth(&self, a: &Arg) -> Result<(), ExprError> {
+        match a {
+            Arg::Value { expr, .. } if expr.deeper_than(MAX_DEPTH) => Err(self.too_deep()),
+            _ => Ok(()),
+        }
+    }
+
     fn or(&mut self) -> Parsed {
+        self.enter()?;
         let mut lhs = self.and()?;
         while self.eat(&Tok::Or) {
             let rhs = self.and()?;
             self.logical("or", &lhs);
             self.logical("or", &rhs);
             lhs = self.binary(BinOp::Or, lhs, rhs, Kind::Bool);
+            self.check_depth(&lhs)?;
         }
+        self.depth -= 1;
         Ok(lhs)
     }
 
@@ -228,6 +269,7 @@ impl Parser<'_> {
             self.logical("and", &lhs);
             self.logical("and", &rhs);
             lhs = self.binary(BinOp::And, lhs, rhs, Kind::Bool);
+            self.check_depth(&lhs)?;
         }
         Ok(lhs)
     }
@@ -237,7 +279,9 @@ impl Parser<'_> {
         if !self.eat(&Tok::Not) {
             return self.comparison();
         }
+        self.enter()?;
         let inner = self.not()?;
+        self.depth -= 1;
         self.logical("not", &inner);
         let span = start..span_of(&inner).end;
         let (expr, _) = self.value(inner);
@@ -290,6 +334,7 @@ impl Parser<'_> {
             self.pos += 1;
             let rhs = self.multiplicative()?;
             lhs = self.binary(op, lhs, rhs, Kind::Num);
+            self.check_depth(&lhs)?;
         }
     }
 
@@ -304,6 +349,7 @@ impl Parser<'_> {
             self.pos += 1;
             let rhs = self.unary()?;
             lhs = self.binary(op, lhs, rhs, Kind::Num);
+            self.check_depth(&lhs)?;
         }
     }
 
@@ -312,7 +358,9 @@ impl Parser<'_> {
         if !self.eat(&Tok::Minus) {
             return self.primary();
         }
+        self.enter()?;
         let inner = self.unary()?;
+        self.depth -= 1;
         let span = start..span_of(&inner).end;
         let (expr, _) = self.value(inner);
         Ok(Arg::Value {

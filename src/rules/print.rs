@@ -29,6 +29,26 @@ fn precedence(e: &Expr) -> u8 {
     }
 }
 
+/// A duration value (seconds) as a literal the lexer reads back as the same `f64`: the
+/// largest unit of which it is a whole number that multiplies back exactly, else seconds in
+/// Rust's shortest round-trip form (`2.55s`, never `2550ms`, which reads as 2.5500000000000003).
+/// Fuzzing (`rule_expr`) found the old detour through `Duration`, which rounded to whole
+/// nanoseconds and printed `ms` whatever the product gave back.
+fn seconds_literal(s: f64) -> String {
+    if s == 0.0 {
+        return "0s".into();
+    }
+    let mut units = super::lex::UNITS.to_vec();
+    units.sort_by(|a, b| b.1.total_cmp(&a.1));
+    for (unit, scale) in units {
+        let k = s / scale;
+        if k >= 1.0 && k.fract() == 0.0 && k * scale == s {
+            return format!("{k}{unit}");
+        }
+    }
+    format!("{s}s")
+}
+
 struct Prec<'a>(&'a Expr, u8);
 
 impl fmt::Display for Prec<'_> {
@@ -49,10 +69,7 @@ impl fmt::Display for Expr {
         let dur = |d: &Duration| seconds_text(*d);
         match self {
             Expr::Number(v) => write!(f, "{v}"),
-            Expr::Seconds(s) => match Duration::try_from_secs_f64(*s) {
-                Ok(d) => write!(f, "{}", dur(&d)),
-                Err(_) => write!(f, "{s}s"),
-            },
+            Expr::Seconds(s) => write!(f, "{}", seconds_literal(*s)),
             Expr::Current(m) => write!(f, "{}", metric_name(*m)),
             Expr::Static(s) => write!(f, "{}", static_name(*s)),
             Expr::Window {

@@ -10,11 +10,16 @@
 //!   refused before anything executes.
 //! - A statement SQLite itself reports as writing is refused before it runs, with a message
 //!   that says why; SQLite's read-only flag is the backstop.
+//! - A `PRAGMA` with a value is refused while the statement is prepared (an authorizer set by
+//!   [`open_for_query`]): SQLite applies pragmas such as `query_only` during the prepare, so a
+//!   refusal after it would come too late (fuzzing found `PRAGMA query_only=0` switching the
+//!   flag off although the statement was refused).
 //! - Values keep their SQLite storage class: INTEGER stays [`Cell::Int`], NULL stays
 //!   [`Cell::Null`] (never 0 or "").
 
 use std::path::Path;
 
+use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use rusqlite::limits::Limit;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, ErrorCode};
@@ -119,10 +124,39 @@ pub enum QueryError {
 /// Opens `path` for ad-hoc queries: [`super::open_read_only`] (read-only at the SQLite level,
 /// schema checked), `ATTACH` disabled, `query_only` set.
 pub fn open_for_query(path: &Path) -> Result<Connection, StoreError> {
-    let conn = super::open_read_only(path)?;
+    let mut conn = super::open_read_only(path)?;
     conn.set_limit(Limit::SQLITE_LIMIT_ATTACHED, 0)?;
     conn.pragma_update(None, "query_only", true)?;
+    conn.authorizer(Some(authorize))?;
     Ok(conn)
+}
+
+/// Pragmas that take a table or index name and only read.
+const READ_WITH_ARG: &[&str] = &[
+    "table_info",
+    "table_xinfo",
+    "table_list",
+    "index_info",
+    "index_xinfo",
+    "index_list",
+    "foreign_key_list",
+    "foreign_key_check",
+    "integrity_check",
+    "quick_check",
+];
+
+/// The authorizer of query connections: denies, while a statement is prepared, every pragma
+/// given a value (except [`READ_WITH_ARG`]), whatever the spelling.
+fn authorize(ctx: AuthContext<'_>) -> Authorization {
+    match ctx.action {
+        AuthAction::Pragma {
+            pragma_name,
+            pragma_value: Some(_),
+        } if !READ_WITH_ARG.contains(&pragma_name.to_ascii_lowercase().as_str()) => {
+            Authorization::Deny
+        }
+        _ => Authorization::Allow,
+    }
 }
 
 /// 1-based line and column of byte `offset` in `sql`.
@@ -161,6 +195,9 @@ fn classify(e: rusqlite::Error, sql: &str, prepared: bool) -> QueryError {
     match e.sqlite_error_code() {
         Some(ErrorCode::OperationInterrupted) => QueryError::Interrupted,
         Some(ErrorCode::ReadOnly) => QueryError::Write(msg),
+        Some(ErrorCode::AuthorizationForStatementDenied) => QueryError::Write(format!(
+            "{msg} (a PRAGMA with a value would change the connection)"
+        )),
         _ if !prepared => QueryError::Invalid(msg),
         _ => QueryError::Sqlite(e),
     }
@@ -196,18 +233,6 @@ fn pragma_setter(sql: &str) -> Option<String> {
         .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
         .collect();
     let after = body[name.len()..].trim_start();
-    const READ_WITH_ARG: &[&str] = &[
-        "table_info",
-        "table_xinfo",
-        "table_list",
-        "index_info",
-        "index_xinfo",
-        "index_list",
-        "foreign_key_list",
-        "foreign_key_check",
-        "integrity_check",
-        "quick_check",
-    ];
     let bare = name
         .rsplit('.')
         .next()
@@ -224,13 +249,15 @@ pub fn run(conn: &Connection, sql: &str, sink: &mut dyn RowSink) -> Result<u64, 
     if sql.trim().is_empty() {
         return Err(QueryError::Empty);
     }
+    // Before the prepare, which would already apply the pragma (the authorizer stops any
+    // spelling this misses).
+    if let Some(why) = pragma_setter(sql) {
+        return Err(QueryError::Write(why));
+    }
     let mut stmt = conn.prepare(sql).map_err(|e| match e {
         rusqlite::Error::Empty => QueryError::Empty,
         e => classify(e, sql, false),
     })?;
-    if let Some(why) = pragma_setter(sql) {
-        return Err(QueryError::Write(why));
-    }
     if !stmt.readonly() {
         let verb = sql
             .split_whitespace()
@@ -273,5 +300,43 @@ mod tests {
         assert_eq!(Cell::from_ref(ValueRef::Null), Cell::Null);
         assert!(Cell::Real(1.5).is_number());
         assert!(!Cell::Text("1".into()).is_number());
+    }
+
+    /// Rows are not needed: the statements below must fail.
+    struct NoRows;
+
+    impl RowSink for NoRows {
+        fn columns(&mut self, _names: &[String]) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn row(&mut self, _cells: &[Cell]) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Found by the `sql_guard` fuzz target: SQLite applies `PRAGMA query_only = 0` while it
+    /// prepares the statement, so refusing it after the prepare left the connection writable
+    /// (the read-only open still protected the file). Every spelling is refused before.
+    #[test]
+    fn pragma_setters_are_refused_before_they_take_effect() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("q.db");
+        drop(super::super::open(&path, &super::super::StoreConfig::new("t")).expect("create"));
+        let conn = open_for_query(&path).expect("open for query");
+        for sql in [
+            "PRAGMA query_only=0",
+            "PRAGMA query_only=0; DELETE FROM samples",
+            "PRAGMA/**/query_only=0",
+            "pragma \"query_only\" = 0",
+            "PRAGMA main.query_only(0)",
+        ] {
+            let r = run(&conn, sql, &mut NoRows);
+            assert!(matches!(r, Err(QueryError::Write(_))), "{sql}: {r:?}");
+            let on: i64 = conn
+                .query_row("PRAGMA query_only", [], |r| r.get(0))
+                .expect("read query_only");
+            assert_eq!(on, 1, "{sql} switched query_only off");
+        }
+        assert!(run(&conn, "PRAGMA table_info(samples)", &mut NoRows).is_ok());
     }
 }

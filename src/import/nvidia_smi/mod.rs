@@ -3,7 +3,7 @@
 //!
 //! Files: `fields.rs` (query fields, aliases, a section's layout), `values.rs` (NULL markers,
 //! units, states, timestamps and zones), `reader.rs` (lines, sections, rows), `registry.rs`
-//! (hosts, GPU identity, processes).
+//! (hosts, GPU identity, processes), `fuzz.rs` (the fuzzing harness of the reader).
 //!
 //! Invariants:
 //! - All-or-nothing: every file is parsed and staged first (TEMP tables: no write lock on the
@@ -16,6 +16,7 @@
 //!   rollup-based readers and `replay` see imported data like sampled data.
 
 mod fields;
+mod fuzz;
 mod reader;
 mod registry;
 pub mod values;
@@ -27,6 +28,8 @@ use crate::model::TsMs;
 use crate::store::{Store, StoreError};
 
 pub use fields::looks_like_header;
+#[doc(hidden)]
+pub use fuzz::fuzz_read;
 pub use registry::{Unresolved, is_masked, normalize_bus_id};
 pub use values::Zone;
 

@@ -179,6 +179,62 @@ fn every_function_parses_and_prints_back() {
     );
 }
 
+/// Found by the `rule_expr` fuzz target: `2.55s` printed as `2550ms`, which the lexer reads
+/// as 2550 × 0.001 = 2.5500000000000003 s, and long fractions were cut to whole nanoseconds.
+#[test]
+fn fractional_durations_print_back_to_the_same_seconds() {
+    for src in [
+        "2.55s",
+        "2.8s",
+        "0.0009953955976405989599m",
+        "--0.0009953955976405989599m",
+        "0.1s + 0.2s",
+        "1.5h",
+        "1w2d3h4m5s6ms",
+    ] {
+        let e = val(src, Scope::Gpu);
+        let printed = e.to_string();
+        assert_eq!(val(&printed, Scope::Gpu), e, "{src} printed as {printed}");
+    }
+    assert_eq!(val("2.55s", Scope::Gpu).to_string(), "2.55s");
+    assert_eq!(val("1.5h", Scope::Gpu).to_string(), "90m");
+}
+
+/// Found replaying the fuzz corpora on a 2 MiB test thread: thousands of nested
+/// parentheses or signs overflowed the stack (parser, printer, comparison). Up to
+/// `MAX_DEPTH` every shape parses, prints and compares on such a thread; past it the error
+/// says why.
+#[test]
+fn deep_expressions_stop_at_the_depth_limit() {
+    let d = super::MAX_DEPTH;
+    let ok = [
+        format!("{}temp{} > 1", "(".repeat(d - 1), ")".repeat(d - 1)),
+        format!("{}temp > 1", "-".repeat(d - 3)),
+        format!("{}lost", "not ".repeat(d - 1)),
+        format!("{} > 1", vec!["temp"; d - 2].join(" + ")),
+        format!("{}lost", "lost and ".repeat(d - 2)),
+    ];
+    for src in &ok {
+        let e = parse_checked(src, Scope::Gpu, Want::Condition).expect("parses");
+        let printed = e.to_string();
+        assert_eq!(gpu(&printed), e);
+    }
+    for src in [
+        format!("{}temp{} > 1", "(".repeat(5000), ")".repeat(5000)),
+        format!("{}temp > 1", "-".repeat(5000)),
+        format!("{}lost", "not ".repeat(5000)),
+        format!("{} > 1", vec!["1"; 5000].join(" + ")),
+        format!("{}lost", "lost or ".repeat(5000)),
+        format!("{}temp{} > 1", "max(".repeat(5000), ", 1)".repeat(5000)),
+    ] {
+        let e = errs(&src, Scope::Gpu, Want::Condition);
+        assert!(
+            e[0].contains("nested too deeply (more than 100 levels)"),
+            "{e:?}"
+        );
+    }
+}
+
 #[test]
 fn syntax_errors() {
     assert_eq!(err(""), "column 1: the expression is empty");

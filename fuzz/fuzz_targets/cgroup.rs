@@ -1,0 +1,6 @@
+//! Fuzz target `cgroup`: the harness body is `gpuwatch::fuzzing` (shared with tests/fuzz_corpus.rs).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    gpuwatch::fuzzing::run("cgroup", data);
+});

@@ -1,0 +1,6 @@
+//! Fuzz target `config`: the harness body is `gpuwatch::fuzzing` (shared with tests/fuzz_corpus.rs).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    gpuwatch::fuzzing::run("config", data);
+});
