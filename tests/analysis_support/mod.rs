@@ -85,18 +85,29 @@ pub fn ok_stdout(o: &Output) -> String {
 /// written `#` (alerts raised at the same tick get their ids in any order) and the times of
 /// XIDs (and of the XID alert) written `HH:MM:SS` / `±T`: NVML's event thread hands an XID to
 /// the sampler a few ticks late or early when the simulated clock runs at full speed, so
-/// those times vary from run to run; everything else is the same at every run.
+/// those times vary from run to run — and so do the XID alert's window averages (its window
+/// starts at the XID: a noisy power reading more or less moves an average by a watt), written
+/// `N`; everything else is the same at every run.
 pub fn analysis_section(text: &str) -> String {
     let i = text
         .find("\nAnalysis (rule-based):\n")
         .unwrap_or_else(|| panic!("no Analysis section in:\n{text}"));
+    let xid_alert = text[..i].contains("gpu_xid_error");
     let ids = regex::Regex::new(r"alert \d+ ").expect("regex");
     let clock = regex::Regex::new(r"\d\d:\d\d:\d\d").expect("regex");
     let offset = regex::Regex::new(r"[+-]\d+m\d\ds|[+-]\d+s").expect("regex");
+    let during =
+        regex::Regex::new(r"\d+(\.\d+)? (W|%|°C|MHz) during|\d+ % of the").expect("regex");
     ids.replace_all(&text[i + 1..], "alert # ")
         .lines()
         .map(|l| {
-            if l.contains("XID") || l.contains("gpu_xid_error") {
+            if xid_alert && during.is_match(l) {
+                let l = during.replace_all(l, |c: &regex::Captures| match c.get(2) {
+                    Some(unit) => format!("N {} during", unit.as_str()),
+                    None => "N % of the".to_string(),
+                });
+                format!("{l}\n")
+            } else if l.contains("XID") || l.contains("gpu_xid_error") {
                 let l = clock.replace_all(l, "HH:MM:SS");
                 format!("{}\n", offset.replace_all(&l, "±T"))
             } else {
