@@ -96,8 +96,7 @@ pub fn analysis_section(text: &str) -> String {
     let ids = regex::Regex::new(r"alert \d+ ").expect("regex");
     let clock = regex::Regex::new(r"\d\d:\d\d:\d\d").expect("regex");
     let offset = regex::Regex::new(r"[+-]\d+m\d\ds|[+-]\d+s").expect("regex");
-    let during =
-        regex::Regex::new(r"\d+(\.\d+)? (W|%|°C|MHz) during|\d+ % of the").expect("regex");
+    let during = regex::Regex::new(r"\d+(\.\d+)? (W|%|°C|MHz) during|\d+ % of the").expect("regex");
     ids.replace_all(&text[i + 1..], "alert # ")
         .lines()
         .map(|l| {
