@@ -76,19 +76,7 @@ pub fn rules_file(data: &[u8]) {
                 }
             }
         }
-        Err(errors) => {
-            assert!(!errors.0.is_empty(), "an empty error list");
-            let lines = super::line_count(text).max(1);
-            for e in errors.0 {
-                if let Some((line, col)) = e.position {
-                    assert!(
-                        line >= 1 && line <= lines + 1 && col >= 1,
-                        "error at {line}:{col} of a {lines}-line file: {}",
-                        e.message
-                    );
-                }
-            }
-        }
+        Err(errors) => errors_inside(text, errors.0.iter().map(|e| (e.position, &e.message))),
     }
 }
 
@@ -98,16 +86,23 @@ pub fn config(data: &[u8]) {
         return;
     };
     if let Err(errors) = crate::config::Config::parse(text, Path::new("fuzz.toml")) {
-        assert!(!errors.0.is_empty(), "an empty error list");
-        let lines = super::line_count(text).max(1);
-        for e in errors.0 {
-            if let Some((line, col)) = e.position {
-                assert!(
-                    line >= 1 && line <= lines + 1 && col >= 1,
-                    "error at {line}:{col} of a {lines}-line file: {}",
-                    e.message
-                );
-            }
+        errors_inside(text, errors.0.iter().map(|e| (e.position, &e.message)));
+    }
+}
+
+/// A file's errors: at least one, and every position (1-based line and column) inside `text`.
+fn errors_inside<'a>(
+    text: &str,
+    errors: impl ExactSizeIterator<Item = (Option<(usize, usize)>, &'a String)>,
+) {
+    assert!(errors.len() > 0, "an empty error list");
+    let lines = super::line_count(text).max(1);
+    for (position, message) in errors {
+        if let Some((line, col)) = position {
+            assert!(
+                line >= 1 && line <= lines + 1 && col >= 1,
+                "error at {line}:{col} of a {lines}-line file: {message}"
+            );
         }
     }
 }

@@ -9,9 +9,8 @@
 
 use crate::model::TsMs;
 use crate::store::StoreError;
-use crate::store::outbox::NewNotification;
 
-use super::AlertMsg;
+use super::self_alert;
 use super::sender::{Sender, Slot};
 
 /// The self alert's rule name.
@@ -22,50 +21,29 @@ impl Sender {
     pub(super) fn disk_full_alert(&mut self, slots: &[Slot], now: TsMs) -> Result<(), StoreError> {
         let full = crate::store::disk_full();
         let msg = match (&self.disk_full_raised, full) {
-            (None, true) => AlertMsg {
-                state: "firing".into(),
-                rule: FULL_RULE.into(),
-                severity: "critical".into(),
-                labels: [
-                    ("rule".to_string(), FULL_RULE.to_string()),
-                    ("severity".to_string(), "critical".to_string()),
-                    ("host".to_string(), self.host.clone()),
-                ]
-                .into(),
-                summary: format!(
+            (None, true) => self_alert::firing(
+                FULL_RULE,
+                "critical",
+                &self.host,
+                &[],
+                format!(
                     "the disk holding {} is full: gpuwatch deletes its oldest samples to go on \
                      writing; free space on that disk",
                     self.db.display()
                 ),
-                host: self.host.clone(),
-                starts_ms: now,
-                fired_ms: now,
-                ..Default::default()
-            },
-            (Some(raised), false) => {
-                let mut m = raised.clone();
-                m.state = "resolved".into();
-                m.ends_ms = Some(now);
-                m
-            }
+                now,
+                now,
+            ),
+            (Some(raised), false) => self_alert::resolved(raised, now),
             _ => return Ok(()),
         };
-        let payload = serde_json::to_string(&msg).unwrap_or_default();
-        let rows: Vec<NewNotification> = slots
-            .iter()
-            .map(|s| NewNotification {
-                receiver: s.cfg.name.clone(),
-                group_key: format!("self|rule={FULL_RULE}"),
-                alert: None,
-                alert_id: None,
-                kind: "self".into(),
-                payload_json: payload.clone(),
-                created_ms: now,
-                group_wait_ms: 0,
-                group_interval_ms: 0,
-                repeat_interval_ms: self.cfg.timing.repeat_interval.as_millis() as i64,
-            })
-            .collect();
+        let rows = self_alert::rows(
+            slots.iter().map(|s| s.cfg.name.as_str()),
+            &format!("self|rule={FULL_RULE}"),
+            &msg,
+            now,
+            self.cfg.timing.repeat_interval,
+        )?;
         self.outbox.enqueue(&rows)?;
         tracing::warn!(state = %msg.state, "{}", msg.summary);
         self.disk_full_raised = full.then_some(msg);

@@ -24,6 +24,7 @@ pub mod matcher;
 pub mod recovered;
 pub mod route;
 pub mod secret;
+mod self_alert;
 pub mod sender;
 pub mod slack;
 pub mod text;

@@ -8,7 +8,7 @@
 //! recovery (an import) leaves it queued for the daemon's next start.
 
 use crate::config::Config;
-use crate::store::outbox::{NewNotification, Outbox};
+use crate::store::outbox::Outbox;
 use crate::store::{Recovered, Store, StoreError};
 
 use super::AlertMsg;
@@ -37,40 +37,24 @@ fn enqueue(store: &Store, cfg: &Config, r: &Recovered) -> Result<usize, StoreErr
         return Ok(0);
     }
     let msg = message(store, &cfg.host, r);
-    let payload = serde_json::to_string(&msg).map_err(|e| StoreError::Config(e.to_string()))?;
-    let rows: Vec<NewNotification> = cfg
-        .notify
-        .receivers
-        .iter()
-        .map(|rc| NewNotification {
-            receiver: rc.name.clone(),
-            group_key: format!("self|rule={RECOVERED_RULE}"),
-            alert: None,
-            alert_id: None,
-            kind: "self".into(),
-            payload_json: payload.clone(),
-            created_ms: r.at_ms,
-            group_wait_ms: 0,
-            group_interval_ms: 0,
-            repeat_interval_ms: cfg.notify.timing.repeat_interval.as_millis() as i64,
-        })
-        .collect();
+    let rows = super::self_alert::rows(
+        cfg.notify.receivers.iter().map(|rc| rc.name.as_str()),
+        &format!("self|rule={RECOVERED_RULE}"),
+        &msg,
+        r.at_ms,
+        cfg.notify.timing.repeat_interval,
+    )?;
     Outbox::open(store.path())?.enqueue(&rows)?;
     Ok(rows.len())
 }
 
 fn message(store: &Store, host: &str, r: &Recovered) -> AlertMsg {
-    AlertMsg {
-        state: "firing".into(),
-        rule: RECOVERED_RULE.into(),
-        severity: "warning".into(),
-        labels: [
-            ("rule".to_string(), RECOVERED_RULE.to_string()),
-            ("severity".to_string(), "warning".to_string()),
-            ("host".to_string(), host.to_string()),
-        ]
-        .into(),
-        summary: format!(
+    let mut msg = super::self_alert::firing(
+        RECOVERED_RULE,
+        "warning",
+        host,
+        &[],
+        format!(
             "the database {} was damaged ({}): it was moved aside to {} and a new one started; \
              the history before {} is in the moved file",
             store.path().display(),
@@ -78,14 +62,13 @@ fn message(store: &Store, host: &str, r: &Recovered) -> AlertMsg {
             r.moved_to.display(),
             super::text::utc(r.at_ms)
         ),
-        description: Some(
-            "Keep the moved file for a post-mortem (sqlite3 can read what is left of it); \
-             delete it once it is no longer needed: `gpuwatch doctor` warns while it exists."
-                .into(),
-        ),
-        host: host.to_string(),
-        starts_ms: r.at_ms,
-        fired_ms: r.at_ms,
-        ..Default::default()
-    }
+        r.at_ms,
+        r.at_ms,
+    );
+    msg.description = Some(
+        "Keep the moved file for a post-mortem (sqlite3 can read what is left of it); delete it \
+         once it is no longer needed: `gpuwatch doctor` warns while it exists."
+            .into(),
+    );
+    msg
 }

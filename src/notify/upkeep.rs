@@ -14,7 +14,7 @@ use crate::store::StoreError;
 use crate::store::outbox::{NewNotification, PendingRow};
 
 use super::sender::{BACKLOG_RULE, HOUSEKEEPING, Next, Sender, Slot};
-use super::{AlertMsg, Notification, Receiver, secret};
+use super::{AlertMsg, Notification, Receiver, secret, self_alert};
 
 impl Sender {
     /// Reminders, Alertmanager re-sends and the backlog self alert. Returns when the next
@@ -227,18 +227,12 @@ impl Sender {
             let msg = match (&slot.backlog_raised, old) {
                 (None, true) => {
                     let head = stuck[0];
-                    let m = AlertMsg {
-                        state: "firing".into(),
-                        rule: BACKLOG_RULE.into(),
-                        severity: "warning".into(),
-                        labels: [
-                            ("rule".to_string(), BACKLOG_RULE.to_string()),
-                            ("severity".to_string(), "warning".to_string()),
-                            ("host".to_string(), self.host.clone()),
-                            ("receiver".to_string(), slot.cfg.name.clone()),
-                        ]
-                        .into(),
-                        summary: format!(
+                    let m = self_alert::firing(
+                        BACKLOG_RULE,
+                        "warning",
+                        &self.host,
+                        &[("receiver", &slot.cfg.name)],
+                        format!(
                             "{} notification(s) for receiver {} are undelivered since {}{}",
                             stuck.len(),
                             slot.cfg.name,
@@ -248,41 +242,30 @@ impl Sender {
                                 .map(|e| format!("; last error: {e}"))
                                 .unwrap_or_default()
                         ),
-                        host: self.host.clone(),
-                        starts_ms: head.created_ms,
-                        fired_ms: now,
-                        ..Default::default()
-                    };
+                        head.created_ms,
+                        now,
+                    );
                     slot.backlog_raised = Some(m.clone());
                     m
                 }
                 (Some(raised), false) => {
-                    let mut m = raised.clone();
-                    m.state = "resolved".into();
-                    m.ends_ms = Some(now);
+                    let m = self_alert::resolved(raised, now);
                     slot.backlog_raised = None;
                     m
                 }
                 _ => continue,
             };
             tracing::warn!(receiver = %slot.cfg.name, state = %msg.state, "{}", msg.summary);
-            let payload = serde_json::to_string(&msg).unwrap_or_default();
-            let rows: Vec<NewNotification> = names
-                .iter()
-                .filter(|n| **n != slot.cfg.name)
-                .map(|n| NewNotification {
-                    receiver: n.clone(),
-                    group_key: format!("self|receiver={}", slot.cfg.name),
-                    alert: None,
-                    alert_id: None,
-                    kind: "self".into(),
-                    payload_json: payload.clone(),
-                    created_ms: now,
-                    group_wait_ms: 0,
-                    group_interval_ms: 0,
-                    repeat_interval_ms: self.cfg.timing.repeat_interval.as_millis() as i64,
-                })
-                .collect();
+            let rows = self_alert::rows(
+                names
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|n| *n != slot.cfg.name),
+                &format!("self|receiver={}", slot.cfg.name),
+                &msg,
+                now,
+                self.cfg.timing.repeat_interval,
+            )?;
             self.outbox.enqueue(&rows)?;
         }
         Ok(())
