@@ -23,16 +23,18 @@ Figures of our runs: docs/RELIABILITY.md.
 """
 
 import argparse
-import http.server
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "chaos"))
+from common import free_port  # noqa: E402
+from receivers import HttpSink  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WAL_MAX = 64 << 20
@@ -111,34 +113,6 @@ def scenario(days):
     return "\n".join(l for l in out if l is not None) + "\n"
 
 
-class Sink(http.server.BaseHTTPRequestHandler):
-    counts = {}
-    lock = threading.Lock()
-
-    def do_POST(self):
-        n = int(self.headers.get("Content-Length") or 0)
-        self.rfile.read(n)
-        with Sink.lock:
-            Sink.counts[self.path] = Sink.counts.get(self.path, 0) + 1
-        code = 204 if self.path.startswith("/rw") else 200
-        self.send_response(code)
-        self.send_header("Content-Length", "2" if code == 200 else "0")
-        self.end_headers()
-        if code == 200:
-            self.wfile.write(b"ok")
-
-    def log_message(self, *a):
-        pass
-
-
-def free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def proc_stats(pid):
     st = {}
     with open(f"/proc/{pid}/status") as f:
@@ -176,14 +150,6 @@ def slope(points):
     return sum((x - mx) * (y - my) for x, y in points) / den if den else 0.0
 
 
-def parse_bound(text):
-    units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
-    for u, m in units.items():
-        if text.endswith(u):
-            return int(float(text[: -len(u)]) * m)
-    return int(text)
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--days", type=float, default=7)
@@ -196,12 +162,17 @@ def main():
     args = p.parse_args()
     exe = find(args.gpuwatch, "GPUWATCH_BIN", ["gpuwatch"])
     lib = find(args.lib, "GPUWATCH_FAKE_LIB", ["libgpuwatch_fake_nvml.so"])
-    bound = parse_bound(args.max_db_size)
 
     work = tempfile.mkdtemp(prefix="gpuwatch-soak-")
-    sink = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sink)
-    threading.Thread(target=sink.serve_forever, daemon=True).start()
-    sport = sink.server_address[1]
+    counts = {}
+
+    def count(h, _body):
+        counts[h.path] = counts.get(h.path, 0) + 1
+        return (204, b"") if h.path.startswith("/rw") else (200, b"ok")
+
+    sink = HttpSink(count)
+    sink.start()
+    sport = sink.port
     with open(os.path.join(work, "soak.toml"), "w") as f:
         f.write(scenario(args.days))
     with open(os.path.join(work, "gpuwatch.toml"), "w") as f:
@@ -232,7 +203,7 @@ interval = "15s"
     log = open(os.path.join(work, "demo.err"), "w")
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
-    rows, scrape_fail = [], 0
+    rows, scrape_fail, bound = [], 0, None
     for line in proc.stdout:
         if not line.startswith("── "):
             continue
@@ -241,7 +212,11 @@ interval = "15s"
             st = proc_stats(proc.pid)
         except OSError:
             break
-        m, _ = get(port, "/metrics")
+        m, text = get(port, "/metrics")
+        # The bound the daemon applies, as it reports it.
+        for line in text.decode(errors="replace").splitlines():
+            if line.startswith("gpuwatch_database_size_limit_bytes"):
+                bound = float(line.split()[-1])
         a, _ = get(port, "/api/v1/status")
         scrape_fail += (m != 200) + (a != 200)
         rows.append(
@@ -270,11 +245,12 @@ interval = "15s"
     fd = (min(r["fds"] for r in settled), max(r["fds"] for r in settled))
     db_max = max(r["db_bytes"] for r in rows)
     wal_max = max(r["wal_bytes"] for r in rows)
-    hooks = Sink.counts.get("/hook", 0)
-    rws = Sink.counts.get("/rw", 0)
+    sink.stop()
+    hooks = counts.get("/hook", 0)
+    rws = counts.get("/rw", 0)
     checks = {
         "rss flat": growth < RSS_GROWTH_MAX_MIB,
-        "db within bound": db_max <= bound,
+        "db within bound": bound is not None and db_max <= bound,
         "wal small": wal_max < WAL_MAX,
         "threads constant": th[1] - th[0] <= 2,
         "fds constant": fd[1] - fd[0] <= 2,
@@ -290,7 +266,7 @@ interval = "15s"
         rss_slope_mib_per_day=round(per_hour * 24, 3),
         anon_slope_mib_per_day=round(anon_day, 3),
         threads=th, fds=fd, db_max_mib=round(db_max / 2**20, 1),
-        bound_mib=round(bound / 2**20, 1), wal_max_mib=round(wal_max / 2**20, 2),
+        bound_mib=round(bound / 2**20, 1) if bound else None, wal_max_mib=round(wal_max / 2**20, 2),
         webhook_messages=hooks, remote_write_requests=rws, scrape_failures=scrape_fail,
         failed=[k for k, ok in checks.items() if not ok],
     )

@@ -106,15 +106,7 @@ def campaign_blocked(args):
         rig.write_config()
         rig.start_daemon()
         pid = rig.daemon.pid
-        deadline = time.time() + 20
-        while True:  # the prober starts once the daemon serves
-            try:
-                with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % rig.http_port, timeout=1):
-                    break
-            except OSError:
-                if time.time() > deadline or rig.daemon.poll() is not None:
-                    raise RigError("the daemon never answered /healthz (see %s)" % rig.dir)
-                time.sleep(0.1)
+        rig.wait_serving()  # the prober starts once the daemon serves
         prober = Prober(rig.http_port)
         prober.start()
         wall = lambda t_sim: rig.start_ms / 1000.0 + t_sim / rig.speed  # noqa: E731

@@ -27,7 +27,7 @@ import threading
 import time
 
 from common import RigError, log
-from counting import panics, verdict
+from counting import delivery, panics, verdict
 from rig import RULES, Rig
 
 FAKETIME_LIBS = sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1")) + sorted(
@@ -183,7 +183,7 @@ def campaign_clock(args):
         print(
             "chaos clock: wall clock stepped %s s%s, daemon %s, %d rows out of order, fewest rows per GPU "
             "%d of %.0f ticks, %d rollup rows (%d out of bounds), `held` (for %gs) fired after %s s of "
-            "monotonic time, %d alerts, %d transitions x receivers, %d lost, %d duplicates, order %s%s: %s"
+            "monotonic time, %s: %s"
             % (
                 ",".join("%+d" % s for s in steps),
                 restarted,
@@ -195,12 +195,7 @@ def campaign_clock(args):
                 bad_rollups,
                 args.hold,
                 "%.1f" % held_at if held_at is not None else "never",
-                res["alerts"],
-                res["transitions"],
-                res["lost"],
-                res["dups"],
-                "kept" if res["order_ok"] else "BROKEN",
-                "" if drained else ", NOT DRAINED",
+                delivery(res, drained),
                 "PASS" if ok else "FAIL",
             ),
             flush=True,

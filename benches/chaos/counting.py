@@ -185,6 +185,19 @@ def panics(rig):
     return [l for l in text.splitlines() if "panicked" in l]
 
 
+def delivery(res, drained, dups="dups"):
+    """The delivery part of a campaign's summary line: alerts, transitions, lost, duplicates
+    (`res[dups]`), order, and whether the drain finished."""
+    return "%d alerts, %d transitions x receivers, %d lost, %d duplicates, order %s%s" % (
+        res["alerts"],
+        res["transitions"],
+        res["lost"],
+        res[dups],
+        "kept" if res["order_ok"] else "BROKEN",
+        "" if drained else ", NOT DRAINED",
+    )
+
+
 def verdict(ok, res):
     """The campaign's exit status; on a failure, its problems on stderr."""
     if not ok:

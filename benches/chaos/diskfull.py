@@ -21,7 +21,7 @@ import subprocess
 import time
 
 from common import RigError, log
-from counting import panics, verdict
+from counting import delivery, panics, verdict
 from restarts import self_alerts
 from rig import Rig
 
@@ -124,7 +124,7 @@ def campaign_diskfull(args):
         print(
             "chaos diskfull: tmpfs of %s filled (%d bytes of filler) for %gs while alerts flap, daemon %s, "
             "%d log lines about it, self alert at %d/%d receivers, /healthz %d/%d, oldest samples deleted "
-            "%s, %d samples at the end of the full period (newest %.1f s before its end), %d after space returned, %d alerts, %d transitions x receivers, %d lost, %d duplicates, order %s%s: %s"
+            "%s, %d samples at the end of the full period (newest %.1f s before its end), %d after space returned, %s: %s"
             % (
                 args.size,
                 filled,
@@ -139,12 +139,7 @@ def campaign_diskfull(args):
                 rows_full,
                 (full_at + args.full) - (newest_full or 0) / 1000.0,
                 rows_after,
-                res["alerts"],
-                res["transitions"],
-                res["lost"],
-                res["dup_msgs"],
-                "kept" if res["order_ok"] else "BROKEN",
-                "" if drained else ", NOT DRAINED",
+                delivery(res, drained, "dup_msgs"),
                 "PASS" if ok else "FAIL",
             ),
             flush=True,

@@ -18,7 +18,7 @@ import subprocess
 import time
 
 from common import RigError, log
-from counting import panics, verdict
+from counting import delivery, panics, verdict
 from rig import RULES, Rig
 
 RULES_LOST = RULES + """
@@ -131,7 +131,7 @@ def campaign_lost(args):
         print(
             "chaos lost: %d episodes of GPU 2 lost %gs (XID 79 in %d), gpu_lost fired %d and resolved "
             "%d, recovered by probe %d/%d, %d lost rows without values (%d bad), other GPUs %d ticks "
-            "(longest gap %d ms), %d alerts, %d transitions x receivers, %d lost, %d duplicates, order %s%s: %s"
+            "(longest gap %d ms), %s: %s"
             % (
                 args.episodes,
                 args.lost,
@@ -144,12 +144,7 @@ def campaign_lost(args):
                 bad_rows,
                 ticks_other,
                 worst_hole,
-                res["alerts"],
-                res["transitions"],
-                res["lost"],
-                res["dups"],
-                "kept" if res["order_ok"] else "BROKEN",
-                "" if drained else ", NOT DRAINED",
+                delivery(res, drained),
                 "PASS" if ok else "FAIL",
             ),
             flush=True,

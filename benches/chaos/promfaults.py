@@ -22,17 +22,15 @@ three receivers (0 lost, 0 duplicates, order kept).
 
 import os
 import re
-import socket
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from blocked import Prober
 from common import REPO, RigError, free_port, log
-from counting import panics, verdict
+from counting import delivery, panics, verdict
+from receivers import HttpSink
 from rig import Rig
 
 PROMETHEUS = "/usr/bin/prometheus"
@@ -77,66 +75,23 @@ def default_rule(name, for_=None):
     raise RigError("rule %s not in rules/training.toml" % name)
 
 
-class Server:
-    """A threaded HTTP server calling `handle(handler) -> (status, headers, body)` for GET and
-    POST; `down` refuses connections (listener closed), and it starts again on its port."""
+class Server(HttpSink):
+    """The rig's HTTP server (`HttpSink`) answering GET and POST with
+    `handle(handler) -> (status, headers, body)`; `down` refuses connections."""
 
-    def __init__(self, handle):
-        self.handle = handle
-        self.port = free_port()
-        self.server = None
-        self.up = False
+    methods = ("GET", "POST")
 
-    def start(self):
-        outer = self
-
-        class H(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _any(self):
-                if not outer.up:
-                    # Down: a kept-alive connection dies without an answer, as when the
-                    # server's process is gone.
-                    self.close_connection = True
-                    try:
-                        self.connection.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
-                    return
-                try:
-                    status, headers, body = outer.handle(self)
-                    self.send_response(status)
-                    for k, v in headers:
-                        self.send_header(k, v)
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                except OSError:
-                    self.close_connection = True
-
-            do_GET = do_POST = _any
-
-            def log_message(self, *a):
-                pass
-
-        for _ in range(100):
-            try:
-                self.server = ThreadingHTTPServer(("127.0.0.1", self.port), H)
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            raise RigError("cannot bind 127.0.0.1:%d" % self.port)
-        self.server.daemon_threads = True
-        self.up = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self):
-        self.up = False
-        if self.server:
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
+    def answer(self, h):
+        try:
+            status, headers, body = self.handle(h)
+            h.send_response(status)
+            for k, v in headers:
+                h.send_header(k, v)
+            h.send_header("Content-Length", str(len(body)))
+            h.end_headers()
+            h.wfile.write(body)
+        except OSError:
+            h.close_connection = True
 
 
 class PromRig:
@@ -261,15 +216,7 @@ def campaign_prometheus(args):
             raise RigError("config refused: %s%s" % (check.stdout, check.stderr))
         rig.start_daemon()
         wall = lambda t_sim: rig.start_ms / 1000.0 + t_sim  # noqa: E731
-        deadline = time.time() + 20
-        while True:
-            try:
-                with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % rig.http_port, timeout=1):
-                    break
-            except OSError:
-                if time.time() > deadline or rig.daemon.poll() is not None:
-                    raise RigError("the daemon never answered /healthz (see %s)" % rig.dir)
-                time.sleep(0.1)
+        rig.wait_serving()  # the prober starts once the daemon serves
         prober = Prober(rig.http_port)
         prober.start()
         for at, mode in ((down[0], "down"), (down[1], "up"), (slow[0], "slow"), (slow[1], "up")):
@@ -333,7 +280,7 @@ def campaign_prometheus(args):
             "chaos prometheus: down %gs, then answers delayed %gs for %gs, GPUs showing a hang's "
             "signature meanwhile; training_hang fired %d time(s), training_metrics_unavailable fired "
             "and resolved in %d/2 faults, longest gap between ticks %d ms, http %d/%d answered (slowest "
-            "%.0f ms), %d alerts, %d transitions x receivers, %d lost, %d duplicates, order %s%s: %s"
+            "%.0f ms), %s: %s"
             % (
                 args.down,
                 args.delay,
@@ -344,12 +291,7 @@ def campaign_prometheus(args):
                 len(answers) - len(failed),
                 len(answers),
                 max((r[3] for r in answers), default=0) * 1000,
-                res["alerts"],
-                res["transitions"],
-                res["lost"],
-                res["dups"],
-                "kept" if res["order_ok"] else "BROKEN",
-                "" if drained else ", NOT DRAINED",
+                delivery(res, drained),
                 "PASS" if ok else "FAIL",
             ),
             flush=True,

@@ -66,8 +66,11 @@ class Log:
 
 
 class HttpSink:
-    """A small threaded HTTP server calling `handle(handler, body) -> (status, body)`; can be
-    stopped (connections refused) and started again on the same port."""
+    """A small threaded HTTP server calling `handle(handler, body) -> (status, body)` for the
+    `methods` (answered as text/plain); can be stopped (connections refused) and started again
+    on the same port. A subclass answers otherwise by overriding `answer`."""
+
+    methods = ("POST", "PUT")
 
     def __init__(self, handle, port=None):
         self.handle = handle
@@ -75,15 +78,23 @@ class HttpSink:
         self.server = None
         self.up = False
 
+    def answer(self, h):
+        n = int(h.headers.get("Content-Length") or 0)
+        body = h.rfile.read(n)
+        status, reply = self.handle(h, body)
+        h.send_response(status)
+        h.send_header("Content-Length", str(len(reply)))
+        h.send_header("Content-Type", "text/plain")
+        h.end_headers()
+        h.wfile.write(reply)
+
     def start(self):
         outer = self
 
         class H(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_POST(self):
-                n = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(n)
+            def _any(self):
                 if not outer.up:
                     # Down: a kept-alive connection dies without an answer, as when the
                     # server's process is gone.
@@ -93,18 +104,13 @@ class HttpSink:
                     except OSError:
                         pass
                     return
-                status, reply = outer.handle(self, body)
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(reply)))
-                self.send_header("Content-Type", "text/plain")
-                self.end_headers()
-                self.wfile.write(reply)
-
-            do_PUT = do_POST
+                outer.answer(self)
 
             def log_message(self, *a):
                 pass
 
+        for m in self.methods:
+            setattr(H, "do_" + m, H._any)
         for _ in range(100):
             try:
                 self.server = ThreadingHTTPServer(("127.0.0.1", self.port), H)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 from common import REPO, RigError, find_artifact, free_port
 from counting import Counting
@@ -163,6 +164,19 @@ timeout = "3s"
             cwd=self.dir,
         )
         return self.daemon
+
+    def wait_serving(self, timeout=20):
+        """Waits until the daemon answers /healthz with 200 (a tick done); RigError if it never
+        does."""
+        deadline = time.time() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % self.http_port, timeout=1):
+                    return
+            except OSError:
+                if time.time() > deadline or self.daemon.poll() is not None:
+                    raise RigError("the daemon never answered /healthz (see %s)" % self.dir)
+                time.sleep(0.1)
 
     def kill9(self):
         if self.daemon and self.daemon.poll() is None:

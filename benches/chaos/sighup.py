@@ -4,12 +4,10 @@ import os
 import random
 import signal
 import time
-import urllib.request
 
 from counting import panics, verdict
 from blocked import Prober
 from rig import RULES, Rig
-from common import RigError
 
 
 RULES_HOT = RULES + """
@@ -36,15 +34,7 @@ def campaign_sighup(args):
         rig.start_receivers()
         rig.write_config()
         rig.start_daemon()
-        deadline = time.time() + 20
-        while True:
-            try:
-                with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % rig.http_port, timeout=1):
-                    break
-            except OSError:
-                if time.time() > deadline or rig.daemon.poll() is not None:
-                    raise RigError("the daemon never answered /healthz (see %s)" % rig.dir)
-                time.sleep(0.1)
+        rig.wait_serving()  # the prober starts once the daemon serves
         prober = Prober(rig.http_port)
         prober.start()
         time.sleep(args.before)
