@@ -16,8 +16,9 @@ use std::sync::LazyLock;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
+use super::rows::sat;
 use super::{Store, StoreError};
-use crate::model::TsMs;
+use crate::model::{GpuSample, TsMs};
 
 pub(super) const MINUTE_MS: i64 = 60_000;
 /// Raw rows a catch-up step scans at most, per host.
@@ -62,7 +63,8 @@ static SELECT_SQL: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-static INSERT_SQL: LazyLock<String> = LazyLock::new(|| {
+/// The columns of `rollups_1m`, in the order [`Acc::params`] binds them.
+pub(super) static COLUMNS: LazyLock<Vec<String>> = LazyLock::new(|| {
     let mut cols = vec!["ts_ms", "gpu_id", "n", "n_missed", "n_lost"]
         .into_iter()
         .map(String::from)
@@ -73,13 +75,46 @@ static INSERT_SQL: LazyLock<String> = LazyLock::new(|| {
         }
     }
     cols.extend(EXTRAS.iter().map(|e| e.0.to_string()));
-    let marks: Vec<String> = (1..=cols.len()).map(|i| format!("?{i}")).collect();
+    cols
+});
+
+/// `INSERT OR REPLACE` of one rollup row into `table` (`rollups_1m`, or an import's staging
+/// copy of it).
+pub(super) fn insert_sql(table: &str) -> String {
+    let marks: Vec<String> = (1..=COLUMNS.len()).map(|i| format!("?{i}")).collect();
     format!(
-        "INSERT OR REPLACE INTO rollups_1m ({}) VALUES ({})",
-        cols.join(", "),
+        "INSERT OR REPLACE INTO {table} ({}) VALUES ({})",
+        COLUMNS.join(", "),
         marks.join(", ")
     )
-});
+}
+
+static INSERT_SQL: LazyLock<String> = LazyLock::new(|| insert_sql("rollups_1m"));
+
+/// The values a rollup aggregates, in [`METRICS`] then [`EXTRAS`] order.
+pub(super) const VALUES: usize = METRICS.len() + EXTRAS.len();
+
+/// The rollup values of a sample, exactly as `samples` stores them
+/// (`store::rows::sample_params`).
+pub(super) fn sample_values(s: &GpuSample) -> [Option<i64>; VALUES] {
+    let n = |v: Option<u32>| v.map(i64::from);
+    [
+        n(s.util_gpu_pct),
+        n(s.util_mem_pct),
+        sat(s.mem_used_bytes),
+        n(s.temp_c),
+        n(s.power_mw),
+        n(s.clock_sm_mhz),
+        n(s.clock_mem_mhz),
+        n(s.fan_pct),
+        n(s.pcie_tx_kbs),
+        n(s.pcie_rx_kbs),
+        sat(s.ecc_corrected),
+        sat(s.ecc_uncorrected),
+        s.throttle_reasons.map(|v| v as i64),
+        sat(s.energy_mj),
+    ]
+}
 
 #[derive(Debug, Clone, Copy, Default)]
 struct MetricAcc {
@@ -104,8 +139,9 @@ impl MetricAcc {
     }
 }
 
+/// One GPU's rows of one minute, aggregated as the module doc says.
 #[derive(Debug, Clone, Copy)]
-struct Acc {
+pub(super) struct Acc {
     gpu_id: i64,
     n: i64,
     n_missed: i64,
@@ -121,6 +157,70 @@ fn opt_max(a: Option<i64>, b: Option<i64>) -> Option<i64> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.max(b)),
         (a, b) => a.or(b),
+    }
+}
+
+impl Acc {
+    pub(super) fn new(gpu_id: i64) -> Self {
+        Self {
+            gpu_id,
+            n: 0,
+            n_missed: 0,
+            n_lost: 0,
+            metrics: [MetricAcc::default(); METRICS.len()],
+            ecc_corrected: None,
+            ecc_uncorrected: None,
+            throttle: None,
+            energy: None,
+        }
+    }
+
+    /// Adds one raw row: its stored `status` (1 deadline missed, 2 lost) and
+    /// [`sample_values`].
+    pub(super) fn add(&mut self, status: i64, v: &[Option<i64>; VALUES]) {
+        self.n += 1;
+        match status {
+            1 => self.n_missed += 1,
+            2 => self.n_lost += 1,
+            _ => {}
+        }
+        for (m, v) in self.metrics.iter_mut().zip(v) {
+            m.add(*v);
+        }
+        let base = METRICS.len();
+        self.ecc_corrected = opt_max(self.ecc_corrected, v[base]);
+        self.ecc_uncorrected = opt_max(self.ecc_uncorrected, v[base + 1]);
+        if let Some(t) = v[base + 2] {
+            self.throttle = Some(self.throttle.unwrap_or(0) | t);
+        }
+        self.energy = opt_max(self.energy, v[base + 3]);
+    }
+
+    /// Writes this minute's row with `insert` (a statement of [`insert_sql`]).
+    pub(super) fn write(
+        &self,
+        insert: &mut rusqlite::Statement<'_>,
+        minute: TsMs,
+    ) -> Result<(), StoreError> {
+        let mut values: Vec<rusqlite::types::Value> = Vec::with_capacity(COLUMNS.len());
+        for v in [minute, self.gpu_id, self.n, self.n_missed, self.n_lost] {
+            values.push(v.into());
+        }
+        for m in &self.metrics {
+            values.push(m.min.into());
+            values.push(m.max.into());
+            values.push(m.avg().into());
+        }
+        for v in [
+            self.ecc_corrected,
+            self.ecc_uncorrected,
+            self.throttle,
+            self.energy,
+        ] {
+            values.push(v.into());
+        }
+        insert.execute(rusqlite::params_from_iter(values))?;
+        Ok(())
     }
 }
 
@@ -143,24 +243,13 @@ pub(super) fn rollup_host(
     let mut accs: Vec<Acc> = Vec::new();
     let mut flush = |minute: i64, accs: &mut Vec<Acc>| -> Result<(), StoreError> {
         for a in accs.drain(..) {
-            let mut values: Vec<rusqlite::types::Value> = Vec::with_capacity(39);
-            for v in [minute, a.gpu_id, a.n, a.n_missed, a.n_lost] {
-                values.push(v.into());
-            }
-            for m in &a.metrics {
-                values.push(m.min.into());
-                values.push(m.max.into());
-                values.push(m.avg().into());
-            }
-            for v in [a.ecc_corrected, a.ecc_uncorrected, a.throttle, a.energy] {
-                values.push(v.into());
-            }
-            insert.execute(rusqlite::params_from_iter(values))?;
+            a.write(&mut insert, minute)?;
             written += 1;
         }
         Ok(())
     };
     let mut rows = select.query(params![from, to, host_id])?;
+    let mut values = [None; VALUES];
     while let Some(r) = rows.next()? {
         let ts: i64 = r.get(0)?;
         let gpu_id: i64 = r.get(1)?;
@@ -172,37 +261,14 @@ pub(super) fn rollup_host(
         let idx = match accs.iter().position(|a| a.gpu_id == gpu_id) {
             Some(i) => i,
             None => {
-                accs.push(Acc {
-                    gpu_id,
-                    n: 0,
-                    n_missed: 0,
-                    n_lost: 0,
-                    metrics: [MetricAcc::default(); METRICS.len()],
-                    ecc_corrected: None,
-                    ecc_uncorrected: None,
-                    throttle: None,
-                    energy: None,
-                });
+                accs.push(Acc::new(gpu_id));
                 accs.len() - 1
             }
         };
-        let a = &mut accs[idx];
-        a.n += 1;
-        match r.get::<_, i64>(2)? {
-            1 => a.n_missed += 1,
-            2 => a.n_lost += 1,
-            _ => {}
+        for (i, v) in values.iter_mut().enumerate() {
+            *v = r.get(3 + i)?;
         }
-        for (i, m) in a.metrics.iter_mut().enumerate() {
-            m.add(r.get(3 + i)?);
-        }
-        let base = 3 + METRICS.len();
-        a.ecc_corrected = opt_max(a.ecc_corrected, r.get(base)?);
-        a.ecc_uncorrected = opt_max(a.ecc_uncorrected, r.get(base + 1)?);
-        if let Some(t) = r.get::<_, Option<i64>>(base + 2)? {
-            a.throttle = Some(a.throttle.unwrap_or(0) | t);
-        }
-        a.energy = opt_max(a.energy, r.get(base + 3)?);
+        accs[idx].add(r.get(2)?, &values);
     }
     flush(minute, &mut accs)?;
     Ok(written)

@@ -12,8 +12,9 @@
 //! - Without `Options::host`, each file's rows belong to the host named after the file's stem
 //!   (`gpu0.csv` → `gpu0`; `imported` when there is no stem). Files of one machine (a
 //!   `--query-gpu` log and its `--query-compute-apps` log) need the same `--host`.
-//! - After publishing, the imported minutes are rolled up (`Store::import_rollups`), so
-//!   rollup-based readers and `replay` see imported data like sampled data.
+//! - The imported minutes are rolled up — by the publish itself from the minutes computed while
+//!   staging, or after it from the published rows (`Store::import_rollups`) — so rollup-based
+//!   readers and `replay` see imported data like sampled data.
 
 mod fields;
 mod fuzz;
@@ -107,6 +108,9 @@ pub struct Summary {
     pub unresolved: Vec<Unresolved>,
     /// Rollup rows written for the imported minutes.
     pub rollups: usize,
+    /// Of them, rows computed while staging and written by the publish (the rest were
+    /// recomputed from the published rows).
+    pub rollups_staged: usize,
     /// Time spent reading and staging, in the one publish transaction (the only time the
     /// database's write lock is held, besides short rollup steps), and rolling up.
     pub stage_time: std::time::Duration,
@@ -120,6 +124,8 @@ struct Parsed {
     files: Vec<FileSummary>,
     bad_lines: Vec<BadLine>,
     ignored: BTreeSet<String>,
+    /// The samples' minutes, rolled up while parsing.
+    minutes: crate::store::import::MinuteRollups,
 }
 
 /// Reads every file in order, sending its rows to `tx` in batches; `read_bytes` counts the
@@ -137,6 +143,7 @@ fn parse_files(
         files: Vec::new(),
         bad_lines: Vec::new(),
         ignored: BTreeSet::new(),
+        minutes: Default::default(),
     };
     let mut queue = reader::StageQueue::new(tx);
     let mut clock = values::Clock::new(opts.zone.clone());
@@ -191,7 +198,7 @@ fn parse_files(
             bad_lines: bad_here,
         });
     }
-    queue.flush()?;
+    out.minutes = queue.finish()?;
     Ok(out)
 }
 
@@ -264,6 +271,7 @@ pub fn import(
                         proc,
                         used_mem_bytes,
                     } => staging.process_sample(ts_ms, gpu_ref, proc, used_mem_bytes),
+                    reader::Staged::Minute(m) => staging.minute(&m),
                 };
                 if let Err(e) = r {
                     staged = Err(e);
@@ -305,7 +313,7 @@ pub fn import(
     }
     summary.stage_time = started.elapsed();
     let started = std::time::Instant::now();
-    let published = staging.publish(&plan)?;
+    let published = staging.publish(&plan, &parsed.minutes)?;
     summary.publish_time = started.elapsed();
     let started = std::time::Instant::now();
     summary.samples = published.samples;
@@ -315,20 +323,11 @@ pub fn import(
     summary.unresolved = unresolved;
     summary.ignored_fields = ignored.into_iter().collect();
     for (h, name) in plan.hosts.iter().enumerate() {
-        let span = plan
-            .gpus
-            .iter()
-            .filter(|g| g.host == h)
-            .map(|g| (g.first_ms, g.last_ms))
-            .chain(
-                plan.processes
-                    .iter()
-                    .filter(|p| p.host == h)
-                    .map(|p| (p.first_ms, p.last_ms)),
-            )
-            .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
-        if let Some((from, to)) = span {
-            summary.rollups += store.import_rollups(name, from, to)?;
+        if let Some((from, to)) = plan.host_span(h) {
+            let staged = published.rollups.get(h).copied().flatten();
+            summary.rollups += staged.unwrap_or(0) as usize;
+            summary.rollups_staged += staged.unwrap_or(0) as usize;
+            summary.rollups += store.import_rollups(name, from, to, staged.is_some())?;
             summary.span = Some(
                 summary
                     .span

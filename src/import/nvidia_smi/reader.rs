@@ -20,6 +20,7 @@ use super::values::{self as v, Clock, Unit};
 use super::{BadLine, SmiError};
 use crate::model::{GpuSample, TsMs};
 use crate::store::StoreError;
+use crate::store::import::{MinuteRollups, StagedMinute};
 
 const MIB: f64 = 1_048_576.0;
 
@@ -63,6 +64,8 @@ pub enum Staged {
         proc: usize,
         used_mem_bytes: Option<u64>,
     },
+    /// A finished minute of one GPU's rollups (one per 60 samples at 1 s: boxed).
+    Minute(Box<StagedMinute>),
 }
 
 /// Rows per batch handed to the staging side.
@@ -74,6 +77,8 @@ pub const BATCH: usize = 4096;
 pub struct StageQueue {
     rows: Vec<Staged>,
     tx: std::sync::mpsc::SyncSender<Vec<Staged>>,
+    /// The samples' minutes, rolled up here on the parsing thread.
+    minutes: MinuteRollups,
 }
 
 impl StageQueue {
@@ -81,15 +86,31 @@ impl StageQueue {
         Self {
             rows: Vec::with_capacity(BATCH),
             tx,
+            minutes: MinuteRollups::default(),
         }
     }
 
     fn push(&mut self, row: Staged) -> Result<(), RowError> {
+        if let Staged::Sample(gpu, s) = &row
+            && let Some(m) = self.minutes.add(*gpu, s)
+        {
+            self.rows.push(Staged::Minute(Box::new(m)));
+        }
         self.rows.push(row);
         if self.rows.len() >= BATCH {
             self.flush().map_err(RowError::Store)?;
         }
         Ok(())
+    }
+
+    /// Hands over the rows queued and the minutes still open (parsing is over); returns the
+    /// minutes' account for the publish.
+    pub fn finish(mut self) -> Result<MinuteRollups, StoreError> {
+        let open = self.minutes.finish();
+        self.rows
+            .extend(open.into_iter().map(|m| Staged::Minute(Box::new(m))));
+        self.flush()?;
+        Ok(self.minutes)
     }
 
     /// Hands over the rows queued so far.

@@ -13,9 +13,13 @@
 //!   row ids. Rows are upserted by their natural keys, so importing a log twice is harmless.
 //! - Inventory from an import fills what the store lacks, and replaces stored values only
 //!   when the import is at least as recent as the GPU's newest stored report.
+//! - Each staged sample is also added to its GPU's minute (`fused.rs`); the publish writes
+//!   those minutes where they equal a recomputation (rows in order, no stored samples in the
+//!   imported minutes) and reports which hosts got them ([`Published::rollups`]).
 //! - [`Store::import_rollups`] recomputes the 1-minute rollups of the imported range (plus any
-//!   backlog before it) in short transactions of at most [`ROLLUP_CHUNK_MS`] each and raises
-//!   the host's rollup progress, so history, reports and retention see imported minutes.
+//!   backlog before it; only the backlog where the publish wrote the range) in short
+//!   transactions of at most [`ROLLUP_CHUNK_MS`] each and raises the host's rollup progress,
+//!   so history, reports and retention see imported minutes.
 //! - [`Store::forget_unused_host`] removes only a host row nothing refers to, so a failed
 //!   import leaves no trace; callers use it only for a host they created.
 //! - XIDs from saved kernel logs (`xids.rs`) are few: they are held in memory, not staged, and
@@ -23,12 +27,14 @@
 
 use rusqlite::{Connection, OptionalExtension, Statement, params};
 
+mod fused;
 mod publish;
 mod xids;
 
+pub use fused::{MinuteRollups, StagedMinute};
 pub use xids::{KERNEL_DUPLICATE_MS, KernelXid, XidsPublished};
 
-use super::rollup::{ceil_minute, floor_minute, rollup_host, set_done};
+use super::rollup::{self, ceil_minute, floor_minute, rollup_host, set_done};
 use super::rows::{sample_metric_columns, sample_params, sample_placeholders};
 use super::{Store, StoreError};
 use crate::model::{GpuInventory, GpuSample, TsMs};
@@ -100,11 +106,32 @@ pub struct ImportPlan {
     pub processes_observed: Vec<bool>,
 }
 
+impl ImportPlan {
+    /// The time span of host `host`'s imported rows (GPUs and processes).
+    pub fn host_span(&self, host: usize) -> Option<(TsMs, TsMs)> {
+        self.gpus
+            .iter()
+            .filter(|g| g.host == host)
+            .map(|g| (g.first_ms, g.last_ms))
+            .chain(
+                self.processes
+                    .iter()
+                    .filter(|p| p.host == host)
+                    .map(|p| (p.first_ms, p.last_ms)),
+            )
+            .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))
+    }
+}
+
 /// What a publish wrote.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Published {
     pub samples: u64,
     pub process_samples: u64,
+    /// Per host of the plan: the rollup rows of its imported minutes, written by the publish
+    /// from the minutes computed while staging (`fused.rs`); `None`: the host's minutes are
+    /// rolled up from the published rows ([`Store::import_rollups`]).
+    pub rollups: Vec<Option<u64>>,
 }
 
 /// A GPU already stored for a host.
@@ -121,6 +148,9 @@ pub struct Staging<'a> {
     /// Prepared once: the per-row inserts are the hot path of an import.
     insert_sample: Option<Statement<'a>>,
     insert_app: Option<Statement<'a>>,
+    insert_rollup: Option<Statement<'a>>,
+    /// Sample rows staged per importer-local GPU.
+    staged: Vec<u64>,
     open: bool,
 }
 
@@ -180,9 +210,12 @@ impl Store {
             conn: &self.conn,
             insert_sample: None,
             insert_app: None,
+            insert_rollup: None,
+            staged: Vec::new(),
             open: true,
         };
         self.conn.execute_batch(CREATE_SQL)?;
+        self.conn.execute_batch(fused::CREATE_SQL)?;
         // A larger page cache for this connection: the publish appends many pages at once.
         self.conn
             .pragma_update(None, "cache_size", IMPORT_CACHE_SIZE)?;
@@ -190,6 +223,10 @@ impl Store {
             .pragma_update(Some("temp"), "cache_size", IMPORT_CACHE_SIZE)?;
         staging.insert_sample = Some(self.conn.prepare(INSERT_SAMPLE)?);
         staging.insert_app = Some(self.conn.prepare(INSERT_APP)?);
+        staging.insert_rollup = Some(
+            self.conn
+                .prepare(&rollup::insert_sql("temp.gw_imp_rollups"))?,
+        );
         Ok(staging)
     }
 
@@ -211,11 +248,14 @@ impl Store {
 
     /// Rolls up the minutes of `host` overlapping `[from_ms, to_ms]` (and any minutes before
     /// them not rolled up yet) in short transactions; returns the rollup rows written.
+    /// `published`: the publish already wrote the imported minutes (`Published::rollups`),
+    /// so only the minutes before them are left.
     pub fn import_rollups(
         &self,
         host: &str,
         from_ms: TsMs,
         to_ms: TsMs,
+        published: bool,
     ) -> Result<usize, StoreError> {
         let Some(host_id) = self
             .conn
@@ -234,7 +274,12 @@ impl Store {
         )?;
         let backlog_start = done.or(first_gpu).unwrap_or(from_ms);
         let mut start = floor_minute(from_ms.min(backlog_start));
-        let end = ceil_minute(to_ms + 1);
+        let done_to = ceil_minute(to_ms + 1);
+        let end = if published {
+            floor_minute(from_ms)
+        } else {
+            done_to
+        };
         let mut written = 0;
         while start < end {
             let chunk_end = (start + ROLLUP_CHUNK_MS).min(end);
@@ -253,6 +298,9 @@ impl Store {
             }
             start = chunk_end;
         }
+        if published {
+            set_done(&self.conn, host_id, done_to)?;
+        }
         Ok(written)
     }
 }
@@ -270,7 +318,21 @@ impl Staging<'_> {
             }
         };
         stmt.execute(sample_params!(s.ts_ms, gpu as i64, s))?;
+        if self.staged.len() <= gpu {
+            self.staged.resize(gpu + 1, 0);
+        }
+        self.staged[gpu] += 1;
         Ok(())
+    }
+
+    /// Stages a finished minute of the import's rollups ([`MinuteRollups::add`]).
+    pub fn minute(&mut self, m: &StagedMinute) -> Result<(), StoreError> {
+        match &mut self.insert_rollup {
+            Some(insert) => m.write(insert),
+            None => Err(StoreError::Config(
+                "import staging already published".into(),
+            )),
+        }
     }
 
     /// Stages one process sample: GPU reference `gpu_ref`, importer-local process `proc`.
@@ -298,15 +360,21 @@ impl Staging<'_> {
         Ok(())
     }
 
-    /// Publishes everything staged in one IMMEDIATE transaction.
-    pub fn publish(mut self, plan: &ImportPlan) -> Result<Published, StoreError> {
+    /// Publishes everything staged in one IMMEDIATE transaction; `minutes` tells which staged
+    /// minutes can be used.
+    pub fn publish(
+        mut self,
+        plan: &ImportPlan,
+        minutes: &MinuteRollups,
+    ) -> Result<Published, StoreError> {
         self.insert_sample = None;
         self.insert_app = None;
+        self.insert_rollup = None;
         self.conn.execute_batch("COMMIT")?;
         self.open = false;
         self.conn.execute_batch("BEGIN IMMEDIATE")?;
         self.open = true;
-        let out = publish_rows(self.conn, plan)?;
+        let out = publish_rows(self.conn, plan, minutes, &self.staged)?;
         self.conn.execute_batch("COMMIT")?;
         self.open = false;
         Ok(out)
@@ -317,10 +385,12 @@ impl Drop for Staging<'_> {
     fn drop(&mut self) {
         self.insert_sample = None;
         self.insert_app = None;
+        self.insert_rollup = None;
         if self.open {
             let _ = self.conn.execute_batch("ROLLBACK");
         }
         let _ = self.conn.execute_batch(DROP_SQL);
+        let _ = self.conn.execute_batch(fused::DROP_SQL);
         let _ = self
             .conn
             .pragma_update(None, "cache_size", DEFAULT_CACHE_SIZE);

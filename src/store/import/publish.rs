@@ -23,6 +23,7 @@ use super::super::StoreError;
 use super::super::events;
 use super::super::rows::sample_metric_columns;
 use super::super::write::ensure_host;
+use super::fused::{self, MinuteRollups};
 use super::{ImportPlan, Published};
 use crate::model::TsMs;
 use crate::xid::nvrm::PciAddr;
@@ -97,7 +98,12 @@ const GPU_UPSERT: &str = concat!(
      RETURNING id"
 );
 
-pub(super) fn publish_rows(conn: &Connection, plan: &ImportPlan) -> Result<Published, StoreError> {
+pub(super) fn publish_rows(
+    conn: &Connection,
+    plan: &ImportPlan,
+    staged_minutes: &MinuteRollups,
+    staged_rows: &[u64],
+) -> Result<Published, StoreError> {
     let mut host_ids = Vec::with_capacity(plan.hosts.len());
     for h in &plan.hosts {
         host_ids.push(ensure_host(conn, h)?);
@@ -145,6 +151,16 @@ pub(super) fn publish_rows(conn: &Connection, plan: &ImportPlan) -> Result<Publi
         }
         widen(g.host, g.first_ms, g.last_ms);
     }
+    // Before the samples land: which hosts' minutes were rolled up while staging.
+    let mut rollups: Vec<Option<u64>> = Vec::with_capacity(plan.hosts.len());
+    for (h, &host_id) in host_ids.iter().enumerate() {
+        let locals: Vec<usize> = (0..plan.gpus.len())
+            .filter(|&l| plan.gpus[l].host == h)
+            .collect();
+        let usable =
+            staged_minutes.host_usable(conn, host_id, &locals, plan.host_span(h), staged_rows)?;
+        rollups.push(usable.then_some(0));
+    }
     let samples = conn.execute(
         concat!(
             "INSERT OR REPLACE INTO samples (ts_ms, gpu_id, ",
@@ -155,6 +171,11 @@ pub(super) fn publish_rows(conn: &Connection, plan: &ImportPlan) -> Result<Publi
         ),
         [],
     )?;
+    for (local, g) in plan.gpus.iter().enumerate() {
+        if let Some(n) = &mut rollups[g.host] {
+            *n += fused::publish_gpu(conn, local, gpu_ids[local])? as u64;
+        }
+    }
     for (r, g) in plan.gpu_refs.iter().enumerate() {
         if let Some(g) = g {
             conn.prepare_cached("INSERT INTO gw_imp_ref_map (ref, gpu_id) VALUES (?1, ?2)")?
@@ -210,6 +231,7 @@ pub(super) fn publish_rows(conn: &Connection, plan: &ImportPlan) -> Result<Publi
     Ok(Published {
         samples: samples as u64,
         process_samples: process_samples as u64,
+        rollups,
     })
 }
 
