@@ -6,7 +6,7 @@
 //! fatal error names a line of the file); `strict` fails at the first bad line of a lenient
 //! read, and succeeds when the lenient read found none.
 
-use super::reader::{BATCH, FileReader, Sinks, StageQueue};
+use super::reader::{BATCH, FileReader, Sinks, StageQueue, Staged};
 use super::{BadLine, SmiError, fields, registry, values};
 
 /// `--columns` of the second read (a file without a header).
@@ -28,7 +28,8 @@ struct Read {
 }
 
 fn read(data: &[u8], fixed: Option<&fields::Layout>, strict: bool) -> Read {
-    let (tx, rx) = std::sync::mpsc::sync_channel(data.len() / BATCH + 2);
+    // Room for every batch (rows and the minutes they finish): the harness reads them after.
+    let (tx, rx) = std::sync::mpsc::sync_channel(2 * (data.len() / BATCH) + 4);
     let mut queue = StageQueue::new(tx);
     let mut registry = registry::Registry::default();
     let mut clock = values::Clock::new(values::Zone::Named(chrono_tz::UTC));
@@ -55,11 +56,14 @@ fn read(data: &[u8], fixed: Option<&fields::Layout>, strict: bool) -> Read {
         &mut |b| bad.push(b),
         &mut |_| {},
     );
-    // Flushed even after an error, so that every counted row is seen staged.
-    let flushed = queue.flush().map_err(SmiError::Store);
+    // Finished even after an error, so that every counted row is seen staged.
+    let flushed = queue.finish().map(drop).map_err(SmiError::Store);
     let end = end.and(flushed);
-    drop(queue);
-    let staged = rx.iter().map(|batch| batch.len() as u64).sum();
+    let staged = rx
+        .iter()
+        .flatten()
+        .filter(|row| !matches!(row, Staged::Minute(_)))
+        .count() as u64;
     let _ = registry.plan();
     Read {
         staged,
