@@ -20,7 +20,7 @@
 //!   until the rules thread rings its bell after queueing notifications. Only a silenced
 //!   firing alert (whose silence another process may end) is looked at every 2 s.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -159,6 +159,7 @@ async fn run(parts: SenderParts) {
         history: parts.history,
         pruned_at: None,
         disk_full_raised: None,
+        analysis_lines: HashMap::new(),
     };
     // Rows left for a receiver that is no longer configured can never go: dead letters.
     let names: Vec<&str> = slots.iter().map(|s| s.cfg.name.as_str()).collect();
@@ -273,6 +274,8 @@ pub(super) struct Sender {
     pub(super) pruned_at: Option<TsMs>,
     /// `gpuwatch_database_full` as raised, while it fires.
     pub(super) disk_full_raised: Option<AlertMsg>,
+    /// The analysis line given to an outbox row's alert, and when (see [`ANALYSIS_REUSE`]).
+    pub(super) analysis_lines: HashMap<i64, (Instant, Option<String>)>,
 }
 
 /// What a group's rows become.
@@ -538,7 +541,7 @@ impl Sender {
 
     /// One message: each alert once (its latest state), firing first.
     fn notification(
-        &self,
+        &mut self,
         receiver: &str,
         key: &str,
         rows: &[PendingRow],
@@ -548,24 +551,38 @@ impl Sender {
         let repeat = send
             .iter()
             .all(|(id, _)| rows.iter().any(|r| r.id == *id && r.kind == "repeat"));
-        let mut latest: Vec<AlertMsg> = Vec::new();
-        for (_, m) in send {
+        let mut latest: Vec<(i64, AlertMsg)> = Vec::new();
+        for (row, m) in send {
             match latest
                 .iter_mut()
-                .find(|x| x.id != 0 && x.id == m.id && x.rule == m.rule)
+                .find(|(_, x)| x.id != 0 && x.id == m.id && x.rule == m.rule)
             {
-                Some(x) => *x = m,
-                None => latest.push(m),
+                Some(x) => *x = (row, m),
+                None => latest.push((row, m)),
             }
         }
-        latest.sort_by_key(|m| !m.is_firing());
-        for m in latest
+        latest.sort_by_key(|(_, m)| !m.is_firing());
+        // A row's analysis is gathered once and given to each attempt of its message (a
+        // delivery retried with backoff would otherwise read the alert's window again every
+        // time); a new row (a reminder, another receiver's copy) gets its own.
+        let clock = Instant::now();
+        self.analysis_lines
+            .retain(|_, (at, _)| clock.duration_since(*at) < ANALYSIS_REUSE);
+        for (row, m) in latest
             .iter_mut()
-            .filter(|m| m.is_firing() && m.id > 0)
+            .filter(|(_, m)| m.is_firing() && m.id > 0)
             .take(MAX_ANALYSED)
         {
-            m.analysis = crate::analysis::message_line(self.outbox.conn(), m.id);
+            m.analysis = match self.analysis_lines.get(row) {
+                Some((_, line)) => line.clone(),
+                None => {
+                    let line = crate::analysis::message_line(self.outbox.conn(), m.id);
+                    self.analysis_lines.insert(*row, (clock, line.clone()));
+                    line
+                }
+            };
         }
+        let latest: Vec<AlertMsg> = latest.into_iter().map(|(_, m)| m).collect();
         let group_labels: BTreeMap<String, String> = key
             .split_once('|')
             .map(|(_, labels)| {
@@ -591,6 +608,9 @@ impl Sender {
 
 /// The most alerts of one message given an analysis line (each costs a few reads).
 const MAX_ANALYSED: usize = 10;
+/// How long a row's analysis line is reused for the attempts of its message (then gathered
+/// again, so a delivery retried for hours does not carry an hours-old analysis).
+const ANALYSIS_REUSE: Duration = Duration::from_secs(600);
 
 /// Exponential backoff with full jitter in [d/2, d]: 1 s, 2 s, 4 s ... up to `max`.
 fn backoff(attempt: i64, max: Duration) -> Duration {
