@@ -29,8 +29,8 @@ pub(super) const DROP_SQL: &str = "DROP TABLE IF EXISTS temp.gw_imp_rollups;";
 /// One GPU's staged rows so far.
 #[derive(Debug, Clone, Default)]
 struct Track {
-    /// First and newest sample time.
-    span: Option<(TsMs, TsMs)>,
+    /// The newest sample time.
+    last: Option<TsMs>,
     /// The open minute and its aggregate.
     open: Option<(TsMs, Acc)>,
     /// A row did not come after the one before it: the staged minutes are not used.
@@ -72,15 +72,12 @@ impl MinuteRollups {
             return None;
         }
         let ts = s.ts_ms;
-        match t.span {
-            Some((_, last)) if ts <= last => {
-                t.broken = true;
-                t.open = None;
-                return None;
-            }
-            Some((first, _)) => t.span = Some((first, ts)),
-            None => t.span = Some((ts, ts)),
+        if t.last.is_some_and(|last| ts <= last) {
+            t.broken = true;
+            t.open = None;
+            return None;
         }
+        t.last = Some(ts);
         let minute = floor_minute(ts);
         let values = rollup::sample_values(s);
         match &mut t.open {
@@ -106,23 +103,19 @@ impl MinuteRollups {
             .collect()
     }
 
-    /// Whether the staged minutes of GPU `gpu`, which has `staged` sample rows, can be used,
-    /// and the whole minutes its rows span (`None`: it has no rows). A GPU whose staged rows
-    /// were not all added here cannot.
-    fn usable(&self, gpu: usize, staged: u64) -> Result<Option<(TsMs, TsMs)>, ()> {
+    /// Whether the staged minutes of GPU `gpu`, which has `staged` sample rows, can be used:
+    /// its order held, and every staged row was added here.
+    fn usable(&self, gpu: usize, staged: u64) -> bool {
         match self.gpus.get(gpu) {
-            None if staged == 0 => Ok(None),
-            Some(t) if !t.broken && t.rows == staged => {
-                Ok(t.span.map(|(a, b)| (floor_minute(a), ceil_minute(b + 1))))
-            }
-            _ => Err(()),
+            None => staged == 0,
+            Some(t) => !t.broken && t.rows == staged,
         }
     }
 
     /// Inside the publish transaction, before the samples are published: whether the host
     /// `host_id`, whose importer-local GPUs are `locals` and whose imported rows (samples and
     /// processes) span `span`, can take its staged minutes; `staged[g]`: the sample rows
-    /// staged for GPU `g`. The check covers every minute
+    /// staged for GPU `g`. The check covers the minutes
     /// [`Store::import_rollups`](super::super::Store::import_rollups) would otherwise
     /// recompute.
     pub(super) fn host_usable(
@@ -133,19 +126,16 @@ impl MinuteRollups {
         span: Option<(TsMs, TsMs)>,
         staged: &[u64],
     ) -> Result<bool, StoreError> {
-        let mut range = span.map(|(a, b)| (floor_minute(a), ceil_minute(b + 1)));
-        for &g in locals {
-            match self.usable(g, staged.get(g).copied().unwrap_or(0)) {
-                Err(()) => return Ok(false),
-                Ok(None) => {}
-                Ok(Some((a, b))) => {
-                    range = Some(range.map_or((a, b), |(x, y)| (x.min(a), y.max(b))));
-                }
-            }
-        }
-        let Some((from, to)) = range else {
+        let Some((first, last)) = span else {
             return Ok(false);
         };
+        if !locals
+            .iter()
+            .all(|&g| self.usable(g, staged.get(g).copied().unwrap_or(0)))
+        {
+            return Ok(false);
+        }
+        let (from, to) = (floor_minute(first), ceil_minute(last + 1));
         let stored: bool = conn
             .prepare_cached(
                 "SELECT EXISTS (SELECT 1 FROM samples WHERE ts_ms >= ?1 AND ts_ms < ?2
