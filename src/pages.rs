@@ -4,15 +4,31 @@
 //! scrape, a report of the NVML library) faulted in since. `MADV_PAGEOUT` (Linux 5.4+) on the
 //! read-only file mappings — the executable and the shared libraries, NVML's included —
 //! reclaims their clean pages; what the daemon keeps running is faulted back in within a tick
-//! or two. (The kernel maps up to 64 KiB of cached pages around each fault — fault-around, a
-//! system setting — so the daemon's scattered hot functions bring some of their neighbours
-//! back; `MADV_RANDOM` does not change that: measured, no difference.) The heap's free
-//! chunks are given back with them (`malloc_trim`). The daemon does this after 30 ticks and
-//! then every ten minutes.
+//! or two. The heap's free chunks are given back with them (`malloc_trim`). The daemon does
+//! this after 30 ticks and then every ten minutes.
 //!
-//! Invariants: only read-only, file-backed mappings are advised (no heap, stack or writable
-//! data), and `malloc_trim` only returns free memory, so nothing can be lost; older kernels
-//! answer EINVAL and nothing happens.
+//! A fault maps more than the page it needs: the kernel maps every cached page of the file up
+//! to 64 KiB around it (fault-around, a system setting) and reads ahead around a page it has
+//! to read (`read_ahead_kb`: 8 MB on some disks). For code the read-ahead happens whatever
+//! the mapping's advice (Linux 6.18 ignores `MADV_RANDOM` on executable mappings), so with
+//! the executable cached, every hot function keeps the 64 KiB around it resident: scattered
+//! over 10 MB of code, a few hundred of them kept ~5 MiB resident. What decides the resident
+//! code is therefore where the hot functions lie: `build.rs` has the linker put the ones the
+//! running daemon executes (`link/hot-functions.txt`) side by side, and the windows around
+//! them are then mostly hot code. For the data of the files only the daemon needs — the
+//! executable's read-only data and the NVML library — [`own_files_page_by_page`] does stop
+//! read-ahead (`MADV_RANDOM`) and drops their cached pages that nothing maps
+//! (`MADV_PAGEOUT`, then `POSIX_FADV_DONTNEED`) before any other thread runs: a fault there
+//! maps the page it needs, not the 64 KiB around it. The cost: after each page-out the hot
+//! pages are read back (a few hundred 4 KiB reads every ten minutes). Shared libraries (libc,
+//! libm) are left cached: other processes map them.
+//!
+//! Invariants: only file-backed mappings are advised and only the read-only ones are paged
+//! out (never the heap, a stack or writable data: `MADV_RANDOM`, the only advice a writable
+//! mapping gets, changes how much a fault reads, not what it holds), and `malloc_trim` only
+//! returns free memory, so nothing can be lost; only clean,
+//! unmapped cache pages are dropped, and they are read back from the file when needed; older
+//! kernels answer EINVAL and nothing happens.
 //!
 //! It also owns the daemon's malloc setting: glibc gives every thread that allocates an arena
 //! of its own (up to 8 per core), and the daemon's dozen threads each keep their arena's
@@ -25,22 +41,47 @@ use std::path::PathBuf;
 /// `MADV_PAGEOUT` from `<linux/mman.h>` (libc does not define it for every target).
 const MADV_PAGEOUT: libc::c_int = 21;
 
-/// The executable's read-only mappings as (start, length).
+/// A mapping of a file: start, length and the file.
+type Range = (usize, usize, PathBuf);
+
+/// The executable's read-only mappings.
 #[cfg(test)]
-fn executable_ranges() -> Vec<(usize, usize)> {
+fn executable_ranges() -> Vec<Range> {
     let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
         return Vec::new();
     };
-    read_only_file_ranges(|path| path == exe)
+    file_mappings(|path| path == exe, false)
 }
 
-/// The read-only mappings of files (the executable, shared libraries) as (start, length).
-fn file_ranges() -> Vec<(usize, usize)> {
-    read_only_file_ranges(|path| path.is_absolute())
+/// The read-only mappings of files (the executable, shared libraries).
+fn file_ranges() -> Vec<Range> {
+    file_mappings(|path| path.is_absolute(), false)
 }
 
-/// The read-only mappings of the files `wanted` selects, as (start, length).
-fn read_only_file_ranges(wanted: impl Fn(&std::path::Path) -> bool) -> Vec<(usize, usize)> {
+/// The mappings, writable ones too, of the files only the daemon needs: its executable and the
+/// NVML library (`libnvidia-ml.so*`, wherever it was loaded from).
+fn own_file_ranges() -> Vec<(Range, bool)> {
+    let exe = std::fs::read_link("/proc/self/exe").ok();
+    mappings(|path| {
+        exe.as_deref() == Some(path)
+            || path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libnvidia-ml.so"))
+    })
+}
+
+/// The mappings of the files `wanted` selects, the writable ones only if `writable`.
+fn file_mappings(wanted: impl Fn(&std::path::Path) -> bool, writable: bool) -> Vec<Range> {
+    mappings(wanted)
+        .into_iter()
+        .filter(|(_, w)| writable || !w)
+        .map(|(r, _)| r)
+        .collect()
+}
+
+/// The mappings of the files `wanted` selects, each with whether it is writable.
+fn mappings(wanted: impl Fn(&std::path::Path) -> bool) -> Vec<(Range, bool)> {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
         return Vec::new();
     };
@@ -50,8 +91,10 @@ fn read_only_file_ranges(wanted: impl Fn(&std::path::Path) -> bool) -> Vec<(usiz
         let (Some(range), Some(perms)) = (f.next(), f.next()) else {
             continue;
         };
-        let path: Option<PathBuf> = f.nth(3).map(PathBuf::from);
-        if !path.as_deref().is_some_and(&wanted) || perms.contains('w') {
+        let Some(path) = f.nth(3).map(PathBuf::from) else {
+            continue;
+        };
+        if !wanted(&path) {
             continue;
         }
         let Some((a, b)) = range.split_once('-') else {
@@ -60,7 +103,7 @@ fn read_only_file_ranges(wanted: impl Fn(&std::path::Path) -> bool) -> Vec<(usiz
         if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
             && b > a
         {
-            out.push((a, b - a));
+            out.push(((a, b - a, path), perms.contains('w')));
         }
     }
     out
@@ -69,6 +112,10 @@ fn read_only_file_ranges(wanted: impl Fn(&std::path::Path) -> bool) -> Vec<(usiz
 /// Reclaims the clean pages of the executable's and the libraries' read-only mappings and
 /// the heap's free memory; returns the bytes advised.
 pub fn release_cold_pages() -> usize {
+    // The daemon's own files first, their dropped pages right after: the fewer pages the
+    // other threads fault back in between, the fewer large folios stay cached.
+    let own = own_file_ranges();
+    page_by_page(&own);
     let advised = page_out(&file_ranges());
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free heap memory to the system.
@@ -78,16 +125,60 @@ pub fn release_cold_pages() -> usize {
     advised
 }
 
+/// Makes the daemon's executable and the NVML library (once loaded) resident page by page:
+/// no read-ahead, and their cached pages that nothing maps dropped, so that a fault maps the
+/// page it needs instead of the cached pages around it. Called before any other thread runs,
+/// and again with every [`release_cold_pages`] (the NVML library is loaded later).
+pub fn own_files_page_by_page() {
+    page_by_page(&own_file_ranges());
+}
+
+/// `MADV_RANDOM` on every mapping (a fault in any of them would otherwise read ahead into
+/// the cache the others fault around in: the executable's data segment is a writable mapping
+/// of the same file), `MADV_PAGEOUT` on the read-only ones, then the files' unmapped cached
+/// pages dropped.
+fn page_by_page(mappings: &[(Range, bool)]) {
+    use std::os::fd::AsRawFd;
+    let mut paths: Vec<&PathBuf> = mappings.iter().map(|((_, _, p), _)| p).collect();
+    paths.sort();
+    paths.dedup();
+    // Opened first: between the page-out and the drop below, the code this thread runs is
+    // the few instructions of these loops, and a page it faults back keeps its whole large
+    // folio cached.
+    let files: Vec<std::fs::File> = paths
+        .iter()
+        .filter_map(|p| std::fs::File::open(p).ok())
+        .collect();
+    for ((start, len, _), writable) in mappings {
+        // SAFETY: (start, len) is a whole file-backed mapping of this process; MADV_RANDOM
+        // only changes how much the kernel reads on a fault; MADV_PAGEOUT, on read-only
+        // mappings only, drops clean pages that are read back from the file when next used.
+        unsafe {
+            libc::madvise(*start as *mut libc::c_void, *len, libc::MADV_RANDOM);
+            if !writable {
+                libc::madvise(*start as *mut libc::c_void, *len, MADV_PAGEOUT);
+            }
+        }
+    }
+    for f in &files {
+        // SAFETY: the descriptor is open for the call; the advice only drops clean, unmapped
+        // cached pages of the file, which are read back from it when needed.
+        unsafe {
+            libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+        }
+    }
+}
+
 /// `MADV_PAGEOUT` on each range; returns the bytes advised.
-fn page_out(ranges: &[(usize, usize)]) -> usize {
+fn page_out(ranges: &[Range]) -> usize {
     let mut advised = 0;
-    for &(start, len) in ranges {
+    for (start, len, _) in ranges {
         // SAFETY: (start, len) is a whole read-only, file-backed mapping of this process, read
         // from /proc/self/maps; MADV_PAGEOUT only drops clean pages, which the kernel reads
         // back from the file on the next access: no memory changes.
-        let rc = unsafe { libc::madvise(start as *mut libc::c_void, len, MADV_PAGEOUT) };
+        let rc = unsafe { libc::madvise(*start as *mut libc::c_void, *len, MADV_PAGEOUT) };
         if rc == 0 {
-            advised += len;
+            advised += *len;
         }
     }
     advised
@@ -119,5 +210,70 @@ mod tests {
         super::release_cold_pages();
         assert_eq!(super::executable_ranges(), exe);
         assert!(kept.iter().all(|&b| b == 7));
+    }
+
+    /// Pages of `len` bytes at `base` that are in the page cache (mincore).
+    fn cached_pages(base: *mut libc::c_void, len: usize) -> usize {
+        let mut vec = vec![0u8; len / 4096];
+        // SAFETY: (base, len) is a live mapping of the test; vec has one byte per page.
+        let rc = unsafe { libc::mincore(base, len, vec.as_mut_ptr()) };
+        assert_eq!(rc, 0, "mincore");
+        vec.iter().filter(|&&b| b & 1 == 1).count()
+    }
+
+    /// With the whole file cached, touching a few scattered pages maps whole runs of cached
+    /// pages around each; after `page_by_page` the cache holds the pages touched since, and
+    /// reading them back gives the same bytes.
+    #[test]
+    fn page_by_page_keeps_only_the_pages_touched() {
+        use std::io::Write;
+        const PAGES: usize = 1024;
+        // Beside the test binary: a disk-backed file system (tmpfs pages cannot be dropped).
+        let dir = std::env::current_exe().expect("exe");
+        let dir = dir.parent().expect("exe dir");
+        let mut file = tempfile::NamedTempFile::new_in(dir).expect("temp file");
+        let data: Vec<u8> = (0..PAGES * 4096).map(|i| (i / 4096) as u8).collect();
+        file.write_all(&data).expect("write");
+        file.as_file().sync_all().expect("sync");
+        let len = data.len();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(file.as_file());
+        // SAFETY: a private read-only mapping of the whole file, unmapped below.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                fd,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        let page = |i: usize| {
+            // SAFETY: i < PAGES: inside the mapping.
+            unsafe { std::ptr::read_volatile((base as *const u8).add(i * 4096)) }
+        };
+        let touched: Vec<usize> = (0..PAGES).step_by(97).collect();
+        (0..PAGES).for_each(|i| {
+            page(i);
+        });
+        assert_eq!(
+            cached_pages(base, len),
+            PAGES,
+            "all cached after a full read"
+        );
+        let range = ((base as usize, len, file.path().to_path_buf()), false);
+        super::page_by_page(std::slice::from_ref(&range));
+        for &i in &touched {
+            assert_eq!(page(i), i as u8);
+        }
+        let cached = cached_pages(base, len);
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(base, len) };
+        assert!(
+            cached <= 2 * touched.len(),
+            "{cached} pages cached after touching {}",
+            touched.len()
+        );
     }
 }

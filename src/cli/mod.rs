@@ -180,6 +180,7 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     if matches!(cli.command, Command::Run(_) | Command::Demo(_)) {
         crate::pages::one_malloc_arena();
+        crate::pages::own_files_page_by_page();
     }
     let default = match &cli.command {
         Command::Run(_) => "info",
