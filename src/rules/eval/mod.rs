@@ -1,5 +1,6 @@
 //! Evaluation of rule conditions over in-memory windows of the stored history.
 
+pub mod column;
 pub mod expr;
 pub mod needs;
 pub mod series;

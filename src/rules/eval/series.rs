@@ -21,6 +21,7 @@
 //! - Only the sums and stacks of the series' [`Stats`] are kept; any other statistic scans
 //!   its window (the same answer up to rounding).
 
+use super::column::Column;
 use super::suffix::SuffixExtreme;
 
 /// Points per block of moment sums.
@@ -110,8 +111,10 @@ struct Change {
 
 #[derive(Debug, Clone, Default)]
 pub struct Series {
-    ts: Vec<i64>,
-    v: Vec<f64>,
+    /// Times of the kept points, in ms after `origin` (4 bytes a point while they fit).
+    ts: Column<u32>,
+    /// Values of the kept points (4 bytes a point while they are exactly `f32`s).
+    v: Column<f32>,
     /// `blocks[b]`: the moments of the kept points `[0, b * BLOCK)` (empty unless the series
     /// keeps a moment statistic).
     blocks: Vec<Moments>,
@@ -175,8 +178,8 @@ impl Series {
         if (s.keep_ms, s.summary_ms, s.stats) == (self.keep_ms, self.summary_ms, self.stats) {
             return false;
         }
-        for (&t, &v) in self.ts.iter().zip(&self.v) {
-            s.push(t, v);
+        for k in 0..self.len() {
+            s.push(self.time(k), self.value(k));
         }
         *self = s;
         true
@@ -191,12 +194,13 @@ impl Series {
     }
 
     pub fn last(&self) -> Option<(i64, f64)> {
-        Some((*self.ts.last()?, *self.v.last()?))
+        let k = self.len().checked_sub(1)?;
+        Some((self.time(k), self.value(k)))
     }
 
     /// Appends a point; ignores NaN/inf and points not newer than the last one.
     pub fn push(&mut self, ts: i64, v: f64) {
-        if !v.is_finite() || self.ts.last().is_some_and(|&l| ts <= l) {
+        if !v.is_finite() || self.last().is_some_and(|(l, _)| ts <= l) {
             return;
         }
         let prev = self.last();
@@ -228,13 +232,13 @@ impl Series {
 
     /// Moments of point `k` (x, y and its counter increase).
     fn point(&self, k: usize) -> (f64, f64, f64) {
-        let y = self.v[k];
-        let inc = match k.checked_sub(1).map(|p| self.v[p]) {
+        let y = self.v.get(k);
+        let inc = match k.checked_sub(1).map(|p| self.v.get(p)) {
             Some(p) if y >= p => y - p,
             Some(_) => y,
             None => 0.0,
         };
-        ((self.ts[k] - self.origin) as f64 / 1000.0, y, inc)
+        (self.ts.get(k) as f64 / 1000.0, y, inc)
     }
 
     /// Appends to the kept points and their sums (not the summaries: `push` did those).
@@ -251,7 +255,7 @@ impl Series {
                 self.changes.reserve_exact(more);
             }
         }
-        let changed = self.v.last().is_some_and(|&p| p != v);
+        let changed = self.v.last().is_some_and(|p| p != v);
         if st.has(Stats::CHANGES) {
             let ch = self.changes.last().copied().unwrap_or(0);
             self.changes.push(ch + u32::from(changed));
@@ -262,7 +266,7 @@ impl Series {
         if st.has(Stats::MIN) {
             self.lo.push_min(ts, v);
         }
-        self.ts.push(ts);
+        self.ts.push(ts - self.origin);
         self.v.push(v);
         if st.any(Stats::MOMENTS) {
             if self.blocks.is_empty() {
@@ -282,8 +286,8 @@ impl Series {
     /// buffer unused until its first prune.
     fn next_capacity(&self) -> usize {
         let n = self.ts.len();
-        let span = match (self.ts.first(), self.ts.last()) {
-            (Some(&a), Some(&b)) if n >= 16 && b > a => (b - a) as f64,
+        let span = match self.ts.last() {
+            Some(b) if n >= 16 && b > 0 => b as f64,
             _ => return (2 * n).max(16),
         };
         let window = (1.5 * self.keep_ms as f64 * n as f64 / span) as usize + 8;
@@ -298,17 +302,17 @@ impl Series {
     /// the point a third of the way in is.
     fn prune(&mut self, now: i64) {
         let third = self.ts.len().div_ceil(3);
-        if third == 0 || self.ts[third - 1] >= now - self.keep_ms {
+        if third == 0 || self.time(third - 1) >= now - self.keep_ms {
             return;
         }
-        let cut = self.ts.partition_point(|&t| t < now - self.keep_ms);
+        let cut = self.first_after(now - self.keep_ms - 1, self.len());
         self.pauses.forget_before(now - self.summary_ms);
-        let ts: Vec<i64> = self.ts.drain(cut..).collect();
-        let v: Vec<f64> = self.v.drain(cut..).collect();
+        let ts: Vec<i64> = (cut..self.len()).map(|k| self.time(k)).collect();
+        let v: Vec<f64> = self.v.iter(cut, self.len()).collect();
         let n = ts.len() + ts.len() / 2 + 4;
         let st = self.stats;
-        self.ts = Vec::with_capacity(n);
-        self.v = Vec::with_capacity(n);
+        self.ts = Column::with_capacity(n);
+        self.v = Column::with_capacity(n);
         self.changes = Vec::with_capacity(if st.has(Stats::CHANGES) { n } else { 0 });
         self.blocks = Vec::new();
         self.total = Moments::default();
@@ -321,9 +325,9 @@ impl Series {
 
     /// Index range `[i, j)` of the points in `(to - w, to]`.
     pub fn range(&self, to: i64, w_ms: i64) -> (usize, usize) {
-        let j = match self.ts.last() {
-            Some(&l) if l <= to => self.ts.len(),
-            _ => self.ts.partition_point(|&t| t <= to),
+        let j = match self.last() {
+            Some((l, _)) if l <= to => self.len(),
+            _ => self.first_after(to, self.len()),
         };
         let i = self.first_after(to - w_ms, j);
         (i, j.max(i))
@@ -333,12 +337,14 @@ impl Series {
     /// spacing, then a gallop to the exact place, so a window of a regularly sampled series
     /// costs a few probes near its start instead of a binary search over the whole buffer.
     fn first_after(&self, bound: i64, j: usize) -> usize {
-        let ts = &self.ts[..j];
-        let n = ts.len();
+        // In the column's terms: ms after the origin.
+        let bound = bound.saturating_sub(self.origin);
+        let ts = &self.ts;
+        let n = j;
         if n < 16 {
-            return ts.partition_point(|&t| t <= bound);
+            return ts.partition_point(0, n, |t| t <= bound);
         }
-        let (first, last) = (ts[0], ts[n - 1]);
+        let (first, last) = (ts.get(0), ts.get(n - 1));
         if bound < first {
             return 0;
         }
@@ -349,11 +355,11 @@ impl Series {
         let guess = (((bound - first) / spacing) as usize + 1).min(n - 1);
         // ts[lo] <= bound < ts[hi] once both ends are found.
         let (mut lo, mut hi);
-        if ts[guess] <= bound {
+        if ts.get(guess) <= bound {
             lo = guess;
             let mut step = 1;
             hi = (guess + step).min(n - 1);
-            while ts[hi] <= bound {
+            while ts.get(hi) <= bound {
                 lo = hi;
                 step *= 2;
                 hi = (hi + step).min(n - 1);
@@ -362,7 +368,7 @@ impl Series {
             hi = guess;
             let mut step = 1;
             lo = guess.saturating_sub(step);
-            while ts[lo] > bound {
+            while ts.get(lo) > bound {
                 hi = lo;
                 if lo == 0 {
                     return 0;
@@ -371,7 +377,7 @@ impl Series {
                 lo = lo.saturating_sub(step);
             }
         }
-        lo + 1 + ts[lo + 1..hi].partition_point(|&t| t <= bound)
+        ts.partition_point(lo + 1, hi, |t| t <= bound)
     }
 
     /// The moments of the kept points `[0, k)`: the nearer block boundary's prefix (or the
@@ -422,7 +428,7 @@ impl Series {
         if self.stats.has(Stats::SUM) {
             self.moments(i, j).sy
         } else {
-            self.v[i..j].iter().sum()
+            self.v.iter(i, j).sum()
         }
     }
 
@@ -440,12 +446,19 @@ impl Series {
         }
     }
 
-    pub fn values(&self, i: usize, j: usize) -> &[f64] {
-        &self.v[i..j]
+    /// The values of `[i, j)`.
+    pub fn values(&self, i: usize, j: usize) -> Vec<f64> {
+        self.v.iter(i, j).collect()
     }
 
-    pub fn times(&self, i: usize, j: usize) -> &[i64] {
-        &self.ts[i..j]
+    /// The value of point `k`.
+    pub fn value(&self, k: usize) -> f64 {
+        self.v.get(k)
+    }
+
+    /// The time of point `k`.
+    pub fn time(&self, k: usize) -> i64 {
+        self.origin + self.ts.get(k)
     }
 
     /// Value changes strictly inside `[i, j)` (the change into point i is not counted).
@@ -456,8 +469,9 @@ impl Series {
         if self.stats.has(Stats::CHANGES) {
             return self.changes[j - 1] - self.changes[i];
         }
-        let v = &self.v[i..j];
-        v.windows(2).filter(|w| w[0] != w[1]).count() as u32
+        (i + 1..j)
+            .filter(|&k| self.v.get(k) != self.v.get(k - 1))
+            .count() as u32
     }
 
     /// Counter increase over `[i, j)` (from point i to point j-1).
@@ -468,9 +482,11 @@ impl Series {
         if self.stats.has(Stats::INCREASE) {
             return self.prefix(j).inc - self.prefix(i + 1).inc;
         }
-        self.v[i..j]
-            .windows(2)
-            .map(|w| if w[1] >= w[0] { w[1] - w[0] } else { w[1] })
+        (i + 1..j)
+            .map(|k| {
+                let (a, b) = (self.v.get(k - 1), self.v.get(k));
+                if b >= a { b - a } else { b }
+            })
             .sum()
     }
 
@@ -484,9 +500,9 @@ impl Series {
         }
         let at = (1..=k)
             .rev()
-            .find(|&k| self.v[k] != self.v[k - 1])
+            .find(|&k| self.v.get(k) != self.v.get(k - 1))
             .unwrap_or(0);
-        Some(self.ts[at])
+        Some(self.time(at))
     }
 
     /// The newest value change strictly inside the window `[i, j)` that starts after
@@ -497,24 +513,26 @@ impl Series {
             let c = self.newest_change?;
             return (c.before > from).then_some((c.at, c.delta));
         }
-        let k = (i + 1..j).rev().find(|&k| self.v[k] != self.v[k - 1])?;
-        Some((self.ts[k], self.v[k] - self.v[k - 1]))
+        let k = (i + 1..j)
+            .rev()
+            .find(|&k| self.v.get(k) != self.v.get(k - 1))?;
+        Some((self.time(k), self.v.get(k) - self.v.get(k - 1)))
     }
 
     /// The largest value of `[i, j)`.
     pub fn max(&self, i: usize, j: usize) -> Option<f64> {
         if j == self.len() && i < j && self.stats.has(Stats::MAX) {
-            return self.hi.from(self.ts[i]);
+            return self.hi.from(self.time(i));
         }
-        self.v[i..j].iter().copied().reduce(f64::max)
+        self.v.iter(i, j).reduce(f64::max)
     }
 
     /// The smallest value of `[i, j)`.
     pub fn min(&self, i: usize, j: usize) -> Option<f64> {
         if j == self.len() && i < j && self.stats.has(Stats::MIN) {
-            return self.lo.from(self.ts[i]);
+            return self.lo.from(self.time(i));
         }
-        self.v[i..j].iter().copied().reduce(f64::min)
+        self.v.iter(i, j).reduce(f64::min)
     }
 
     /// The longest pause, in ms, that ended inside the window `[i, j)` starting after
@@ -532,7 +550,7 @@ impl Series {
         let mut up = false;
         let mut since: Option<i64> = None;
         for k in 1..j {
-            let (a, b) = (self.v[k - 1], self.v[k]);
+            let (a, b) = (self.v.get(k - 1), self.v.get(k));
             if a == b {
                 continue;
             }
@@ -541,10 +559,10 @@ impl Series {
                 && k > i
                 && let Some(s) = since
             {
-                longest = longest.max(self.ts[k] - s);
+                longest = longest.max(self.time(k) - s);
             }
             up = b > a;
-            since = Some(self.ts[k]);
+            since = Some(self.time(k));
         }
         longest as f64
     }
@@ -552,8 +570,8 @@ impl Series {
     /// Bytes held by the series' buffers (capacity, not length).
     pub fn heap_bytes(&self) -> usize {
         use std::mem::size_of;
-        self.ts.capacity() * size_of::<i64>()
-            + self.v.capacity() * size_of::<f64>()
+        self.ts.heap_bytes()
+            + self.v.heap_bytes()
             + self.blocks.capacity() * size_of::<Moments>()
             + self.changes.capacity() * size_of::<u32>()
             + (self.hi.entries() + self.lo.entries() + self.pauses.entries()) * 16
@@ -596,7 +614,7 @@ mod tests {
             };
             s.push(t, k as f64);
         }
-        let ts = s.times(0, s.len()).to_vec();
+        let ts: Vec<i64> = (0..s.len()).map(|k| s.time(k)).collect();
         for bound in (-5_000..t + 5_000).step_by(997) {
             for j in [ts.len(), ts.len() - 1, ts.len() / 2, 3, 0] {
                 let want = ts[..j].partition_point(|&x| x <= bound);
@@ -648,6 +666,40 @@ mod tests {
         }
         assert!(most <= 2_720, "buffer capacity {most}");
         assert!(s.len() >= 1_800, "the window is kept: {}", s.len());
+    }
+
+    #[test]
+    fn points_that_do_not_fit_in_four_bytes_are_kept_exactly() {
+        // Values that are not f32s (a byte count that is no multiple of 8 KiB at 80 GB, a
+        // fraction) and times more than 49 days apart within one window.
+        let day = 86_400_000i64;
+        let mut s = Series::new(100 * day, Stats::ALL);
+        let pts = [
+            (0, 1.0),
+            (10 * day, 85_899_345_921.0),
+            (60 * day, 0.1),
+            (70 * day, 2.0),
+        ];
+        for &(t, v) in &pts {
+            s.push(t, v);
+        }
+        let got: Vec<(i64, f64)> = (0..s.len()).map(|k| (s.time(k), s.value(k))).collect();
+        assert_eq!(got, pts);
+        assert_eq!(s.range(70 * day, 15 * day), (2, 4));
+        assert_eq!(s.max(0, 4), Some(85_899_345_921.0));
+    }
+
+    #[test]
+    fn whole_numbers_cost_four_bytes_a_value() {
+        let mut narrow = Series::new(1_800_000, Stats::NONE);
+        let mut wide = Series::new(1_800_000, Stats::NONE);
+        for k in 0..1800i64 {
+            narrow.push(k * 1000, (k % 100) as f64);
+            wide.push(k * 1000, (k % 100) as f64 + 0.1);
+        }
+        assert_eq!(narrow.value(1799), 99.0);
+        assert_eq!(wide.value(1799), 99.1);
+        assert!(narrow.heap_bytes() * 3 <= wide.heap_bytes() * 2);
     }
 
     #[test]

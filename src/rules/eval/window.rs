@@ -26,11 +26,9 @@ pub fn window(s: &Series, f: WindowFn, to: i64, w_ms: i64) -> Option<f64> {
         _ if n == 0 => return None,
         _ => {}
     }
-    let vals = s.values(i, j);
-    let times = s.times(i, j);
     Some(match f {
-        WindowFn::Last => vals[n - 1],
-        WindowFn::First => vals[0],
+        WindowFn::Last => s.value(j - 1),
+        WindowFn::First => s.value(i),
         WindowFn::Avg => s.sum(i, j) / n as f64,
         WindowFn::Min => s.min(i, j)?,
         WindowFn::Max => s.max(i, j)?,
@@ -39,9 +37,9 @@ pub fn window(s: &Series, f: WindowFn, to: i64, w_ms: i64) -> Option<f64> {
             let m = x.sy / x.n;
             (x.syy / x.n - m * m).max(0.0).sqrt()
         }
-        WindowFn::Delta => vals[n - 1] - vals[0],
+        WindowFn::Delta => s.value(j - 1) - s.value(i),
         WindowFn::Rate => {
-            let dt = (times[n - 1] - times[0]) as f64 / 1000.0;
+            let dt = (s.time(j - 1) - s.time(i)) as f64 / 1000.0;
             if dt <= 0.0 {
                 return None;
             }
@@ -51,8 +49,8 @@ pub fn window(s: &Series, f: WindowFn, to: i64, w_ms: i64) -> Option<f64> {
             let since = s.last_change(j)?.max(to - w_ms);
             (to - since) as f64 / 1000.0
         }
-        WindowFn::Age => (to - times[n - 1]) as f64 / 1000.0,
-        WindowFn::Span => (times[n - 1] - times[0]) as f64 / 1000.0,
+        WindowFn::Age => (to - s.time(j - 1)) as f64 / 1000.0,
+        WindowFn::Span => (s.time(j - 1) - s.time(i)) as f64 / 1000.0,
         WindowFn::MaxUnchangedFor => s.longest_pause(i, j, to - w_ms) / 1000.0,
         WindowFn::LastChange => s.last_step(i, j, to - w_ms)?.1,
         WindowFn::Slope => stats::fit(&s.sums(i, j, to))?.slope,
@@ -87,7 +85,7 @@ pub fn stats_for(f: WindowFn) -> Stats {
 
 pub fn quantile(s: &Series, q: f64, to: i64, w_ms: i64) -> Option<f64> {
     let (i, j) = s.range(to, w_ms);
-    stats::quantile(&mut s.values(i, j).to_vec(), q)
+    stats::quantile(&mut s.values(i, j), q)
 }
 
 /// The least-squares fit's value `horizon_ms` after `to`.
