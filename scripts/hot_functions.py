@@ -3,9 +3,10 @@
 
 usage: hot_functions.py LINK_MAP FAULTS
 
-LINK_MAP is lld's -Map output; FAULTS is `perf script -F time,event,addr` of major faults and
-`madvise` calls. Faults before the last `madvise` (the daemon's page-out after start-up,
-which dropped every page it had mapped) are start-up's and are ignored.
+LINK_MAP is lld's -Map output; FAULTS is `perf script -F time,event,addr` (and `trace`) of major
+faults and `madvise` calls. Faults before the last `MADV_PAGEOUT` (behavior
+0x15: the daemon's page-out after start-up, which dropped every page it had mapped) are
+start-up's and are ignored; so the recording must end before the next page-out (ten minutes).
 Prints one symbol per line, in the order their pages first faulted: the names the linker's
 --symbol-ordering-file takes (a function section `.text.NAME` defines the symbol NAME).
 """
@@ -51,14 +52,15 @@ def main():
             except ValueError:
                 continue
             if "madvise" in line:
-                released = t
+                if "behavior: 0x00000015" in line:
+                    released = t
             elif "major-faults" in line:
                 try:
                     faults.append((t, int(parts[-1], 16)))
                 except ValueError:
                     continue
     if released is None:
-        sys.exit("no madvise in the recording: did the daemon run past its first page-out?")
+        sys.exit("no MADV_PAGEOUT in the recording: did the daemon run past its first page-out?")
     sections = text_sections(map_path)
     starts = [s for s, _, _ in sections]
     lo, hi = (sections[0][0], sections[-1][1]) if sections else (0, 0)
