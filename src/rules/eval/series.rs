@@ -280,9 +280,9 @@ impl Series {
         }
     }
 
-    /// The buffers' next size while a window fills: what the points seen so far say 1.5
-    /// windows hold (the most a buffer holds between prunes), never more than double, at
-    /// least a quarter more. Doubling blindly would leave up to half of every full window's
+    /// The buffers' next size while a window fills: what the points seen so far say 4/3 of a
+    /// window holds (the most a buffer holds between prunes), never more than double, at
+    /// least an eighth more. Doubling blindly would leave up to half of every full window's
     /// buffer unused until its first prune.
     fn next_capacity(&self) -> usize {
         let n = self.ts.len();
@@ -290,26 +290,26 @@ impl Series {
             Some(b) if n >= 16 && b > 0 => b as f64,
             _ => return (2 * n).max(16),
         };
-        let window = (1.5 * self.keep_ms as f64 * n as f64 / span) as usize + 8;
-        window.clamp(n + n / 4 + 1, 2 * n)
+        let window = (4.0 / 3.0 * self.keep_ms as f64 * n as f64 / span) as usize + 8;
+        window.clamp(n + n / 8 + 1, 2 * n)
     }
 
-    /// Drops points older than `keep_ms` before `now` when a third of the buffer is dead
-    /// (amortised: two pushes of work per push), and summaries older than `summary_ms`.
-    /// The buffers are then sized for the kept points plus the half more that arrive before
-    /// the next prune, so a full window holds at most 1.5 windows of points and never grows
-    /// by doubling. The test is one comparison: a third of the buffer is dead exactly when
-    /// the point a third of the way in is.
+    /// Drops points older than `keep_ms` before `now` when a quarter of the buffer is dead
+    /// (amortised: three pushes of work per push), and summaries older than `summary_ms`.
+    /// The buffers are then sized for the kept points plus the third more that arrive before
+    /// the next prune, so a full window holds at most 4/3 of a window of points and never
+    /// grows by doubling. The test is one comparison: a quarter of the buffer is dead exactly
+    /// when the point a quarter of the way in is.
     fn prune(&mut self, now: i64) {
-        let third = self.ts.len().div_ceil(3);
-        if third == 0 || self.time(third - 1) >= now - self.keep_ms {
+        let quarter = self.ts.len().div_ceil(4);
+        if quarter == 0 || self.time(quarter - 1) >= now - self.keep_ms {
             return;
         }
         let cut = self.first_after(now - self.keep_ms - 1, self.len());
         self.pauses.forget_before(now - self.summary_ms);
         let ts: Vec<i64> = (cut..self.len()).map(|k| self.time(k)).collect();
         let v: Vec<f64> = self.v.iter(cut, self.len()).collect();
-        let n = ts.len() + ts.len() / 2 + 4;
+        let n = ts.len() + ts.len() / 3 + 4;
         let st = self.stats;
         self.ts = Column::with_capacity(n);
         self.v = Column::with_capacity(n);
@@ -656,7 +656,7 @@ mod tests {
 
     #[test]
     fn a_full_window_never_holds_more_than_its_bound() {
-        // 30 minutes at 1 s: at most 1.5 windows of points between prunes, and the buffers
+        // 30 minutes at 1 s: at most 4/3 of a window of points between prunes, and the buffers
         // sized for that, not doubled past it.
         let mut s = Series::new(1_800_000, Stats::ALL);
         let mut most = 0;
@@ -664,7 +664,7 @@ mod tests {
             s.push(k * 1000, (k % 17) as f64);
             most = most.max(s.ts.capacity());
         }
-        assert!(most <= 2_720, "buffer capacity {most}");
+        assert!(most <= 2_420, "buffer capacity {most}");
         assert!(s.len() >= 1_800, "the window is kept: {}", s.len());
     }
 
