@@ -4,9 +4,10 @@
 //! time and a value of 8 bytes each, the default rules' windows were most of the daemon's
 //! heap after an hour (4.8 MB on 8 GPUs × 4 processes). Yet what they hold is small: times
 //! within hours of each other and values that are whole numbers (utilisation, temperatures,
-//! clocks, milliwatts, memory in MiB or KiB). A [`Column`] keeps them in 4 bytes — times as
-//! `u32` milliseconds after the series' origin (49 days), values as `f32` when the `f32` is
-//! the same number — and switches to 8 bytes, for good, at the first value that does not fit.
+//! clocks, milliwatts) or memory in MiB (exact as an `f32` for any multiple of 8 KiB below
+//! 128 GiB). A [`Column`] keeps them in 4 bytes — times as `u32` milliseconds after the
+//! series' origin (49 days), values as `f32` when the `f32` is the same number — and switches
+//! to 8 bytes at the first value that does not fit, until the column is rebuilt.
 //!
 //! Invariants: [`Column::get`] returns exactly what was pushed (a value is narrowed only when
 //! widening it gives it back bit for bit), so no result of a rule depends on the storage; a
