@@ -31,9 +31,8 @@ mkdir -p "$work/gw"
 cp target/release/gpuwatch "$work/gwbin"
 cp target/release/libgpuwatch_fake_nvml.so "$work/gw/libnvidia-ml.so.1"
 cp scenarios/healthy-8gpu.toml "$work/gw/gpuwatch-scenario.toml"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-closed=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-sink_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+port=$(free_port); closed=$(free_port); sink_port=$(free_port)
 python3 benches/rw_sink.py "$sink_port" & sink_pid=$!
 printf 'http://127.0.0.1:%s/hook\n' "$closed" > "$work/webhook-url"
 cat > "$work/gpuwatch.toml" <<CFG

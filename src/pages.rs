@@ -50,12 +50,12 @@ fn executable_ranges() -> Vec<Range> {
     let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
         return Vec::new();
     };
-    file_mappings(|path| path == exe, false)
+    read_only_mappings(|path| path == exe)
 }
 
 /// The read-only mappings of files (the executable, shared libraries).
 fn file_ranges() -> Vec<Range> {
-    file_mappings(|path| path.is_absolute(), false)
+    read_only_mappings(|path| path.is_absolute())
 }
 
 /// The mappings, writable ones too, of the files only the daemon needs: its executable and the
@@ -71,11 +71,11 @@ fn own_file_ranges() -> Vec<(Range, bool)> {
     })
 }
 
-/// The mappings of the files `wanted` selects, the writable ones only if `writable`.
-fn file_mappings(wanted: impl Fn(&std::path::Path) -> bool, writable: bool) -> Vec<Range> {
+/// The read-only mappings of the files `wanted` selects.
+fn read_only_mappings(wanted: impl Fn(&std::path::Path) -> bool) -> Vec<Range> {
     mappings(wanted)
         .into_iter()
-        .filter(|(_, w)| writable || !w)
+        .filter(|(_, writable)| !writable)
         .map(|(r, _)| r)
         .collect()
 }
@@ -115,8 +115,13 @@ pub fn release_cold_pages() -> usize {
     // The daemon's own files first, their dropped pages right after: the fewer pages the
     // other threads fault back in between, the fewer large folios stay cached.
     let own = own_file_ranges();
-    page_by_page(&own);
-    let advised = page_out(&file_ranges());
+    let own_bytes = page_by_page(&own);
+    // The other files' (shared libraries'); the daemon's own were paged out just above.
+    let others: Vec<Range> = file_ranges()
+        .into_iter()
+        .filter(|(_, _, path)| !own.iter().any(|((_, _, p), _)| p == path))
+        .collect();
+    let advised = own_bytes + page_out(&others);
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free heap memory to the system.
     unsafe {
@@ -136,8 +141,8 @@ pub fn own_files_page_by_page() {
 /// `MADV_RANDOM` on every mapping (a fault in any of them would otherwise read ahead into
 /// the cache the others fault around in: the executable's data segment is a writable mapping
 /// of the same file), `MADV_PAGEOUT` on the read-only ones, then the files' unmapped cached
-/// pages dropped.
-fn page_by_page(mappings: &[(Range, bool)]) {
+/// pages dropped; returns the bytes paged out.
+fn page_by_page(mappings: &[(Range, bool)]) -> usize {
     use std::os::fd::AsRawFd;
     let mut paths: Vec<&PathBuf> = mappings.iter().map(|((_, _, p), _)| p).collect();
     paths.sort();
@@ -149,17 +154,19 @@ fn page_by_page(mappings: &[(Range, bool)]) {
         .iter()
         .filter_map(|p| std::fs::File::open(p).ok())
         .collect();
-    for ((start, len, _), writable) in mappings {
+    for ((start, len, _), _) in mappings {
         // SAFETY: (start, len) is a whole file-backed mapping of this process; MADV_RANDOM
-        // only changes how much the kernel reads on a fault; MADV_PAGEOUT, on read-only
-        // mappings only, drops clean pages that are read back from the file when next used.
+        // only changes how much the kernel reads on a fault.
         unsafe {
             libc::madvise(*start as *mut libc::c_void, *len, libc::MADV_RANDOM);
-            if !writable {
-                libc::madvise(*start as *mut libc::c_void, *len, MADV_PAGEOUT);
-            }
         }
     }
+    let read_only: Vec<Range> = mappings
+        .iter()
+        .filter(|(_, writable)| !writable)
+        .map(|(r, _)| r.clone())
+        .collect();
+    let paged = page_out(&read_only);
     for f in &files {
         // SAFETY: the descriptor is open for the call; the advice only drops clean, unmapped
         // cached pages of the file, which are read back from it when needed.
@@ -167,6 +174,7 @@ fn page_by_page(mappings: &[(Range, bool)]) {
             libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
         }
     }
+    paged
 }
 
 /// `MADV_PAGEOUT` on each range; returns the bytes advised.
