@@ -61,6 +61,11 @@ const RELEASE_STARTUP_PAGES_AFTER: u64 = 30;
 const WRITER_CACHE_KIB: i64 = 1024;
 /// ...and how often pages are given back after that (what rare paths faulted in since).
 const RELEASE_COLD_PAGES_EVERY: Duration = Duration::from_secs(600);
+/// How often the heap's free pages are given back between two page-outs (a quarter of a
+/// millisecond each): what a burst of work freed in the middle of the heap (a retried
+/// delivery, a large query of the API) does not stay resident for ten minutes. The debug log
+/// line says what the heap holds (`--log warn,gpuwatch::daemon=debug`).
+const TRIM_HEAP_EVERY: Duration = Duration::from_secs(60);
 
 /// Called with every batch after it was handed to the writer (the demo prints from it).
 pub type BatchObserver = Box<dyn FnMut(&TickBatch) + Send>;
@@ -328,6 +333,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     tracing::info!(gpus = sampler.gpu_count(), interval = ?ticker.interval(), db = %config.database.display(), "sampling");
 
     let mut released: Option<std::time::Instant> = None;
+    let mut trimmed = std::time::Instant::now();
     while let Some((tick, at)) = ticker.next_due(&stop) {
         let timing = crate::sampler::Timing {
             at,
@@ -377,6 +383,17 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
             released = Some(std::time::Instant::now());
             let bytes = crate::pages::release_cold_pages();
             tracing::debug!(bytes, "gave back the pages of code and data not in use");
+            trimmed = std::time::Instant::now();
+        } else if trimmed.elapsed() >= TRIM_HEAP_EVERY && !ticker.simulated() {
+            trimmed = std::time::Instant::now();
+            crate::pages::trim_heap();
+            let took = trimmed.elapsed();
+            let heap = crate::pages::heap_bytes();
+            tracing::debug!(
+                ?took,
+                ?heap,
+                "gave back the heap's free pages (in use, free, mapped)"
+            );
         }
     }
 

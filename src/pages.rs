@@ -4,8 +4,9 @@
 //! scrape, a report of the NVML library) faulted in since. `MADV_PAGEOUT` (Linux 5.4+) on the
 //! read-only file mappings — the executable and the shared libraries, NVML's included —
 //! reclaims their clean pages; what the daemon keeps running is faulted back in within a tick
-//! or two. The heap's free chunks are given back with them (`malloc_trim`). The daemon does
-//! this after 30 ticks and then every ten minutes.
+//! or two. The daemon does this after 30 ticks and then every ten minutes; the heap's free
+//! pages are given back (`malloc_trim`, [`trim_heap`]) with each page-out and every minute
+//! between them.
 //!
 //! A fault maps more than the page it needs: the kernel maps every cached page of the file up
 //! to 64 KiB around it (fault-around, a system setting) and reads ahead around a page it has
@@ -14,14 +15,15 @@
 //! the executable cached, every hot function keeps the 64 KiB around it resident: scattered
 //! over 10 MB of code, a few hundred of them kept ~5 MiB resident. What decides the resident
 //! code is therefore where the hot functions lie: `build.rs` has the linker put the ones the
-//! running daemon executes (`link/hot-functions.txt`) side by side, and the windows around
-//! them are then mostly hot code. For the data of the files only the daemon needs — the
-//! executable's read-only data and the NVML library — [`own_files_page_by_page`] does stop
-//! read-ahead (`MADV_RANDOM`) and drops their cached pages that nothing maps
-//! (`MADV_PAGEOUT`, then `POSIX_FADV_DONTNEED`) before any other thread runs: a fault there
-//! maps the page it needs, not the 64 KiB around it. The cost: after each page-out the hot
-//! pages are read back (a few hundred 4 KiB reads every ten minutes). Shared libraries (libc,
-//! libm) are left cached: other processes map them.
+//! running daemon executes (`link/hot-functions.txt`: the ~480 functions a plain daemon calls
+//! after start-up, 0.8 MB, then the ~900 more the fleet features call, 1.2 MB) side by side,
+//! and the windows around them are then hot code. For the data of the files only the
+//! daemon needs — the executable's read-only data and the NVML library —
+//! [`own_files_page_by_page`] does stop read-ahead (`MADV_RANDOM`) and drops their cached
+//! pages that nothing maps (`MADV_PAGEOUT`, then `POSIX_FADV_DONTNEED`) before any other
+//! thread runs: a fault there maps the page it needs, not the 64 KiB around it. The cost:
+//! after each page-out the hot pages are read back (a few hundred 4 KiB reads every ten
+//! minutes). Shared libraries (libc, libm) are left cached: other processes map them.
 //!
 //! Invariants: only file-backed mappings are advised and only the read-only ones are paged
 //! out (never the heap, a stack or writable data: `MADV_RANDOM`, the only advice a writable
@@ -34,7 +36,8 @@
 //! of its own (up to 8 per core), and the daemon's dozen threads each keep their arena's
 //! freed, fragmented memory resident — about 5 MiB of RSS on 8 GPUs for no speed the daemon
 //! needs (its threads allocate little, and mostly not at the same moment). [`one_malloc_arena`]
-//! limits glibc to one arena before any thread starts.
+//! limits glibc to one arena before any thread starts, and fixes the thresholds at which a
+//! large block is mapped on its own and the heap's free top given back.
 
 use std::path::PathBuf;
 
@@ -122,12 +125,31 @@ pub fn release_cold_pages() -> usize {
         .filter(|(_, _, path)| !own.iter().any(|((_, _, p), _)| p == path))
         .collect();
     let advised = own_bytes + page_out(&others);
+    trim_heap();
+    advised
+}
+
+/// The heap's bytes in use, free (within the heap) and in mmapped blocks, from glibc
+/// (`mallinfo2`); `None` with another C library.
+pub fn heap_bytes() -> Option<(usize, usize, usize)> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 only reads malloc's counters.
+        let m = unsafe { libc::mallinfo2() };
+        Some((m.uordblks, m.fordblks, m.hblkhd))
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    None
+}
+
+/// Gives the heap's free pages back to the system (`malloc_trim`: the free chunks' whole
+/// pages, wherever they lie in the heap, not only its top). With glibc only; a no-op elsewhere.
+pub fn trim_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free heap memory to the system.
     unsafe {
         libc::malloc_trim(0);
     }
-    advised
 }
 
 /// Makes the daemon's executable and the NVML library (once loaded) resident page by page:
@@ -192,14 +214,26 @@ fn page_out(ranges: &[Range]) -> usize {
     advised
 }
 
-/// Makes glibc's malloc serve every thread from the main arena (`M_ARENA_MAX` = 1). Called
-/// by the daemon commands before they start a thread; other C libraries are left as they are.
+/// Blocks at least this large that the heap's free top cannot hold are mapped on their own.
+const MMAP_THRESHOLD: libc::c_int = 64 * 1024;
+
+/// Makes glibc's malloc serve every thread from the main arena (`M_ARENA_MAX` = 1), and fixes
+/// its thresholds (`M_MMAP_THRESHOLD` = 64 KiB). By default glibc maps a block of 128 KiB or
+/// more that the heap cannot hold on its own, and raises that threshold to the size of each
+/// mapped block freed (up to 32 MiB) and the one for giving back the heap's free top to twice
+/// that: after the first history document, scrape answer or remote-write snapshot (70–200
+/// KiB, every 15 to 60 s) is freed, the next ones grow the heap, and what they leave there
+/// stays resident. Fixed, such blocks are mapped and unmapped when freed, and a free top above
+/// 128 KiB is given back (about 1 MiB less at the hour with the fleet features on,
+/// docs/BENCHMARKS.md §7). Called by the daemon commands before they start a thread; other C
+/// libraries are left as they are.
 pub fn one_malloc_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes malloc's tuning; it is called before any other thread
-    // exists, and M_ARENA_MAX takes any positive value.
+    // exists, M_ARENA_MAX takes any positive value and M_MMAP_THRESHOLD any up to 32 MiB.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 1);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
     }
 }
 
