@@ -7,8 +7,8 @@
 //! has the measurements.
 //!
 //! It also hands the linker `link/hot-functions.txt`, the functions the running daemon
-//! executes every tick (`scripts/hot-functions.sh` finds them), so that they are laid out
-//! next to each other: the daemon's resident code is then those pages, not every 64 KiB
+//! executes after start-up (`scripts/hot-functions.sh` counts their calls), so that they are
+//! laid out next to each other: the daemon's resident code is then those pages, not every 64 KiB
 //! around a hot function scattered over 12 MB of code. The order is a hint: a name that the
 //! build does not have is skipped, so a stale list only costs memory, never a build.
 //! `GPUWATCH_LINK_MAP=FILE` also writes the linker's map (what `hot-functions.sh` reads).
