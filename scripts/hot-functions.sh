@@ -68,6 +68,8 @@ config() {
 database = "$work/$1.db"
 nvml_library = "$work/gw/libnvidia-ml.so.1"
 interval = "1s"
+# The inventory (every 5 minutes by default) runs within each phase, so its code is listed.
+inventory_interval = "60s"
 max_db_size = "2GiB"
 [http]
 listen = "127.0.0.1:$port"
@@ -92,9 +94,9 @@ phase() {  # plain|fleet  calls|faults
     exe=$work/gwfault
     echo 0 > "$ra_file"
   fi
+  [ "$1" = fleet ] && { python3 benches/rw_sink.py "$sink_port" & sink_pid=$!; }
   "$exe" run --config "$work/$1.toml" --log warn & gw_pid=$!
   if [ "$1" = fleet ]; then
-    python3 benches/rw_sink.py "$sink_port" & sink_pid=$!
     ( n=0; while sleep 15; do
         for path in metrics api/v1/status; do
           curl -sf -o /dev/null "http://127.0.0.1:$port/$path" || true
