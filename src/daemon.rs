@@ -387,11 +387,10 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         } else if trimmed.elapsed() >= TRIM_HEAP_EVERY && !ticker.simulated() {
             trimmed = std::time::Instant::now();
             crate::pages::trim_heap();
-            let took = trimmed.elapsed();
-            let heap = crate::pages::heap_bytes();
+            // The fields are evaluated only when the line is logged (mallinfo2 walks the bins).
             tracing::debug!(
-                ?took,
-                ?heap,
+                took = ?trimmed.elapsed(),
+                heap = ?crate::pages::heap_bytes(),
                 "gave back the heap's free pages (in use, free, mapped)"
             );
         }

@@ -16,7 +16,7 @@
 //! over 10 MB of code, a few hundred of them kept ~5 MiB resident. What decides the resident
 //! code is therefore where the hot functions lie: `build.rs` has the linker put the ones the
 //! running daemon executes (`link/hot-functions.txt`: the ~480 functions a plain daemon calls
-//! after start-up, 0.8 MB, then the ~900 more the fleet features call, 1.2 MB) side by side,
+//! after start-up, 0.7 MB, then the ~900 more the fleet features call, 1.2 MB) side by side,
 //! and the windows around them are then hot code. For the data of the files only the
 //! daemon needs — the executable's read-only data and the NVML library —
 //! [`own_files_page_by_page`] does stop read-ahead (`MADV_RANDOM`) and drops their cached
@@ -224,8 +224,9 @@ const MMAP_THRESHOLD: libc::c_int = 64 * 1024;
 /// that: after the first history document, scrape answer or remote-write snapshot (70–200
 /// KiB, every 15 to 60 s) is freed, the next ones grow the heap, and what they leave there
 /// stays resident. Fixed, such blocks are mapped and unmapped when freed, and a free top above
-/// 128 KiB is given back (about 1 MiB less at the hour with the fleet features on,
-/// docs/BENCHMARKS.md §7). Called by the daemon commands before they start a thread; other C
+/// 128 KiB is given back (about 1 MiB less at the hour with the fleet features on, for ~80 µs
+/// more CPU per `/metrics` scrape, whose buffers are now mapped afresh: docs/BENCHMARKS.md
+/// §7). Called by the daemon commands before they start a thread; other C
 /// libraries are left as they are.
 pub fn one_malloc_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
