@@ -117,9 +117,8 @@ def order(map_path, phases, then):
     sections = text_sections(map_path)
     seen, names = set(), []
 
-    def add(n):
-        name = sections[n][2]
-        if name not in seen:
+    def add(name):
+        if name and name not in seen:
             seen.add(name)
             names.append(name)
 
@@ -127,17 +126,14 @@ def order(map_path, phases, then):
         files = phase.split(",")
         b, a = hits(files[0]), hits(files[1])
         for n in faulted(files[2], sections) if len(files) > 2 else []:
-            add(n)
+            add(sections[n][2])
         ran = {n: a[n] - b.get(n, 0) for n in a if a[n] > b.get(n, 0)}
         for n, _ in sorted(ran.items(), key=lambda kv: (-kv[1], kv[0])):
-            add(n)
+            add(sections[n][2])
     if then:
         with open(then) as f:
             for line in f:
-                name = line.strip()
-                if name and name not in seen:
-                    seen.add(name)
-                    names.append(name)
+                add(line.strip())
     print("\n".join(names))
 
 
