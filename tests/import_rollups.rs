@@ -56,12 +56,16 @@ fn log(gpus: usize, from_ms: u64, to_ms: u64, step_ms: u64) -> String {
 }
 
 fn import(db: &Path, dir: &Path, name: &str, text: &str) -> Summary {
+    import_as(db, dir, name, text, "node1")
+}
+
+fn import_as(db: &Path, dir: &Path, name: &str, text: &str, host: &str) -> Summary {
     let file: PathBuf = dir.join(name);
     std::fs::write(&file, text).unwrap();
     let store = gpuwatch::store::open(db, &gpuwatch::store::StoreConfig::new("node1")).unwrap();
     let opts = Options {
         zone: Zone::parse(Some("UTC")).unwrap(),
-        host: Some("node1".into()),
+        host: Some(host.into()),
         columns: None,
         strict: true,
     };
@@ -159,4 +163,78 @@ fn an_import_over_stored_samples_is_rolled_up_from_all_the_rows() {
         )
         .unwrap();
     assert_eq!(n, 120, "minute 2 has 60 rows of each import");
+}
+
+/// One UUID under two hosts (the same boards' log imported under two names, one of them half a
+/// minute later): `gpu_rollups` in `ORDER BY gpu_uuid, ts_ms` gives each UUID's minutes of both
+/// hosts interleaved by time, every row once, read from the index in that order (no sort in
+/// the plan), with the live rollups' rows (recomputed) as with the import's.
+#[test]
+fn gpu_rollups_in_uuid_then_time_order_need_no_sort_with_a_uuid_under_two_hosts() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("g.db");
+    import_as(&db, dir.path(), "a.csv", &log(2, 0, 240_000, 1000), "node1");
+    import_as(
+        &db,
+        dir.path(),
+        "b.csv",
+        &log(2, 30_000, 300_000, 1000),
+        "node2",
+    );
+    let mut store =
+        gpuwatch::store::open(&db, &gpuwatch::store::StoreConfig::new("node1")).unwrap();
+    store.rollup_range(0, i64::MAX / 2).unwrap();
+    drop(store);
+    let q = "SELECT gpu_uuid, ts_ms, host, temp_c_max FROM gpu_rollups \
+             WHERE ts_ms >= ?1 ORDER BY gpu_uuid, ts_ms";
+    let c = gpuwatch::store::open_read_only(&db).unwrap();
+    let plan: Vec<String> = c
+        .prepare(&format!("EXPLAIN QUERY PLAN {q}"))
+        .unwrap()
+        .query_map([T0_MS], |r| r.get(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(
+        !plan.iter().any(|step| step.contains("TEMP B-TREE")),
+        "the view's order should come from rollups_1m_common: {plan:?}"
+    );
+    type Row = (String, i64, String, Option<i64>);
+    let read = |sql: &str| -> Vec<Row> {
+        c.prepare(sql)
+            .unwrap()
+            .query_map([T0_MS], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let got = read(q);
+    // The same rows from the table itself, through `gpus` and `hosts`.
+    let mut want = read(
+        "SELECT g.uuid, r.ts_ms, h.name, r.temp_max FROM rollups_1m r \
+         JOIN gpus g ON g.id = r.gpu_id JOIN hosts h ON h.id = g.host_id WHERE r.ts_ms >= ?1",
+    );
+    assert_eq!(
+        want.len(),
+        2 * 4 + 2 * 5,
+        "node1: minutes 0-3, node2: minutes 0-4"
+    );
+    assert!(
+        got.windows(2)
+            .all(|w| (&w[0].0, w[0].1) <= (&w[1].0, w[1].1)),
+        "not in UUID-then-time order: {got:?}"
+    );
+    let mut sorted = got.clone();
+    sorted.sort();
+    want.sort();
+    assert_eq!(sorted, want);
+    // Both hosts' rows of a minute are there, next to each other.
+    let minute_1: Vec<&str> = got
+        .iter()
+        .filter(|r| r.0.starts_with("GPU-00000001") && r.1 == T0_MS + 60_000)
+        .map(|r| r.2.as_str())
+        .collect();
+    assert_eq!(minute_1.len(), 2, "{got:?}");
 }

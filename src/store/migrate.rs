@@ -105,6 +105,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "analysis",
         sql: include_str!("../../migrations/0016_analysis.sql"),
     },
+    Migration {
+        version: 17,
+        name: "rollups_by_uuid",
+        sql: include_str!("../../migrations/0017_rollups_by_uuid.sql"),
+    },
 ];
 
 /// The schema version this binary writes and reads: the highest migration's.

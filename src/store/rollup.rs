@@ -78,8 +78,8 @@ pub(super) static COLUMNS: LazyLock<Vec<String>> = LazyLock::new(|| {
     cols
 });
 
-/// `INSERT OR REPLACE` of one rollup row into `table` (`rollups_1m`, or an import's staging
-/// copy of it).
+/// `INSERT OR REPLACE` of one rollup row into `table`, an import's staging copy of
+/// `rollups_1m` (whose `uuid_id` stays NULL until the publish).
 pub(super) fn insert_sql(table: &str) -> String {
     let marks: Vec<String> = (1..=COLUMNS.len()).map(|i| format!("?{i}")).collect();
     format!(
@@ -89,7 +89,20 @@ pub(super) fn insert_sql(table: &str) -> String {
     )
 }
 
-static INSERT_SQL: LazyLock<String> = LazyLock::new(|| insert_sql("rollups_1m"));
+/// The `gpu_uuids.id` of GPU `?2`'s UUID: `rollups_1m.uuid_id`, the key of the view's
+/// UUID-then-time order (migration 17).
+pub(super) const UUID_ID_OF_GPU_2: &str =
+    "(SELECT u.id FROM gpus g JOIN gpu_uuids u ON u.uuid = g.uuid WHERE g.id = ?2)";
+
+/// [`insert_sql`] of `rollups_1m` itself, which also stores the GPU's [`UUID_ID_OF_GPU_2`].
+static INSERT_SQL: LazyLock<String> = LazyLock::new(|| {
+    let marks: Vec<String> = (1..=COLUMNS.len()).map(|i| format!("?{i}")).collect();
+    format!(
+        "INSERT OR REPLACE INTO rollups_1m (uuid_id, {}) VALUES ({UUID_ID_OF_GPU_2}, {})",
+        COLUMNS.join(", "),
+        marks.join(", ")
+    )
+});
 
 /// The values a rollup aggregates, in [`METRICS`] then [`EXTRAS`] order.
 pub(super) const VALUES: usize = METRICS.len() + EXTRAS.len();

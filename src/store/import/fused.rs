@@ -155,9 +155,10 @@ pub(super) fn publish_gpu(
 ) -> Result<usize, StoreError> {
     let rest = &rollup::COLUMNS[2..];
     let sql = format!(
-        "INSERT OR REPLACE INTO rollups_1m ({}) SELECT ts_ms, ?2, {} FROM gw_imp_rollups
-         WHERE gpu_id = ?1 ORDER BY ts_ms",
+        "INSERT OR REPLACE INTO rollups_1m (uuid_id, {}) SELECT {}, ts_ms, ?2, {}
+         FROM gw_imp_rollups WHERE gpu_id = ?1 ORDER BY ts_ms",
         rollup::COLUMNS.join(", "),
+        rollup::UUID_ID_OF_GPU_2,
         rest.join(", ")
     );
     let n = conn
