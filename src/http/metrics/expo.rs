@@ -218,7 +218,13 @@ fn escape_value(s: &str, out: &mut String) {
 
 /// Writes `families` in `format`.
 pub fn encode(families: &[Family], format: Format) -> String {
-    let mut out = String::with_capacity(64 * 1024);
+    let mut out = String::new();
+    encode_into(families, format, &mut out);
+    out
+}
+
+/// [`encode`] appended to `out` (a scrape reuses one buffer: `Scraper::scrape`).
+pub fn encode_into(families: &[Family], format: Format, out: &mut String) {
     for f in families.iter().filter(|f| !f.samples.is_empty()) {
         let (type_name, sample_base): (&str, Cow<str>) = match (f.kind, format) {
             (Kind::Gauge, _) => ("gauge", f.name.clone()),
@@ -239,7 +245,7 @@ pub fn encode(families: &[Family], format: Format) -> String {
         out.push_str("# HELP ");
         out.push_str(family_name);
         out.push(' ');
-        escape_help(&f.help, &mut out);
+        escape_help(&f.help, out);
         out.push('\n');
         let _ = writeln!(out, "# TYPE {family_name} {type_name}");
         if let (Format::OpenMetrics, Some(unit)) = (format, f.unit) {
@@ -257,7 +263,7 @@ pub fn encode(families: &[Family], format: Format) -> String {
                     }
                     out.push_str(k);
                     out.push_str("=\"");
-                    escape_value(v, &mut out);
+                    escape_value(v, out);
                     out.push('"');
                 }
                 out.push('}');
@@ -270,7 +276,6 @@ pub fn encode(families: &[Family], format: Format) -> String {
     if format == Format::OpenMetrics {
         out.push_str("# EOF\n");
     }
-    out
 }
 
 #[cfg(test)]

@@ -16,8 +16,10 @@ mod health;
 mod own;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
+use axum::body::Bytes;
 use rusqlite::Connection;
 
 use crate::config::Config;
@@ -88,6 +90,21 @@ pub struct Scraper {
     last_xid: HashMap<String, i64>,
     /// The health series' label sets, kept between scrapes.
     health_labels: health::LabelCache,
+    /// The last answer's text, kept for the next one: the body of a scrape (70 kB with 8
+    /// GPUs) is over malloc's fixed mmap threshold (`pages::one_malloc_arena`), so a fresh
+    /// buffer was mapped, faulted in and unmapped at every scrape. The response shares it
+    /// ([`Answer`]); by the next scrape the server has dropped it, and it is written again in
+    /// place (a new one only while a slow client still holds the last).
+    answer: Arc<String>,
+}
+
+/// A scrape's body: the [`Scraper`]'s kept buffer, shared with the response until it is sent.
+struct Answer(Arc<String>);
+
+impl AsRef<[u8]> for Answer {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
 }
 
 impl Scraper {
@@ -99,12 +116,22 @@ impl Scraper {
         health: &Health,
         now_ms: i64,
         format: Format,
-    ) -> Result<String, StoreError> {
+    ) -> Result<Bytes, StoreError> {
         let started = Instant::now();
         let families = self.collect(cfg, health, now_ms)?;
-        let text = expo::encode(&families, format);
+        if Arc::get_mut(&mut self.answer).is_none() {
+            self.answer = Arc::new(String::new());
+        }
+        let body = match Arc::get_mut(&mut self.answer) {
+            Some(text) => {
+                text.clear();
+                expo::encode_into(&families, format, text);
+                Bytes::from_owner(Answer(self.answer.clone()))
+            }
+            None => Bytes::from(expo::encode(&families, format)),
+        };
         health.scrape_seconds.observe(started.elapsed());
-        Ok(text)
+        Ok(body)
     }
 
     /// The kept connection (opened on first use).
