@@ -224,8 +224,10 @@ const MMAP_THRESHOLD: libc::c_int = 64 * 1024;
 /// that: after the first history document, scrape answer or remote-write snapshot (70–200
 /// KiB, every 15 to 60 s) is freed, the next ones grow the heap, and what they leave there
 /// stays resident. Fixed, such blocks are mapped and unmapped when freed, and a free top above
-/// 128 KiB is given back (about 1 MiB less at the hour with the fleet features on, for ~80 µs
-/// more CPU per `/metrics` scrape, whose buffers are now mapped afresh: docs/BENCHMARKS.md
+/// 128 KiB is given back (about 1 MiB less at the hour with the fleet features on). A block
+/// allocated and freed again and again at that size is mapped afresh each time: the scrape
+/// keeps its answer's buffer (`http::metrics::Scraper`) and SQLite's page caches start
+/// without a bulk block (`.cargo/config.toml`), so a scrape maps nothing (docs/BENCHMARKS.md
 /// §7). Called by the daemon commands before they start a thread; other C
 /// libraries are left as they are.
 pub fn one_malloc_arena() {
