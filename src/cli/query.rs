@@ -58,12 +58,12 @@ pub struct QueryArgs {
     pub timeout: Duration,
 }
 
-/// Why the watcher interrupted the statement.
 /// Bytes buffered before a write to stdout: a week of rollups is 4.7 MB of CSV, written in
-/// 8 KiB pieces it took 1 100 `write`s (two per piece: stdout's line buffer splits each at its
+/// 8 KiB pieces it took 1 121 `write`s (two per piece: stdout's line buffer splits each at its
 /// last newline), each waking the reader of a pipe.
 const OUT_BUF: usize = 256 * 1024;
 
+/// Why the watcher interrupted the statement.
 const BY_TIMEOUT: u8 = 1;
 const BY_SIGINT: u8 = 2;
 
