@@ -81,9 +81,14 @@ pub(super) static COLUMNS: LazyLock<Vec<String>> = LazyLock::new(|| {
 /// `INSERT OR REPLACE` of one rollup row into `table`, an import's staging copy of
 /// `rollups_1m` (whose `uuid_id` stays NULL until the publish).
 pub(super) fn insert_sql(table: &str) -> String {
+    insert_with(table, "", "")
+}
+
+/// The insert of [`COLUMNS`] into `table`, after `extra_cols` set to `extra_values`.
+fn insert_with(table: &str, extra_cols: &str, extra_values: &str) -> String {
     let marks: Vec<String> = (1..=COLUMNS.len()).map(|i| format!("?{i}")).collect();
     format!(
-        "INSERT OR REPLACE INTO {table} ({}) VALUES ({})",
+        "INSERT OR REPLACE INTO {table} ({extra_cols}{}) VALUES ({extra_values}{})",
         COLUMNS.join(", "),
         marks.join(", ")
     )
@@ -94,15 +99,9 @@ pub(super) fn insert_sql(table: &str) -> String {
 pub(super) const UUID_ID_OF_GPU_2: &str =
     "(SELECT u.id FROM gpus g JOIN gpu_uuids u ON u.uuid = g.uuid WHERE g.id = ?2)";
 
-/// [`insert_sql`] of `rollups_1m` itself, which also stores the GPU's [`UUID_ID_OF_GPU_2`].
-static INSERT_SQL: LazyLock<String> = LazyLock::new(|| {
-    let marks: Vec<String> = (1..=COLUMNS.len()).map(|i| format!("?{i}")).collect();
-    format!(
-        "INSERT OR REPLACE INTO rollups_1m (uuid_id, {}) VALUES ({UUID_ID_OF_GPU_2}, {})",
-        COLUMNS.join(", "),
-        marks.join(", ")
-    )
-});
+/// The insert into `rollups_1m` itself, which also stores the GPU's [`UUID_ID_OF_GPU_2`].
+static INSERT_SQL: LazyLock<String> =
+    LazyLock::new(|| insert_with("rollups_1m", "uuid_id, ", &format!("{UUID_ID_OF_GPU_2}, ")));
 
 /// The values a rollup aggregates, in [`METRICS`] then [`EXTRAS`] order.
 pub(super) const VALUES: usize = METRICS.len() + EXTRAS.len();
