@@ -216,7 +216,8 @@ fn escape_value(s: &str, out: &mut String) {
     }
 }
 
-/// Writes `families` in `format`.
+/// Writes `families` in `format` (the tests' shorthand for [`encode_into`]).
+#[cfg(test)]
 pub fn encode(families: &[Family], format: Format) -> String {
     let mut out = String::new();
     encode_into(families, format, &mut out);

@@ -119,19 +119,13 @@ impl Scraper {
     ) -> Result<Bytes, StoreError> {
         let started = Instant::now();
         let families = self.collect(cfg, health, now_ms)?;
-        if Arc::get_mut(&mut self.answer).is_none() {
-            self.answer = Arc::new(String::new());
-        }
-        let body = match Arc::get_mut(&mut self.answer) {
-            Some(text) => {
-                text.clear();
-                expo::encode_into(&families, format, text);
-                Bytes::from_owner(Answer(self.answer.clone()))
-            }
-            None => Bytes::from(expo::encode(&families, format)),
-        };
+        // The last answer's buffer, unless a client still holds it.
+        let mut text = Arc::try_unwrap(std::mem::take(&mut self.answer)).unwrap_or_default();
+        text.clear();
+        expo::encode_into(&families, format, &mut text);
+        self.answer = Arc::new(text);
         health.scrape_seconds.observe(started.elapsed());
-        Ok(body)
+        Ok(Bytes::from_owner(Answer(self.answer.clone())))
     }
 
     /// The kept connection (opened on first use).
