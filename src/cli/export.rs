@@ -21,7 +21,7 @@ use crate::clock::now_ms;
 use crate::store::export::{self as ex, ExportError, ExportFilter, GpuFilter};
 use crate::store::query::{Cell, RowSink};
 
-use super::query::rows::{CsvSink, JsonLinesSink};
+use super::query::rows::{CsvSink, JsonLinesSink, stdout_writer};
 use super::timearg::RangeArgs;
 use super::{ConfigArgs, Failure, exit, fail};
 
@@ -155,7 +155,7 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
     };
     let rows = match &args.output {
         None => {
-            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            let mut out = stdout_writer();
             match export_to(&conn, &filter, args.format, &mut out, &stop) {
                 // `gpuwatch export ... | head`: the reader has what it wanted.
                 Err(ExportError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {

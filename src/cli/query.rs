@@ -58,11 +58,6 @@ pub struct QueryArgs {
     pub timeout: Duration,
 }
 
-/// Bytes buffered before a write to stdout: a week of rollups is 4.7 MB of CSV, written in
-/// 8 KiB pieces it took 1 121 `write`s (two per piece: stdout's line buffer splits each at its
-/// last newline), each waking the reader of a pipe.
-const OUT_BUF: usize = 256 * 1024;
-
 /// Why the watcher interrupted the statement.
 const BY_TIMEOUT: u8 = 1;
 const BY_SIGINT: u8 = 2;
@@ -105,19 +100,18 @@ pub fn run(args: QueryArgs) -> Result<(), Failure> {
             })?
     };
 
-    let stdout = std::io::stdout();
+    let out = rows::stdout_writer();
     let result = match args.format {
         Format::Table => {
-            let mut sink =
-                TableSink::new(std::io::BufWriter::with_capacity(OUT_BUF, stdout.lock()));
+            let mut sink = TableSink::new(out);
             q::run(&conn, &args.sql, &mut sink).and_then(|_| Ok(sink.finish()?))
         }
         Format::Csv => {
-            let mut sink = CsvSink::new(std::io::BufWriter::with_capacity(OUT_BUF, stdout.lock()));
+            let mut sink = CsvSink::new(out);
             q::run(&conn, &args.sql, &mut sink).and_then(|_| Ok(sink.finish()?))
         }
         Format::Json => {
-            let mut sink = JsonSink::new(std::io::BufWriter::with_capacity(OUT_BUF, stdout.lock()));
+            let mut sink = JsonSink::new(out);
             q::run(&conn, &args.sql, &mut sink).and_then(|_| Ok(sink.finish()?))
         }
     };

@@ -9,6 +9,16 @@ use std::io::Write;
 
 use crate::store::query::{Cell, RowSink};
 
+/// Bytes buffered before a write to stdout: a week of rollups is 4.7 MB of CSV, written in
+/// 8 KiB pieces it took 1 121 `write`s (two per piece: stdout's line buffer splits each at its
+/// last newline), each waking the reader of a pipe; 34 with this.
+const OUT_BUF: usize = 256 * 1024;
+
+/// Standard output for rows, buffered [`OUT_BUF`] bytes at a time.
+pub fn stdout_writer() -> std::io::BufWriter<std::io::StdoutLock<'static>> {
+    std::io::BufWriter::with_capacity(OUT_BUF, std::io::stdout().lock())
+}
+
 /// Text of a cell for tables and CSV (`None` for NULL).
 pub fn text(c: &Cell) -> Option<String> {
     match c {
