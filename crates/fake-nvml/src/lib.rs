@@ -149,8 +149,29 @@ impl Device {
         self.scenario.gpu(self.index)
     }
 
+    /// The GPU's values at the call's tick. A tick's values are a pure function of the
+    /// scenario, the GPU and the tick, and a sampler reads a dozen of them per GPU within one
+    /// tick: the last state computed for each GPU is kept per thread and reused while the
+    /// scenario and the tick are the same (one computation per GPU and tick, as a driver
+    /// refreshes its counters, instead of one per call).
     pub fn state(&self) -> GpuState {
-        self.scenario.gpu_state(self.index, self.tick)
+        thread_local! {
+            static LAST: std::cell::RefCell<Vec<Option<(Arc<Scenario>, u64, GpuState)>>> =
+                const { std::cell::RefCell::new(Vec::new()) };
+        }
+        LAST.with_borrow_mut(|last| {
+            if last.len() <= self.index {
+                last.resize(self.index + 1, None);
+            }
+            match &last[self.index] {
+                Some((sc, tick, s)) if *tick == self.tick && Arc::ptr_eq(sc, &self.scenario) => *s,
+                _ => {
+                    let s = self.scenario.gpu_state(self.index, self.tick);
+                    last[self.index] = Some((Arc::clone(&self.scenario), self.tick, s));
+                    s
+                }
+            }
+        })
     }
 
     /// The settings the setters changed (power limit, modes, locked clocks).

@@ -181,6 +181,9 @@ impl Scenario {
         tick: u64,
         skip_blocks: bool,
     ) -> Option<FaultAction> {
+        if self.faults.is_empty() {
+            return None;
+        }
         let base = nvml::base_symbol(symbol);
         self.faults
             .iter()
@@ -223,9 +226,12 @@ impl Scenario {
         if gpu.spec.lost_at_tick.is_some_and(|l| tick >= l) {
             return Some(code::GPU_IS_LOST);
         }
+        let unsupported = &gpu.spec.not_supported;
+        if unsupported.is_empty() {
+            return None;
+        }
         let base = nvml::base_symbol(symbol);
-        gpu.spec
-            .not_supported
+        unsupported
             .iter()
             .any(|n| n == base)
             .then_some(code::NOT_SUPPORTED)

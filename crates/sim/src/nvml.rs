@@ -177,13 +177,12 @@ pub const GPM_MIN_ARCHITECTURE: u32 = 9;
 
 /// `name` without a trailing `_vN` version suffix.
 pub fn base_symbol(name: &str) -> &str {
-    if let Some(pos) = name.rfind("_v") {
-        let digits = &name[pos + 2..];
-        if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
-            return &name[..pos];
-        }
+    // Every device call asks: the trailing digits, then "_v" before them (no substring search).
+    let digits = name.bytes().rev().take_while(u8::is_ascii_digit).count();
+    match name[..name.len() - digits].strip_suffix("_v") {
+        Some(base) if digits > 0 => base,
+        _ => name,
     }
-    name
 }
 
 /// Whether `name` (any version) is one of [`DEVICE_SYMBOLS`].
@@ -253,6 +252,11 @@ mod tests {
             base_symbol("nvmlDeviceGetTemperatureV"),
             "nvmlDeviceGetTemperatureV"
         );
+        assert_eq!(base_symbol("nvmlDeviceGetX_v"), "nvmlDeviceGetX_v");
+        assert_eq!(base_symbol("nvmlDeviceGetX_v12"), "nvmlDeviceGetX");
+        assert_eq!(base_symbol("nvmlDeviceGetX_v1_v2"), "nvmlDeviceGetX_v1");
+        assert_eq!(base_symbol("nvmlDeviceGetX2"), "nvmlDeviceGetX2");
+        assert_eq!(base_symbol("_v3"), "");
         assert!(is_device_symbol("nvmlDeviceGetComputeRunningProcesses_v3"));
         assert!(!is_device_symbol("nvmlDeviceGetPowerUsageX"));
     }
