@@ -41,7 +41,7 @@ pub mod quarantine;
 pub mod redact;
 pub mod support;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -152,6 +152,11 @@ pub struct Sampler {
     pending_changes: Vec<SettingChange>,
     pending_errors: Vec<crate::model::MetricError>,
     inventories: HashMap<u32, GpuInventory>,
+    /// The lanes' answers taken from the mailbox, a queue kept between ticks (it trades places
+    /// with the mailbox's own: neither allocates once both hold a tick's answers).
+    answers: VecDeque<lane::Response>,
+    /// How many processes the last tick listed (the next batch's room).
+    last_processes: usize,
 }
 
 impl Sampler {
@@ -213,6 +218,8 @@ impl Sampler {
             pending_changes: Vec::new(),
             pending_errors: Vec::new(),
             inventories: HashMap::new(),
+            answers: VecDeque::new(),
+            last_processes: 0,
         };
         if count > 0 {
             s.pool.spawn_lane((0..count).collect())?;
@@ -271,15 +278,24 @@ impl Sampler {
         let start = Instant::now();
         let span = (start, start + self.cfg.startup_timeout);
         self.pool.wait(&req, span, self.cfg.deadline / 4, None);
-        for r in self.pool.mailbox.drain() {
+        let mut answers = self.take_answers();
+        for r in answers.drain(..) {
             self.absorb(r, 0);
         }
+        self.answers = answers;
         for slot in self.slots.iter().filter(|s| s.uuid.is_none()) {
             tracing::error!(
                 index = slot.index,
                 "GPU did not answer at start; it is sampled once it does"
             );
         }
+    }
+
+    /// The answers the lanes left so far, in the order they came, without waiting.
+    fn take_answers(&mut self) -> VecDeque<lane::Response> {
+        let mut answers = std::mem::take(&mut self.answers);
+        self.pool.mailbox.swap_answers(&mut answers);
+        answers
     }
 
     /// Records what a response says about the GPU; returns its sample if it is for `tick_id`.
@@ -366,9 +382,11 @@ impl Sampler {
         // Answers that arrived after an earlier tick's deadline are absorbed (their samples
         // are stale and dropped; their inventory and errors are kept); a lane still stuck in
         // an earlier tick keeps only the GPU it is in, the others are asked on a new lane.
-        for r in self.pool.mailbox.drain() {
+        let mut answers = self.take_answers();
+        for r in answers.drain(..) {
             let _stale = self.absorb(r, tick_id);
         }
+        self.answers = answers;
         self.pool.split_stuck();
         self.pool.merge_recovered();
         // Quarantined GPUs are asked only for their probes (their lost state cleared first).
@@ -413,15 +431,25 @@ impl Sampler {
             return None;
         }
         self.pool.count_on_time(tick_id);
-        let mut got: HashMap<u32, (GpuSample, Option<Vec<RawProcess>>)> = HashMap::new();
-        for r in self.pool.mailbox.drain() {
-            let index = r.index;
-            if let Some(v) = self.absorb(r, tick_id) {
-                got.entry(index).or_insert(v);
+        // Each GPU's first answer to this tick, by index.
+        let mut got: Vec<Option<(GpuSample, Option<Vec<RawProcess>>)>> =
+            std::iter::repeat_with(|| None)
+                .take(self.slots.len())
+                .collect();
+        let mut answers = self.take_answers();
+        for r in answers.drain(..) {
+            let index = r.index as usize;
+            if let Some(v) = self.absorb(r, tick_id)
+                && let Some(slot @ None) = got.get_mut(index)
+            {
+                *slot = Some(v);
             }
         }
+        self.answers = answers;
         let mut batch = TickBatch {
             ts_ms,
+            samples: Vec::with_capacity(self.slots.len()),
+            processes: Vec::with_capacity(self.last_processes),
             ..TickBatch::default()
         };
         for slot in &mut self.slots {
@@ -429,7 +457,7 @@ impl Sampler {
                 continue;
             };
             let probed = req.probe.contains(&slot.index);
-            match got.remove(&slot.index) {
+            match got.get_mut(slot.index as usize).and_then(Option::take) {
                 Some((mut sample, raw)) if sample.status == SampleStatus::Ok => {
                     slot.misses.answered();
                     if probed && let Some(q) = slot.quarantine.take() {
@@ -502,6 +530,7 @@ impl Sampler {
                 }
             }
         }
+        self.last_processes = batch.processes.len();
         let live: Vec<u32> = batch.processes.iter().map(|p| p.process.pid).collect();
         self.resolver.retain(&live);
         while let Ok(ev) = self.events.try_recv() {

@@ -18,7 +18,9 @@ use super::nvml::{error_text, is_lost};
 #[derive(Debug)]
 pub struct Support {
     uuid: String,
-    unsupported: HashMap<&'static str, ()>,
+    /// The metrics NVML answered NOT_SUPPORTED for: a handful at most, asked before every
+    /// read of every tick, so a list compared by value (no hashing per read).
+    unsupported: Vec<&'static str>,
     errors: HashMap<&'static str, MetricError>,
     changed: Vec<&'static str>,
     /// Set when a call says the GPU is gone.
@@ -30,7 +32,7 @@ impl Support {
     pub fn new(uuid: &str) -> Self {
         Self {
             uuid: uuid.to_string(),
-            unsupported: HashMap::new(),
+            unsupported: Vec::new(),
             errors: HashMap::new(),
             changed: Vec::new(),
             lost: None,
@@ -57,7 +59,7 @@ impl Support {
         metric: &'static str,
         f: impl FnOnce() -> Result<T, NvmlError>,
     ) -> Option<T> {
-        if self.lost.is_some() || self.unsupported.contains_key(metric) {
+        if self.lost.is_some() || self.is_unsupported(metric) {
             return None;
         }
         match f() {
@@ -76,7 +78,9 @@ impl Support {
             | NvmlError::FailedToLoadSymbol(_)
             | NvmlError::FunctionNotFound => {
                 tracing::debug!(gpu = %self.uuid, metric, "not supported; not read again until the next inventory refresh");
-                self.unsupported.insert(metric, ());
+                if !self.is_unsupported(metric) {
+                    self.unsupported.push(metric);
+                }
             }
             e if is_lost(e) => {
                 if self.lost.is_none() {
@@ -122,7 +126,7 @@ impl Support {
     }
 
     pub fn is_unsupported(&self, metric: &str) -> bool {
-        self.unsupported.contains_key(metric)
+        self.unsupported.iter().any(|m| *m == metric)
     }
 }
 
