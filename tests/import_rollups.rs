@@ -237,4 +237,30 @@ fn gpu_rollups_in_uuid_then_time_order_need_no_sort_with_a_uuid_under_two_hosts(
         .map(|r| r.2.as_str())
         .collect();
     assert_eq!(minute_1.len(), 2, "{got:?}");
+
+    // Without a column of `gpus` or `hosts`, the view reads the UUIDs and the rollups' index
+    // only (migration 18: no lookup of each row's GPU), and gives the same rows.
+    let q = "SELECT gpu_uuid, ts_ms, temp_c_max FROM gpu_rollups \
+             WHERE ts_ms >= ?1 ORDER BY gpu_uuid, ts_ms";
+    let plan: Vec<String> = c
+        .prepare(&format!("EXPLAIN QUERY PLAN {q}"))
+        .unwrap()
+        .query_map([T0_MS], |r| r.get(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(plan.len(), 2, "{plan:?}");
+    assert!(
+        plan[0].contains(" u ") && plan[1].contains("rollups_1m_common"),
+        "{plan:?}"
+    );
+    let short: Vec<(String, i64, Option<i64>)> = c
+        .prepare(q)
+        .unwrap()
+        .query_map([T0_MS], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let long: Vec<(String, i64, Option<i64>)> = got.into_iter().map(|r| (r.0, r.1, r.3)).collect();
+    assert_eq!(short, long);
 }

@@ -110,6 +110,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "rollups_by_uuid",
         sql: include_str!("../../migrations/0017_rollups_by_uuid.sql"),
     },
+    Migration {
+        version: 18,
+        name: "rollups_view_joins",
+        sql: include_str!("../../migrations/0018_rollups_view_joins.sql"),
+    },
 ];
 
 /// The schema version this binary writes and reads: the highest migration's.
