@@ -126,7 +126,7 @@ impl Support {
     }
 
     pub fn is_unsupported(&self, metric: &str) -> bool {
-        self.unsupported.iter().any(|m| *m == metric)
+        self.unsupported.contains(&metric)
     }
 }
 

@@ -137,6 +137,9 @@ pub(crate) fn index_of(handle: NvmlDevice) -> Option<usize> {
     (offset < gpuwatch_sim::MAX_GPUS).then_some(offset)
 }
 
+/// A GPU's state as computed for a scenario and a tick.
+type Computed = (Arc<Scenario>, u64, GpuState);
+
 /// What a per-device body gets: the scenario, the GPU and the tick the call is answered at.
 pub(crate) struct Device {
     pub scenario: Arc<Scenario>,
@@ -156,7 +159,7 @@ impl Device {
     /// refreshes its counters, instead of one per call).
     pub fn state(&self) -> GpuState {
         thread_local! {
-            static LAST: std::cell::RefCell<Vec<Option<(Arc<Scenario>, u64, GpuState)>>> =
+            static LAST: std::cell::RefCell<Vec<Option<Computed>>> =
                 const { std::cell::RefCell::new(Vec::new()) };
         }
         LAST.with_borrow_mut(|last| {
