@@ -14,6 +14,8 @@
 #       /api/v1/status fetched every 15 s (as Prometheus and a dashboard would), the live
 #       page once a minute, remote write every 15 s to a local receiver (benches/rw_sink.py)
 #   GPUWATCH=path/to/gpuwatch                       another binary (default target/release)
+#   FOOTPRINT_NVML=path/to/libgpuwatch_fake_nvml.so another build of the simulated library,
+#       served to both (default target/release's)
 #
 # Prints CPU time, CPU % of one core, CPU per GPU-sample and RSS for both, and their ratios;
 # then gpuwatch's CPU and wake-ups (context switches) per thread, its RSS at 60 s and at the
@@ -31,7 +33,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 http_port=$(free_port)
 for who in gw py; do
   mkdir -p "$work/$who"
-  cp target/release/libgpuwatch_fake_nvml.so "$work/$who/libnvidia-ml.so.1"
+  cp "${FOOTPRINT_NVML:-target/release/libgpuwatch_fake_nvml.so}" "$work/$who/libnvidia-ml.so.1"
   cp "$scenario" "$work/$who/gpuwatch-scenario.toml"
 done
 cat > "$work/gpuwatch.toml" <<CFG
