@@ -480,3 +480,74 @@ fn the_writer_waits_out_a_long_foreign_write_lock() {
     assert_eq!(stats.ticks_written, 4);
     assert_eq!(writer.committed().get(), Some(T0 + 3000));
 }
+
+/// Held ticks written in one transaction leave each GPU's row (`lost_at_ms`, `last_sample_ms`,
+/// `last_seen_ms`) and the host's span as the same ticks written one transaction each: a run
+/// of `ok` samples is written as its newest, every other status in its place, and a sample
+/// older than the GPU's newest (an import's) changes nothing.
+#[test]
+fn held_ticks_in_one_transaction_leave_the_gpus_as_ticks_one_by_one() {
+    use SampleStatus::{DeadlineMissed as M, Lost as L, Ok as K};
+    // (seconds after T0, the status of GPU 0, of GPU 1); the last two are older than the rest.
+    let ticks: [(i64, SampleStatus, SampleStatus); 9] = [
+        (1, K, K),
+        (2, K, L),
+        (3, L, K),
+        (4, L, M),
+        (5, K, K),
+        (6, K, L),
+        (7, M, L),
+        (-5, L, K),
+        (-4, K, L),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let (one_by_one, together) = (dir.path().join("a.db"), dir.path().join("b.db"));
+    let batches: Vec<TickBatch> = {
+        let mut tg = TickGen::new(2, 1);
+        let uuids = [tg.uuid(0), tg.uuid(1)];
+        ticks
+            .iter()
+            .map(|&(s, a, b)| {
+                let ts = T0 + s * 1000;
+                let mut batch = tg.tick(ts);
+                for (i, status) in [a, b].into_iter().enumerate() {
+                    if status != K {
+                        batch.samples[i] = GpuSample::empty(ts, &uuids[i], status);
+                    }
+                }
+                batch
+            })
+            .collect()
+    };
+    let mut a = open(&one_by_one);
+    for b in &batches {
+        a.write_ticks(std::slice::from_ref(b)).unwrap();
+    }
+    drop(a);
+    let mut b = open(&together);
+    // The first tick alone (the inventory), then the others held together.
+    b.write_ticks(&batches[..1]).unwrap();
+    b.write_ticks(&batches[1..]).unwrap();
+    drop(b);
+    let rows = |p: &Path| -> Vec<(String, Option<i64>, Option<i64>, Option<i64>)> {
+        let c = store::open_read_only(p).unwrap();
+        let mut rows: Vec<_> = c
+            .prepare(
+                "SELECT uuid, lost_at_ms, last_sample_ms, last_seen_ms FROM gpus
+                 UNION ALL SELECT name, first_seen_ms, raw_floor_ms, last_seen_ms FROM hosts",
+            )
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        rows.sort();
+        rows
+    };
+    let want = rows(&one_by_one);
+    assert_eq!(rows(&together), want);
+    // GPU 0: lost from 3 s, answered at 5 s, missed at 7 s: not lost; GPU 1 lost from 6 s.
+    let lost: Vec<Option<i64>> = want.iter().take(2).map(|r| r.1).collect();
+    assert_eq!(lost, vec![None, Some(T0 + 6000)], "{want:?}");
+    assert!(want.iter().take(2).all(|r| r.2 == Some(T0 + 7000)), "{want:?}");
+}

@@ -16,7 +16,8 @@ use super::StoreError;
 use super::events;
 use super::write::{Caches, PROCESS_SEEN_RESOLUTION_MS, ProcEntry};
 use crate::model::{
-    Event, GpuAllocation, GpuInventory, GpuSample, ProcessSample, TickBatch, TrainingPoint, TsMs,
+    Event, GpuAllocation, GpuInventory, GpuSample, ProcessSample, SampleStatus, TickBatch,
+    TrainingPoint, TsMs,
 };
 use crate::xid::nvrm::PciAddr;
 
@@ -93,16 +94,55 @@ macro_rules! sample_params {
 }
 pub(crate) use sample_params;
 
-/// Writes rows of one transaction, resolving ids through the caches.
+/// Writes rows of one transaction, resolving ids through the caches. [`TickWriter::finish`]
+/// writes what is kept for the end of the transaction: the host's time span, and each GPU's
+/// newest `ok` sample time.
 pub(super) struct TickWriter<'a> {
     pub(super) conn: &'a Connection,
     pub(super) host_id: i64,
     pub(super) caches: &'a mut Caches,
     pub(super) rows: usize,
-    pub(super) newest: Option<TsMs>,
+    /// The oldest and newest times of the transaction's rows.
+    pub(super) span: Option<(TsMs, TsMs)>,
+    /// Per GPU, the newest time of the `ok` samples since its last other one: a run of `ok`
+    /// samples changes the GPU's row as its newest alone does (see [`TickWriter::sample`]).
+    pub(super) ok_since: Vec<(i64, TsMs)>,
 }
 
-impl TickWriter<'_> {
+impl<'a> TickWriter<'a> {
+    pub(super) fn new(conn: &'a Connection, host_id: i64, caches: &'a mut Caches) -> Self {
+        Self {
+            conn,
+            host_id,
+            caches,
+            rows: 0,
+            span: None,
+            ok_since: Vec::new(),
+        }
+    }
+
+    /// The newest time written.
+    pub(super) fn newest(&self) -> Option<TsMs> {
+        self.span.map(|(_, newest)| newest)
+    }
+
+    /// Writes what was kept for the end of the transaction (call it before the commit).
+    pub(super) fn finish(&mut self) -> Result<(), StoreError> {
+        if let Some((oldest, newest)) = self.span {
+            self.conn
+                .prepare_cached(
+                    "UPDATE hosts SET first_seen_ms = min(coalesce(first_seen_ms, ?1), ?1),
+                       raw_floor_ms = min(coalesce(raw_floor_ms, ?1), ?1),
+                       last_seen_ms = max(coalesce(last_seen_ms, ?2), ?2) WHERE id = ?3",
+                )?
+                .execute(params![oldest, newest, self.host_id])?;
+        }
+        for (gpu_id, ts_ms) in std::mem::take(&mut self.ok_since) {
+            self.gpu_seen(gpu_id, ts_ms, SampleStatus::Ok)?;
+        }
+        Ok(())
+    }
+
     pub(super) fn batch(&mut self, b: &TickBatch) -> Result<(), StoreError> {
         let times = || {
             b.samples
@@ -116,14 +156,11 @@ impl TickWriter<'_> {
             times().fold(b.ts_ms, i64::min),
             times().fold(b.ts_ms, i64::max),
         );
-        self.newest = self.newest.max(Some(newest));
-        self.conn
-            .prepare_cached(
-                "UPDATE hosts SET first_seen_ms = min(coalesce(first_seen_ms, ?1), ?1),
-                   raw_floor_ms = min(coalesce(raw_floor_ms, ?1), ?1),
-                   last_seen_ms = max(coalesce(last_seen_ms, ?2), ?2) WHERE id = ?3",
-            )?
-            .execute(params![oldest, newest, self.host_id])?;
+        // The host's span is min/max of its rows' times: written once, at the end.
+        self.span = Some(match self.span {
+            Some((o, n)) => (o.min(oldest), n.max(newest)),
+            None => (oldest, newest),
+        });
         for inv in &b.inventory {
             self.inventory(inv, b.ts_ms)?;
         }
@@ -293,8 +330,37 @@ impl TickWriter<'_> {
                 ")"
             ))?
             .execute(sample_params!(s.ts_ms, gpu_id, s))?;
-        // lost_at_ms: set by the first 'lost' sample, cleared by a later 'ok' one; samples
-        // older than the newest one (imports) do not change it.
+        // The GPU's row is updated by each sample in turn (below). An `ok` sample clears
+        // `lost_at_ms` unless it is older than the GPU's newest sample, so a run of `ok`
+        // samples leaves the row as its newest alone would: it is kept and written when a
+        // sample of another status follows, or at the end of the transaction.
+        let kept = self.ok_since.iter().position(|(id, _)| *id == gpu_id);
+        match (s.status, kept) {
+            (SampleStatus::Ok, Some(i)) => {
+                self.ok_since[i].1 = self.ok_since[i].1.max(s.ts_ms);
+            }
+            (SampleStatus::Ok, None) => self.ok_since.push((gpu_id, s.ts_ms)),
+            (status, kept) => {
+                if let Some(i) = kept {
+                    let (_, ok_ms) = self.ok_since.swap_remove(i);
+                    self.gpu_seen(gpu_id, ok_ms, SampleStatus::Ok)?;
+                }
+                self.gpu_seen(gpu_id, s.ts_ms, status)?;
+            }
+        }
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// A sample's change of its GPU's row. `lost_at_ms`: set by the first `lost` sample,
+    /// cleared by a later `ok` one; samples older than the newest one (imports) do not
+    /// change it.
+    fn gpu_seen(
+        &mut self,
+        gpu_id: i64,
+        ts_ms: TsMs,
+        status: SampleStatus,
+    ) -> Result<(), StoreError> {
         self.conn
             .prepare_cached(
                 "UPDATE gpus SET
@@ -306,8 +372,7 @@ impl TickWriter<'_> {
                    last_seen_ms = max(last_seen_ms, ?1)
                  WHERE id = ?3",
             )?
-            .execute(params![s.ts_ms, s.status.as_i64(), gpu_id])?;
-        self.rows += 1;
+            .execute(params![ts_ms, status.as_i64(), gpu_id])?;
         Ok(())
     }
 

@@ -188,13 +188,7 @@ impl Store {
     ) -> Result<usize, StoreError> {
         let host_id = self.host_id;
         let tx = super::CachedTx::immediate(&self.conn)?;
-        let mut w = TickWriter {
-            conn: &tx,
-            host_id,
-            caches: &mut self.caches,
-            rows: 0,
-            newest: None,
-        };
+        let mut w = TickWriter::new(&tx, host_id, &mut self.caches);
         for batch in batches {
             w.batch(batch)?;
         }
@@ -202,7 +196,8 @@ impl Store {
             super::training::upsert_source(&tx, host_id, source)?;
             w.rows += 1;
         }
-        let (rows, newest) = (w.rows, w.newest);
+        w.finish()?;
+        let (rows, newest) = (w.rows, w.newest());
         tx.commit()?;
         if newest > self.maint.own_newest {
             self.maint.own_newest = newest;
