@@ -529,7 +529,8 @@ fn held_ticks_in_one_transaction_leave_the_gpus_as_ticks_one_by_one() {
     b.write_ticks(&batches[..1]).unwrap();
     b.write_ticks(&batches[1..]).unwrap();
     drop(b);
-    let rows = |p: &Path| -> Vec<(String, Option<i64>, Option<i64>, Option<i64>)> {
+    type Row = (String, Option<i64>, Option<i64>, Option<i64>);
+    let rows = |p: &Path| -> Vec<Row> {
         let c = store::open_read_only(p).unwrap();
         let mut rows: Vec<_> = c
             .prepare(
@@ -549,5 +550,8 @@ fn held_ticks_in_one_transaction_leave_the_gpus_as_ticks_one_by_one() {
     // GPU 0: lost from 3 s, answered at 5 s, missed at 7 s: not lost; GPU 1 lost from 6 s.
     let lost: Vec<Option<i64>> = want.iter().take(2).map(|r| r.1).collect();
     assert_eq!(lost, vec![None, Some(T0 + 6000)], "{want:?}");
-    assert!(want.iter().take(2).all(|r| r.2 == Some(T0 + 7000)), "{want:?}");
+    assert!(
+        want.iter().take(2).all(|r| r.2 == Some(T0 + 7000)),
+        "{want:?}"
+    );
 }
