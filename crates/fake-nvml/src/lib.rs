@@ -6,9 +6,11 @@
 //!   across the C boundary.
 //! - Every per-device export goes through [`device_call`]: initialised? valid handle? then the
 //!   scenario decides (injected error, block, lost GPU, NOT_SUPPORTED) before any value is read,
-//!   and values come from `Scenario::gpu_state` at the current tick (constant time).
+//!   and values come from `Scenario::gpu_state` at the current tick (constant time), computed
+//!   once per GPU and tick by each calling thread ([`Device::state`]).
 //! - No background threads; no state outside `state::STATE` (and the static handle slots,
-//!   `gpm`'s sample registry, and the settings files of a `GPUWATCH_FAKE_STATE_DIR`).
+//!   `gpm`'s sample registry, the settings files of a `GPUWATCH_FAKE_STATE_DIR`, and each
+//!   thread's last computed state per GPU, a pure function of scenario, GPU and tick).
 //! - Output pointers are checked for null (INVALID_ARGUMENT) and written only on success.
 //!
 //! Module map: `init` (init/shutdown/system/handles/error strings), `device` (inventory and
