@@ -188,13 +188,15 @@ fn gpu_rollups_in_uuid_then_time_order_need_no_sort_with_a_uuid_under_two_hosts(
     let q = "SELECT gpu_uuid, ts_ms, host, temp_c_max FROM gpu_rollups \
              WHERE ts_ms >= ?1 ORDER BY gpu_uuid, ts_ms";
     let c = gpuwatch::store::open_read_only(&db).unwrap();
-    let plan: Vec<String> = c
-        .prepare(&format!("EXPLAIN QUERY PLAN {q}"))
-        .unwrap()
-        .query_map([T0_MS], |r| r.get(3))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let plan_of = |q: &str| -> Vec<String> {
+        c.prepare(&format!("EXPLAIN QUERY PLAN {q}"))
+            .unwrap()
+            .query_map([T0_MS], |r| r.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let plan = plan_of(q);
     assert!(
         !plan.iter().any(|step| step.contains("TEMP B-TREE")),
         "the view's order should come from rollups_1m_common: {plan:?}"
@@ -242,13 +244,7 @@ fn gpu_rollups_in_uuid_then_time_order_need_no_sort_with_a_uuid_under_two_hosts(
     // only (migration 18: no lookup of each row's GPU), and gives the same rows.
     let q = "SELECT gpu_uuid, ts_ms, temp_c_max FROM gpu_rollups \
              WHERE ts_ms >= ?1 ORDER BY gpu_uuid, ts_ms";
-    let plan: Vec<String> = c
-        .prepare(&format!("EXPLAIN QUERY PLAN {q}"))
-        .unwrap()
-        .query_map([T0_MS], |r| r.get(3))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let plan = plan_of(q);
     assert_eq!(plan.len(), 2, "{plan:?}");
     assert!(
         plan[0].contains(" u ") && plan[1].contains("rollups_1m_common"),
