@@ -155,8 +155,6 @@ pub struct Sampler {
     /// The lanes' answers taken from the mailbox, a queue kept between ticks (it trades places
     /// with the mailbox's own: neither allocates once both hold a tick's answers).
     answers: VecDeque<lane::Response>,
-    /// How many processes the last tick listed (the next batch's room).
-    last_processes: usize,
 }
 
 impl Sampler {
@@ -219,7 +217,6 @@ impl Sampler {
             pending_errors: Vec::new(),
             inventories: HashMap::new(),
             answers: VecDeque::new(),
-            last_processes: 0,
         };
         if count > 0 {
             s.pool.spawn_lane((0..count).collect())?;
@@ -278,11 +275,9 @@ impl Sampler {
         let start = Instant::now();
         let span = (start, start + self.cfg.startup_timeout);
         self.pool.wait(&req, span, self.cfg.deadline / 4, None);
-        let mut answers = self.take_answers();
-        for r in answers.drain(..) {
-            self.absorb(r, 0);
-        }
-        self.answers = answers;
+        self.absorb_answers(|s, r| {
+            s.absorb(r, 0);
+        });
         for slot in self.slots.iter().filter(|s| s.uuid.is_none()) {
             tracing::error!(
                 index = slot.index,
@@ -291,11 +286,15 @@ impl Sampler {
         }
     }
 
-    /// The answers the lanes left so far, in the order they came, without waiting.
-    fn take_answers(&mut self) -> VecDeque<lane::Response> {
+    /// Hands each answer the lanes left so far to `each`, in the order they came, without
+    /// waiting (through the queue kept between ticks).
+    fn absorb_answers(&mut self, mut each: impl FnMut(&mut Self, lane::Response)) {
         let mut answers = std::mem::take(&mut self.answers);
         self.pool.mailbox.swap_answers(&mut answers);
-        answers
+        for r in answers.drain(..) {
+            each(self, r);
+        }
+        self.answers = answers;
     }
 
     /// Records what a response says about the GPU; returns its sample if it is for `tick_id`.
@@ -382,11 +381,9 @@ impl Sampler {
         // Answers that arrived after an earlier tick's deadline are absorbed (their samples
         // are stale and dropped; their inventory and errors are kept); a lane still stuck in
         // an earlier tick keeps only the GPU it is in, the others are asked on a new lane.
-        let mut answers = self.take_answers();
-        for r in answers.drain(..) {
-            let _stale = self.absorb(r, tick_id);
-        }
-        self.answers = answers;
+        self.absorb_answers(|s, r| {
+            let _stale = s.absorb(r, tick_id);
+        });
         self.pool.split_stuck();
         self.pool.merge_recovered();
         // Quarantined GPUs are asked only for their probes (their lost state cleared first).
@@ -436,20 +433,22 @@ impl Sampler {
             std::iter::repeat_with(|| None)
                 .take(self.slots.len())
                 .collect();
-        let mut answers = self.take_answers();
-        for r in answers.drain(..) {
+        self.absorb_answers(|s, r| {
             let index = r.index as usize;
-            if let Some(v) = self.absorb(r, tick_id)
+            if let Some(v) = s.absorb(r, tick_id)
                 && let Some(slot @ None) = got.get_mut(index)
             {
                 *slot = Some(v);
             }
-        }
-        self.answers = answers;
+        });
+        let listed = got
+            .iter()
+            .flatten()
+            .map(|(_, raw)| raw.as_ref().map_or(0, Vec::len));
         let mut batch = TickBatch {
             ts_ms,
             samples: Vec::with_capacity(self.slots.len()),
-            processes: Vec::with_capacity(self.last_processes),
+            processes: Vec::with_capacity(listed.sum()),
             ..TickBatch::default()
         };
         for slot in &mut self.slots {
@@ -530,7 +529,6 @@ impl Sampler {
                 }
             }
         }
-        self.last_processes = batch.processes.len();
         let live: Vec<u32> = batch.processes.iter().map(|p| p.process.pid).collect();
         self.resolver.retain(&live);
         while let Ok(ev) = self.events.try_recv() {
