@@ -27,9 +27,9 @@ def run(argv, devnull):
             pass
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.monotonic() - t0
-    p.returncode = os.waitstatus_to_exitcode(status)
-    if p.returncode != 0:
-        sys.exit(f"{argv[0]} exited with {p.returncode}")
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        sys.exit(f"{argv[0]} exited with {code}")
     return wall, ru.ru_utime + ru.ru_stime
 
 

@@ -103,10 +103,13 @@ pub(super) struct TickWriter<'a> {
     pub(super) caches: &'a mut Caches,
     pub(super) rows: usize,
     /// The oldest and newest times of the transaction's rows.
-    pub(super) span: Option<(TsMs, TsMs)>,
+    span: Option<(TsMs, TsMs)>,
     /// Per GPU, the newest time of the `ok` samples since its last other one: a run of `ok`
     /// samples changes the GPU's row as its newest alone does (see [`TickWriter::sample`]).
-    pub(super) ok_since: Vec<(i64, TsMs)>,
+    /// Until it is written, the row's `last_seen_ms` lags by at most the transaction's span,
+    /// for the one reader within it (`events::gpu_at`, which prefers the GPU seen last of two
+    /// at one PCI address: a board replaced long before, not seconds).
+    ok_since: Vec<(i64, TsMs)>,
 }
 
 impl<'a> TickWriter<'a> {
