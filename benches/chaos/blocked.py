@@ -127,7 +127,7 @@ def campaign_blocked(args):
         log("after the last: threads %d (lanes %d), RSS %d KiB" % figures[-1])
         end_wall = time.time()
         prober.stop()
-        rig.write_scenario(flap_until_s=int(rig.sim_now_s()) + 3, extra=faults)
+        rig.write_scenario(flap_until_s=rig.flap_end_s(), extra=faults)
         rig.sigterm()
         rig.start_daemon()
         drained = rig.drain()

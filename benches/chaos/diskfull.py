@@ -102,7 +102,7 @@ def campaign_diskfull(args):
         if newest < freed_at * 1000 + 1000:
             problems.append("no sample written after space returned (newest %d)" % newest)
         rows_after = rig.query("SELECT count(*) FROM samples")[0][0]
-        rig.write_scenario(flap_until_s=int(rig.sim_now_s()) + 3)
+        rig.write_scenario(flap_until_s=rig.flap_end_s())
         rig.sigterm()
         rig.start_daemon()
         drained = rig.drain()

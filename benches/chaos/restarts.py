@@ -30,7 +30,7 @@ def campaign_kill9(args):
             windows.append((t0, time.time() + 0.5))
             log("trial %d: killed after %.2fs" % (i, wait))
         # The last run: flapping ends a little ahead, then everything resolves and drains.
-        rig.write_scenario(flap_until_s=int(rig.sim_now_s()) + 3)
+        rig.write_scenario(flap_until_s=rig.flap_end_s())
         rig.start_daemon()
         drained = rig.drain()
         res = rig.count(windows)
@@ -97,7 +97,7 @@ def campaign_outage(args):
         up_at = time.time()
         log("slack and smtp up; backlog %s" % backlog)
         time.sleep(args.after)
-        rig.write_scenario(flap_until_s=int(rig.sim_now_s()) + 3)
+        rig.write_scenario(flap_until_s=rig.flap_end_s())
         rig.sigterm()
         rig.start_daemon()
         drained = rig.drain()

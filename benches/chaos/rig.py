@@ -19,6 +19,10 @@ from receivers import Alertmanager, SlackFake, Smtp
 
 # --------------------------------------------------------------------------- the rig
 
+# scenarios/chaos-flap.toml: the shortest sawtooth period is 8 s, busy (> 50 %) from 4 s to 8 s;
+# a flapping that lasts to this second has fired and resolved at least once.
+FIRST_BUSY_END_S = 9
+
 RULES = """
 [[rule]]
 name = "busy"
@@ -71,6 +75,13 @@ class Rig(Counting):
             )
         with open(os.path.join(self.nvml_dir, "gpuwatch-scenario.toml"), "w") as f:
             f.write(text + extra)
+
+    def flap_end_s(self, more_s=3):
+        """The simulated second at which the flapping should end when a campaign winds down:
+        `more_s` past now, and never before FIRST_BUSY_END_S. Each GPU's sawtooth stays under
+        50 % for the first half of its period, so a run wound down within the first seconds
+        (short kill -9 trials, say) would otherwise see no alert at all and deliver nothing."""
+        return max(int(self.sim_now_s()) + more_s, FIRST_BUSY_END_S)
 
     def sim_now_s(self):
         return (time.time() * 1000 - self.start_ms) * self.speed / 1000.0

@@ -92,7 +92,7 @@ def campaign_sighup(args):
                     % hot_while_off
                 )
             # The scenario is read at NVML init: a restart takes the end of the flapping.
-            rig.write_scenario(flap_until_s=int(rig.sim_now_s()) + 3)
+            rig.write_scenario(flap_until_s=rig.flap_end_s())
             rig.sigterm()
             rig.start_daemon()
             drained = rig.drain()
