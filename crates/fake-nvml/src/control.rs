@@ -5,6 +5,8 @@
 //! - `gpuwatchFakeGetTick() -> u64`: the current tick (0 when not initialised).
 //! - `gpuwatchFakeCallCount() -> u64`: per-device calls answered since the library was loaded
 //!   (what benchmarks divide by GPUs and ticks).
+//! - `gpuwatchFakeEventsDelivered() -> u64`: events `nvmlEventSetWait_v2` delivered since the
+//!   library was loaded (a test waits for its client's event thread to have read one).
 //! - `gpuwatchFakeGpmSamplesLive() -> u64`: GPM samples allocated and not yet freed (a client
 //!   that leaks them shows here).
 //! - `gpuwatchFakeScenarioPath(buf, len) -> nvmlReturn_t`: the scenario file in use (empty for the
@@ -35,6 +37,11 @@ pub unsafe extern "C" fn gpuwatchFakeSetTick(tick: u64) -> NvmlReturn {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gpuwatchFakeCallCount() -> u64 {
     state::calls()
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gpuwatchFakeEventsDelivered() -> u64 {
+    crate::events::delivered()
 }
 
 #[unsafe(no_mangle)]

@@ -21,6 +21,14 @@ use crate::{device_call, guard, handle_for, out, state};
 
 const SET_BASE: usize = 0xE7E0_0000;
 
+/// Events `nvmlEventSetWait_v2` delivered since load (`gpuwatchFakeEventsDelivered`).
+static DELIVERED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Events delivered since load: a test waits on it instead of on the event thread's timing.
+pub fn delivered() -> u64 {
+    DELIVERED.load(std::sync::atomic::Ordering::Acquire)
+}
+
 #[derive(Debug, Default)]
 pub struct EventSet {
     /// `(gpu, mask, registration tick)`.
@@ -170,7 +178,9 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
                         compute_instance_id: NO_INSTANCE,
                     };
                     // SAFETY: checked non-null; the caller passes a writable nvmlEventData_t.
-                    return unsafe { out(data, ev) };
+                    let written = unsafe { out(data, ev) };
+                    DELIVERED.fetch_add(1, std::sync::atomic::Ordering::Release);
+                    return written;
                 }
                 Ok(None) => {}
             }
