@@ -10,6 +10,9 @@
 # fires). Environment:
 #   FOOTPRINT_SCENARIO=scenarios/firing-8gpu.toml   a scenario that keeps 4 alerts firing
 #   FOOTPRINT_RECEIVER=0                            no receiver
+#   FOOTPRINT_RULES=0                               no rules (`[rules] default_rules = false`):
+#       with FOOTPRINT_RECEIVER=0, the daemon does what the Python loop does (the same NVML
+#       reads, the same rows stored) plus its rollups and size bound: the floor under the rules
 #   FOOTPRINT_FLEET=1                               issue 12's budget: /metrics and
 #       /api/v1/status fetched every 15 s (as Prometheus and a dashboard would), the live
 #       page once a minute, remote write every 15 s to a local receiver (benches/rw_sink.py)
@@ -53,6 +56,9 @@ if [ "${FOOTPRINT_RECEIVER:-1}" != 0 ]; then
 name = "bench"
 url_file = "$work/webhook-url"
 CFG
+fi
+if [ "${FOOTPRINT_RULES:-1}" = 0 ]; then
+  printf '[rules]\ndefault_rules = false\n' >> "$work/gpuwatch.toml"
 fi
 if [ "${FOOTPRINT_FLEET:-0}" != 0 ]; then
   sink_port=$(free_port)
@@ -121,6 +127,7 @@ awk -v s="$secs" -v gc="$gw_cpu" -v gr="$gw_rss" -v gh="$gw_hwm" -v pc="$py_cpu"
 echo "scenario              $scenario ($firing alerts firing at the end)"
 awk -v a="$gw_anon" -v f="$gw_file" -v q="${gw_sqlite:-0}" -v w="${gw_windows:-0}" 'BEGIN {
   printf "gpuwatch RSS anon/file %6.1f / %.1f MiB (SQLite heap %.2f MB, rule windows %.2f MB)\n", a/1024, f/1024, q/1e6, w/1e6 }'
+[ "${FOOTPRINT_RULES:-1}" = 0 ] && echo "rules                 none (FOOTPRINT_RULES=0)"
 [ "${FOOTPRINT_FLEET:-0}" != 0 ] && echo "fleet features        /metrics + /api/v1/status every 15 s, page + history every 60 s, remote write every 15 s ($(sqlite3 "$work/gw.db" "SELECT sent_requests FROM remote_write_status" 2>/dev/null || echo '?') requests sent)"
 awk -v e="$early" -v s="$secs" -v a="$gw_rss_early" -v b="$gw_rss" 'BEGIN {
   printf "gpuwatch RSS at %ds   %12.1f MiB\n", e, a/1024
