@@ -119,6 +119,53 @@ fn proc_sample(ts: i64, uuid: &str, pid: u32, start: i64, mem: Option<u64>) -> P
     }
 }
 
+/// A batch's process samples go in 16 rows per statement, the rest one by one: 37 rows
+/// (two full statements and five single ones) come back row for row, a key given twice keeps
+/// its later row, and unknown memory stays NULL.
+#[test]
+fn many_process_samples_in_one_batch_come_back_row_for_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.db");
+    let mut st = open(&path);
+    let mut tg = TickGen::new(4, 0);
+    let mut b = tg.tick(T0);
+    let mut want = std::collections::BTreeMap::new();
+    for i in 0..36u32 {
+        let uuid = tg.uuid((i % 4) as usize);
+        let mem = (i % 5 != 0).then_some(u64::from(i) << 20);
+        b.processes
+            .push(proc_sample(T0, &uuid, 1000 + i, T0 - 9000, mem));
+        want.insert((uuid, 1000 + i), mem.map(|m| m as i64));
+    }
+    // Process 1003 on its GPU again, later in the batch (its 20th row: in the second
+    // statement of 16): the later row stays.
+    let again = tg.uuid(3);
+    b.processes
+        .insert(20, proc_sample(T0, &again, 1003, T0 - 9000, Some(7 << 20)));
+    b.processes
+        .push(proc_sample(T0, &again, 1003, T0 - 9000, Some(9 << 20)));
+    want.insert((again, 1003), Some(9 << 20));
+    assert_eq!(b.processes.len(), 38);
+    st.write_tick(&b).unwrap();
+
+    let conn = st.conn();
+    let mut stmt = conn
+        .prepare(
+            "SELECT g.uuid, p.pid, s.used_mem_bytes FROM process_samples s
+             JOIN gpus g ON g.id = s.gpu_id JOIN processes p ON p.id = s.process_id
+             WHERE s.ts_ms = ?1",
+        )
+        .unwrap();
+    let got: std::collections::BTreeMap<(String, u32), Option<i64>> = stmt
+        .query_map([T0], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(count(conn, "SELECT count(*) FROM process_samples"), 36);
+    assert_eq!(count(conn, "SELECT count(*) FROM processes"), 36);
+}
+
 #[test]
 fn same_pid_with_another_start_time_is_another_process() {
     let dir = tempfile::tempdir().unwrap();
