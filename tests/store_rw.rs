@@ -119,9 +119,8 @@ fn proc_sample(ts: i64, uuid: &str, pid: u32, start: i64, mem: Option<u64>) -> P
     }
 }
 
-/// A batch's process samples go in 16 rows per statement, the rest one by one: 37 rows
-/// (two full statements and five single ones) come back row for row, a key given twice keeps
-/// its later row, and unknown memory stays NULL.
+/// Many process samples in one batch come back row for row: a key given twice keeps its later
+/// row, and unknown memory stays NULL.
 #[test]
 fn many_process_samples_in_one_batch_come_back_row_for_row() {
     let dir = tempfile::tempdir().unwrap();
@@ -137,8 +136,7 @@ fn many_process_samples_in_one_batch_come_back_row_for_row() {
             .push(proc_sample(T0, &uuid, 1000 + i, T0 - 9000, mem));
         want.insert((uuid, 1000 + i), mem.map(|m| m as i64));
     }
-    // Process 1003 on its GPU again, later in the batch (its 20th row: in the second
-    // statement of 16): the later row stays.
+    // Process 1003 on its GPU again, twice later in the batch: the last row stays.
     let again = tg.uuid(3);
     b.processes
         .insert(20, proc_sample(T0, &again, 1003, T0 - 9000, Some(7 << 20)));

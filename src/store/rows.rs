@@ -110,56 +110,6 @@ pub(super) struct TickWriter<'a> {
     /// for the one reader within it (`events::gpu_at`, which prefers the GPU seen last of two
     /// at one PCI address: a board replaced long before, not seconds).
     ok_since: Vec<(i64, TsMs)>,
-    /// A batch's process samples, ids resolved, before their inserts (kept for its room).
-    proc_rows: Vec<ProcRow>,
-}
-
-/// One `process_samples` row: `(ts_ms, gpu_id, process_id, used_mem_bytes)`.
-type ProcRow = (TsMs, i64, i64, Option<i64>);
-
-/// Process samples per multi-row `INSERT`: a tick of 8 GPUs with 4 processes each is two
-/// statements instead of 32 (the rest of a batch goes one row per statement).
-const PROC_ROWS_PER_INSERT: usize = 16;
-
-/// The multi-row insert of [`PROC_ROWS_PER_INSERT`] process samples.
-static PROC_INSERT_MANY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    let one = "(?, ?, ?, ?)";
-    format!(
-        "INSERT OR REPLACE INTO process_samples (ts_ms, gpu_id, process_id, used_mem_bytes) \
-         VALUES {}",
-        vec![one; PROC_ROWS_PER_INSERT].join(", ")
-    )
-});
-
-/// Inserts process samples, [`PROC_ROWS_PER_INSERT`] rows per statement while that many are
-/// left (rows in order: of two with one key, the later one stays, as one by one). Returns the
-/// rows written.
-fn insert_process_samples(conn: &Connection, rows: &[ProcRow]) -> Result<usize, StoreError> {
-    let mut chunks = rows.chunks_exact(PROC_ROWS_PER_INSERT);
-    if chunks.len() > 0 {
-        let mut stmt = conn.prepare_cached(&PROC_INSERT_MANY)?;
-        for chunk in &mut chunks {
-            for (i, (ts, gpu, process, mem)) in chunk.iter().enumerate() {
-                let at = 4 * i;
-                stmt.raw_bind_parameter(at + 1, ts)?;
-                stmt.raw_bind_parameter(at + 2, gpu)?;
-                stmt.raw_bind_parameter(at + 3, process)?;
-                stmt.raw_bind_parameter(at + 4, mem)?;
-            }
-            stmt.raw_execute()?;
-        }
-    }
-    let rest = chunks.remainder();
-    if !rest.is_empty() {
-        let mut stmt = conn.prepare_cached(
-            "INSERT OR REPLACE INTO process_samples (ts_ms, gpu_id, process_id, used_mem_bytes)
-             VALUES (?1, ?2, ?3, ?4)",
-        )?;
-        for row in rest {
-            stmt.execute(params![row.0, row.1, row.2, row.3])?;
-        }
-    }
-    Ok(rows.len())
 }
 
 impl<'a> TickWriter<'a> {
@@ -171,7 +121,6 @@ impl<'a> TickWriter<'a> {
             rows: 0,
             span: None,
             ok_since: Vec::new(),
-            proc_rows: Vec::new(),
         }
     }
 
@@ -221,14 +170,9 @@ impl<'a> TickWriter<'a> {
         for s in &b.samples {
             self.sample(s)?;
         }
-        let mut rows = std::mem::take(&mut self.proc_rows);
-        rows.clear();
         for p in &b.processes {
-            rows.push(self.process_row(p)?);
+            self.process_sample(p)?;
         }
-        let written = insert_process_samples(self.conn, &rows);
-        self.proc_rows = rows;
-        self.rows += written?;
         for a in &b.allocations {
             self.allocation(a, b.ts_ms)?;
         }
@@ -463,9 +407,7 @@ impl<'a> TickWriter<'a> {
         Ok(())
     }
 
-    /// A process sample's row, with its GPU's and its process's ids (the process's row
-    /// written or updated here when it is new or its pod was named since).
-    fn process_row(&mut self, p: &ProcessSample) -> Result<ProcRow, StoreError> {
+    fn process_sample(&mut self, p: &ProcessSample) -> Result<(), StoreError> {
         let gpu_id = self.gpu_id(&p.gpu_uuid, p.ts_ms)?;
         let info = &p.process;
         let pl = info.placement.as_ref();
@@ -561,7 +503,14 @@ impl<'a> TickWriter<'a> {
                 id
             }
         };
-        Ok((p.ts_ms, gpu_id, process_id, sat(p.used_mem_bytes)))
+        self.conn
+            .prepare_cached(
+                "INSERT OR REPLACE INTO process_samples (ts_ms, gpu_id, process_id, used_mem_bytes)
+                 VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![p.ts_ms, gpu_id, process_id, sat(p.used_mem_bytes)])?;
+        self.rows += 1;
+        Ok(())
     }
 
     fn training(&mut self, t: &TrainingPoint) -> Result<(), StoreError> {
