@@ -397,15 +397,8 @@ fn a_gpu_that_fell_off_the_bus_is_not_called_until_a_probe_finds_it_back() {
 /// Waits until the simulated library has delivered an event to the sampler's event thread,
 /// and a moment more for the thread to hand it over.
 fn wait_for_event_delivery(r: &crate::common::Rig) {
-    // SAFETY: the library is already loaded from this path; the symbol is `u64 (void)`.
-    let delivered = || unsafe {
-        let lib = libloading::Library::new(r.sim.library_path()).expect("library");
-        let f: libloading::Symbol<unsafe extern "C" fn() -> u64> =
-            lib.get(b"gpuwatchFakeEventsDelivered").expect("symbol");
-        f()
-    };
     let deadline = Instant::now() + Duration::from_secs(20);
-    while delivered() == 0 {
+    while counter(r, b"gpuwatchFakeEventsDelivered") == 0 {
         assert!(Instant::now() < deadline, "the XID was never delivered");
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -414,11 +407,15 @@ fn wait_for_event_delivery(r: &crate::common::Rig) {
 
 /// Device calls the simulated library answered so far (its own counter).
 fn calls(r: &crate::common::Rig) -> u64 {
+    counter(r, b"gpuwatchFakeCallCount")
+}
+
+/// One of the simulated library's own `u64 (void)` counters.
+fn counter(r: &crate::common::Rig, symbol: &[u8]) -> u64 {
     // SAFETY: the library is already loaded from this path; the symbol is `u64 (void)`.
     unsafe {
         let lib = libloading::Library::new(r.sim.library_path()).expect("library");
-        let f: libloading::Symbol<unsafe extern "C" fn() -> u64> =
-            lib.get(b"gpuwatchFakeCallCount").expect("symbol");
+        let f: libloading::Symbol<unsafe extern "C" fn() -> u64> = lib.get(symbol).expect("symbol");
         f()
     }
 }
