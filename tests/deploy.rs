@@ -79,6 +79,205 @@ fn the_systemd_unit_verifies_and_is_hardened() {
     assert_eq!(exec, "run --config /etc/gpuwatch/gpuwatch.toml");
 }
 
+/// The kernel-log drop-in added to the unit still verifies (a unit may repeat `[Service]`;
+/// the later assignments win, as a drop-in's do).
+#[test]
+fn the_kmsg_drop_in_verifies_with_the_unit() {
+    let unit = std::fs::read_to_string(repo("examples/systemd/gpuwatch.service")).expect("unit");
+    let drop_in = std::fs::read_to_string(repo("examples/systemd/kmsg.conf")).expect("drop-in");
+    for needed in [
+        "ProtectKernelLogs=no",
+        "DeviceAllow=/dev/kmsg r",
+        "AmbientCapabilities=CAP_SYSLOG",
+    ] {
+        assert!(drop_in.contains(needed), "the drop-in has {needed:?}");
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let copy = dir.path().join("gpuwatch.service");
+    std::fs::write(
+        &copy,
+        format!("{unit}\n{drop_in}")
+            .replace("/usr/local/bin/gpuwatch", env!("CARGO_BIN_EXE_gpuwatch")),
+    )
+    .expect("copy");
+    let (ok, out) = run(Command::new("systemd-analyze").arg("verify").arg(&copy));
+    assert!(
+        ok && !out.contains("gpuwatch.service:"),
+        "systemd-analyze verify: {out}"
+    );
+}
+
+/// The mode every guide installs the config with: the `install ... -m MODE
+/// examples/gpuwatch.toml` lines of docs/DEPLOY.md and the unit's comment.
+fn documented_config_modes() -> Vec<(String, u32)> {
+    let mut found = Vec::new();
+    for doc in [
+        "docs/DEPLOY.md",
+        "examples/systemd/gpuwatch.service",
+        "README.md",
+    ] {
+        let text = std::fs::read_to_string(repo(doc)).expect(doc);
+        for line in text.lines().filter(|l| {
+            l.contains("install ")
+                && l.contains("examples/gpuwatch.toml /etc/gpuwatch/gpuwatch.toml")
+        }) {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let mode = words
+                .iter()
+                .position(|w| *w == "-m")
+                .and_then(|i| words.get(i + 1))
+                .and_then(|m| u32::from_str_radix(m, 8).ok())
+                .unwrap_or_else(|| panic!("{doc}: no -m MODE in {line:?}"));
+            found.push((format!("{doc}: {line}"), mode));
+        }
+    }
+    assert!(
+        found.len() >= 3,
+        "every guide installs the config: {found:?}"
+    );
+    found
+}
+
+/// The systemd unit runs as a `DynamicUser`: neither the config's owner (root) nor in its
+/// group. The config installed as the guides say must be readable by such a user: as root,
+/// `gpuwatch run --check` runs as uid/gid 65534 (util-linux's `setpriv`, as the dynamic user
+/// would) on a root-owned copy installed with the documented mode.
+#[test]
+fn the_config_installed_as_documented_is_readable_by_the_units_dynamic_user() {
+    use std::os::unix::fs::PermissionsExt;
+    for (place, mode) in documented_config_modes() {
+        assert!(
+            mode & 0o004 != 0,
+            "{place}: mode {mode:o} hides the config from the unit's DynamicUser"
+        );
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            continue; // the mode check above is what a non-root run can check
+        }
+        let dir = tempfile::tempdir().expect("tmp");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        let etc = dir.path().join("etc/gpuwatch");
+        let cfg = etc.join("gpuwatch.toml");
+        let (ok, out) = run(Command::new("install")
+            .args(["-D", "-m", &format!("{mode:o}")])
+            .arg(repo("examples/gpuwatch.toml"))
+            .arg(&cfg));
+        assert!(ok, "install: {out}");
+        std::fs::set_permissions(
+            dir.path().join("etc"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .expect("chmod");
+        std::fs::set_permissions(&etc, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        // A hard link the unprivileged user can reach (the build tree may not be).
+        let bin = dir.path().join("gpuwatch");
+        if std::fs::hard_link(env!("CARGO_BIN_EXE_gpuwatch"), &bin).is_err() {
+            std::fs::copy(env!("CARGO_BIN_EXE_gpuwatch"), &bin).expect("copy the binary");
+        }
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let (ok, out) = run(Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&bin)
+            .args(["run", "--check", "--config"])
+            .arg(&cfg)
+            .env_remove("RUST_LOG"));
+        assert!(
+            ok && out.contains("configuration OK"),
+            "{place}: run --check as the unit's user: {out}"
+        );
+    }
+}
+
+/// Every `docker run` in the guides (their `\`-continued lines joined, `#` comments
+/// stripped), with where it is.
+fn documented_docker_runs() -> Vec<(String, String)> {
+    let mut runs = Vec::new();
+    for doc in ["docs/DEPLOY.md", "examples/Dockerfile", "README.md"] {
+        let text = std::fs::read_to_string(repo(doc)).expect(doc);
+        let mut joined = String::new();
+        for line in text.lines() {
+            let line = line.trim_start().trim_start_matches('#').trim();
+            match line.strip_suffix('\\') {
+                Some(head) => joined.push_str(head),
+                None => {
+                    joined.push_str(line);
+                    if joined.contains("docker run ") {
+                        runs.push((doc.to_string(), std::mem::take(&mut joined)));
+                    }
+                    joined.clear();
+                }
+            }
+        }
+    }
+    runs
+}
+
+/// The container guides work as written: NVML names processes by host PID (`--pid=host`, as
+/// the DaemonSet's `hostPID: true`); the bundled config binds loopback, so a run that keeps
+/// it uses the host's network rather than publishing a port nothing listens on; and the build
+/// context leaves `target/` and `.git/` out.
+#[test]
+fn the_docker_runs_see_host_pids_and_reach_what_they_publish() {
+    let bundled = std::fs::read_to_string(repo("examples/gpuwatch.toml")).expect("config");
+    let listen = bundled
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("listen = "))
+        .expect("the bundled config's listen");
+    assert!(
+        listen.contains("127.0.0.1"),
+        "the bundled config binds loopback: {listen}"
+    );
+    let runs = documented_docker_runs();
+    assert!(runs.len() >= 2, "{runs:?}");
+    for (doc, cmd) in &runs {
+        assert!(cmd.contains("--pid=host"), "{doc}: {cmd}");
+        let mounts_config = cmd.contains(":/etc/gpuwatch/gpuwatch.toml");
+        let publishes = cmd
+            .split_whitespace()
+            .any(|w| w == "-p" || w.starts_with("--publish"));
+        if !mounts_config {
+            assert!(
+                cmd.contains("--network=host") && !publishes,
+                "{doc}: with the bundled config (loopback) only the host's network reaches it: {cmd}"
+            );
+        }
+    }
+    assert!(
+        runs.iter()
+            .any(|(_, c)| c.contains(":/etc/gpuwatch/gpuwatch.toml")
+                && c.contains("-p 9835:9835")
+                && c.contains("NODE_NAME")),
+        "a published run mounts a config and names the host: {runs:?}"
+    );
+    let ignore = std::fs::read_to_string(repo(".dockerignore")).expect(".dockerignore");
+    let ignored: Vec<&str> = ignore
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    for wanted in ["target/", ".git/"] {
+        assert!(
+            ignored.contains(&wanted),
+            ".dockerignore leaves out {wanted}: {ignored:?}"
+        );
+    }
+    for needed in [
+        "src",
+        "crates",
+        "migrations",
+        "rules",
+        "Cargo.toml",
+        "Cargo.lock",
+        "build.rs",
+    ] {
+        assert!(
+            !ignored.iter().any(|p| p.trim_end_matches('/') == needed),
+            ".dockerignore keeps {needed}, which the build needs"
+        );
+    }
+}
+
 /// The YAML documents of a file, as JSON (PyYAML, which kubernetes-validate brings).
 fn yaml_docs(path: &Path) -> Vec<serde_json::Value> {
     let (ok, out) = run(Command::new("python3").args([

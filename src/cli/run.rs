@@ -33,7 +33,11 @@ pub fn run(args: RunArgs) -> Result<(), Failure> {
         .map_err(|e| fail(exit::USAGE, e))?;
     if args.check {
         let on = rules.iter().filter(|r| r.enabled).count();
-        println!("configuration OK; {on} rules enabled");
+        println!(
+            "configuration OK; host {}; database {}; {on} rules enabled",
+            cfg.host,
+            cfg.database.display()
+        );
         return Ok(());
     }
     // Refused before NVML starts (which can block on a stuck driver): the daemon takes the

@@ -186,7 +186,7 @@ pub enum MetricNames {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            host: system_hostname(),
+            host: default_host(),
             database: PathBuf::from(DEFAULT_DATABASE),
             nvml_library: None,
             interval: Duration::from_secs(1),
@@ -249,6 +249,21 @@ impl Config {
         let raw: raw::RawConfig = toml::from_str(text)
             .map_err(|e| ConfigErrors::single(ConfigError::from_toml(origin, text, &e)))?;
         raw.compile(origin, text)
+    }
+}
+
+/// The host a daemon without `host` in its config stores and alerts under: `NODE_NAME` when
+/// set (Kubernetes' downward API gives a DaemonSet pod its node's name there; the pod's own
+/// host name changes with every rollout), else the machine's host name.
+pub fn default_host() -> String {
+    host_from(std::env::var("NODE_NAME").ok(), system_hostname)
+}
+
+/// `NODE_NAME` (trimmed, when not empty), else `fallback()`.
+fn host_from(node_name: Option<String>, fallback: impl FnOnce() -> String) -> String {
+    match node_name.map(|n| n.trim().to_string()) {
+        Some(n) if !n.is_empty() => n,
+        _ => fallback(),
     }
 }
 

@@ -183,7 +183,7 @@ impl RawConfig {
                 c.error(
                     h.span(),
                     "`host` is empty".into(),
-                    "remove the key to use the machine's host name",
+                    "remove the key to use NODE_NAME or the machine's host name",
                 );
                 d.host.clone()
             }

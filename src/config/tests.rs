@@ -275,3 +275,12 @@ fn http_beyond_loopback_needs_a_token_and_names_are_checked() {
     // A listener that is off needs no token.
     parse("[http]\nenabled = false\nlisten = \"0.0.0.0:9835\"\n").expect("disabled listener");
 }
+
+#[test]
+fn the_default_host_is_node_name_then_the_host_name() {
+    let host = |n: Option<&str>| host_from(n.map(str::to_string), || "pod-x7k2p".to_string());
+    assert_eq!(host(Some("gpu-node-17")), "gpu-node-17");
+    assert_eq!(host(Some("  gpu-node-17\n")), "gpu-node-17");
+    assert_eq!(host(Some("")), "pod-x7k2p");
+    assert_eq!(host(None), "pod-x7k2p");
+}

@@ -168,17 +168,37 @@ impl Drop for Daemon {
 }
 
 fn start_daemon(lib: &Path, db: &Path, port: u16, extra: &str) -> Daemon {
+    start_daemon_as(Some("testhost"), None, lib, db, port, extra)
+}
+
+/// A daemon with `host` in its config (or none) and `NODE_NAME` in its environment (or none).
+fn start_daemon_as(
+    host: Option<&str>,
+    node_name: Option<&str>,
+    lib: &Path,
+    db: &Path,
+    port: u16,
+    extra: &str,
+) -> Daemon {
     let cfg = db.with_extension("toml");
+    let host = host
+        .map(|h| format!("host = \"{h}\"\n"))
+        .unwrap_or_default();
     std::fs::write(
         &cfg,
         format!(
-            "host = \"testhost\"\ndatabase = \"{}\"\nnvml_library = \"{}\"\ninterval = \"200ms\"\n{extra}\n[http]\nlisten = \"127.0.0.1:{port}\"\nstall_after = \"1s\"\n",
+            "{host}database = \"{}\"\nnvml_library = \"{}\"\ninterval = \"200ms\"\n{extra}\n[http]\nlisten = \"127.0.0.1:{port}\"\nstall_after = \"1s\"\n",
             db.display(),
             lib.display()
         ),
     )
     .expect("write config");
-    let child = gpuwatch()
+    let mut cmd = gpuwatch();
+    match node_name {
+        Some(n) => cmd.env("NODE_NAME", n),
+        None => cmd.env_remove("NODE_NAME"),
+    };
+    let child = cmd
         .args(["run", "--config"])
         .arg(&cfg)
         .stdout(Stdio::null())
@@ -254,6 +274,65 @@ fn run_serves_healthz_stores_samples_and_stops_cleanly_on_sigterm() {
         )
         .expect("query");
     assert_eq!(xids, 1, "the XID was stored");
+}
+
+/// In a Kubernetes pod the host name is the pod's, new with every rollout: the host is
+/// `host` from the config, else `NODE_NAME` (the downward API's node name), the same across
+/// restarts; `/metrics` names it too.
+#[test]
+fn the_host_is_node_name_across_restarts_unless_the_config_names_one() {
+    let sim = sim(WALL_SCENARIO);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("g.db");
+    for _restart in 0..2 {
+        let port = free_port();
+        let mut d = start_daemon_as(
+            None,
+            Some("gpu-node-17"),
+            &sim.library_path(),
+            &db,
+            port,
+            "",
+        );
+        let metrics = wait_for("a sample on /metrics", Duration::from_secs(20), || {
+            http_get(port, "/metrics")
+                .filter(|(c, b)| *c == 200 && b.contains("DCGM_FI_DEV_GPU_TEMP{"))
+        })
+        .1;
+        assert!(metrics.contains("Hostname=\"gpu-node-17\""), "{metrics}");
+        let err = d.stop();
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let conn = rusqlite::Connection::open(&db).expect("open");
+    let hosts: Vec<String> = conn
+        .prepare("SELECT name FROM hosts ORDER BY id")
+        .expect("prepare")
+        .query_map([], |r| r.get(0))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(hosts, ["gpu-node-17"], "one host across restarts");
+    // `host` in the config wins over NODE_NAME; `run --check` says which host it will use.
+    let cfg = dir.path().join("named.toml");
+    std::fs::write(&cfg, "host = \"named-in-config\"\n").expect("write");
+    for (config, want) in [
+        (None, "host gpu-node-17;"),
+        (Some(&cfg), "host named-in-config;"),
+    ] {
+        let mut c = gpuwatch();
+        c.env("NODE_NAME", "gpu-node-17").args(["run", "--check"]);
+        match config {
+            Some(p) => c.arg("--config").arg(p),
+            None => c.args(["--config", "/dev/null"]),
+        };
+        let o = c.output().expect("run --check");
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success() && out.contains(want),
+            "{out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
 }
 
 #[test]
