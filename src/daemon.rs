@@ -175,6 +175,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     // Kernel-log history up to the newest XID already stored is not stored again.
     let xids_stored_until = store::events::newest_xid_ms(store.conn(), &config.host)?;
     let health = Health::new(config.http.stall_after);
+    health.set_sample_clock(ticker.clock());
     let eval_stop = Arc::new(AtomicBool::new(false));
     // The rules run on the writer thread after each commit; they wake the sender when they
     // queued notifications (no polling).

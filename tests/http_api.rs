@@ -69,6 +69,11 @@ fn metrics_speak_dcgm_exporter_and_only_its_names_draw_lint() {
     // MiB, as dcgm-exporter: the 20000 MiB process plus the driver's baseline.
     let fb = series_value(&m, "DCGM_FI_DEV_FB_USED", &gpu0).expect("FB_USED");
     assert!((20_000.0..21_000.0).contains(&fb), "{fb}");
+    // Whole MiB, as dcgm-exporter's integer fields (the driver's baseline is not).
+    for name in ["DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"] {
+        let v = series_value(&m, name, &gpu0).unwrap_or_else(|| panic!("{name}"));
+        assert_eq!(v.fract(), 0.0, "{name} {v}");
+    }
     // Watts; GPU 1 cannot read its power: absent, never 0. H100 SXM has no fan: absent.
     assert!(series_value(&m, "DCGM_FI_DEV_POWER_USAGE", &gpu0).is_some_and(|w| w > 50.0));
     assert_eq!(
@@ -441,6 +446,86 @@ fn the_live_page_renders_gpus_and_alerts_in_chromium() {
         "{} bytes",
         png.len()
     );
+}
+
+/// `gpuwatch demo --listen` at its default speed: its samples carry the scenario's clock,
+/// which runs 30x faster than the wall clock, and freshness is judged on that clock, so the
+/// first scrape a newcomer makes shows dcgm-exporter's series with every GPU up, and
+/// `/healthz`, `/api/v1/status` (the page's source) and `/metrics` agree.
+#[test]
+fn the_demo_serves_fresh_gpus_on_its_own_clock() {
+    let port = http_support::free_port();
+    let dir = tempfile::tempdir().expect("tmp");
+    let child = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .args(["demo", "--duration", "20m", "--every", "1h", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--db")
+        .arg(dir.path().join("demo.db"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("demo");
+    let _demo = http_support::Daemon(child);
+    let get = |path: &str| http_support::http_get(port, path, None, &[]);
+    let gpus = wait_for(
+        "the demo's four GPUs sampled",
+        Duration::from_secs(60),
+        || {
+            let (code, _, body) = get("/api/v1/status");
+            let v: Value = serde_json::from_str(&body).ok()?;
+            let gpus = v["gpus"].as_array()?.clone();
+            (code == 200 && gpus.len() == 4 && gpus.iter().all(|g| g["sample_ts_ms"].is_i64()))
+                .then_some(gpus)
+        },
+    );
+    let indexes: Vec<String> = gpus.iter().map(|g| g["index"].to_string()).collect();
+    let (code, _, scrape) = get("/metrics");
+    assert_eq!(code, 200);
+    for i in &indexes {
+        assert!(
+            series_value(&scrape, "DCGM_FI_DEV_GPU_UTIL", &[("gpu", i)]).is_some(),
+            "GPU {i}'s utilisation on the first scrape: {scrape}"
+        );
+        assert_eq!(
+            series_value(&scrape, "gpuwatch_gpu_up", &[("gpu", i)]),
+            Some(1.0),
+            "GPU {i} up: {scrape}"
+        );
+        // dcgm-exporter's framebuffer values are whole MiB.
+        for name in ["DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"] {
+            let v = series_value(&scrape, name, &[("gpu", i)]).unwrap_or_else(|| panic!("{name}"));
+            assert_eq!(v.fract(), 0.0, "GPU {i}'s {name} {v}");
+        }
+    }
+    // Over a couple of seconds (a minute of the scenario), every view keeps saying fresh.
+    for _ in 0..10 {
+        let (code, _, health) = get("/healthz");
+        assert!(
+            code == 200 && health.contains("\"status\":\"ok\""),
+            "{health}"
+        );
+        let (_, _, body) = get("/api/v1/status");
+        let v: Value = serde_json::from_str(&body).expect("status json");
+        for g in v["gpus"].as_array().expect("gpus") {
+            let state = g["state"].as_array().expect("state");
+            assert!(
+                !state.contains(&Value::from("STALE")),
+                "GPU {} stale: {g}",
+                g["index"]
+            );
+            let reasons = g["health"]["reasons"].to_string();
+            assert!(!reasons.contains("stale"), "GPU {}: {reasons}", g["index"]);
+        }
+        let (_, _, scrape) = get("/metrics");
+        for i in &indexes {
+            assert_eq!(
+                series_value(&scrape, "gpuwatch_gpu_up", &[("gpu", i)]),
+                Some(1.0),
+                "GPU {i} up: {scrape}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 #[path = "training_support/mod.rs"]

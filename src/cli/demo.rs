@@ -127,6 +127,10 @@ pub fn run(args: DemoArgs) -> Result<(), Failure> {
         sample_deadline: pace.mul_f64(0.8).max(Duration::from_millis(10)),
         ..Config::default()
     };
+    // Ticks are held together for at most `commit_interval` of wall time: the same 5 s of
+    // the scenario's time as `run`'s, so the newest stored sample stays as fresh on the
+    // simulated clock as on a real daemon's (within `[http] stall_after`).
+    config.commit_interval = config.commit_interval.div_f64(args.speed.max(1.0));
     config.http.listen = ([127, 0, 0, 1], 0).into();
     if let Some(addr) = args.listen {
         if !addr.ip().is_loopback() {

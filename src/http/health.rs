@@ -2,7 +2,10 @@
 //! counters (sampling thread), duration histograms (sampling, rules and scrape), which GPUs
 //! report XIDs (event thread).
 //!
-//! Invariant: only atomics and a once-set cell, so reading never waits on a worker.
+//! Invariant: only atomics and once-set cells, so reading never waits on a worker. Two
+//! clocks: the stall check counts wall time since the last tick (a stuck sampler is stuck in
+//! real time); a sample's freshness counts on the clock the samples carry (`sample_now`: the
+//! wall clock in `run`, the scenario's faster clock in `demo`).
 
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -38,6 +41,17 @@ pub struct Health {
     /// Bytes the rules thread's in-memory windows hold, after its last wake-up.
     pub rule_window_bytes: AtomicU64,
     xid_watch: OnceLock<Arc<XidWatch>>,
+    /// The clock the samples' times come from (unset: the wall clock).
+    sample_clock: OnceLock<SampleClock>,
+}
+
+/// The samples' clock, as a field `Health`'s `Debug` can print.
+struct SampleClock(crate::clock::Clock);
+
+impl std::fmt::Debug for SampleClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SampleClock({})", (self.0)())
+    }
 }
 
 impl Health {
@@ -58,6 +72,7 @@ impl Health {
             scrape_seconds: Histogram::default(),
             rule_window_bytes: AtomicU64::new(0),
             xid_watch: OnceLock::new(),
+            sample_clock: OnceLock::new(),
         })
     }
 
@@ -68,6 +83,22 @@ impl Health {
 
     pub fn xid_watch(&self) -> Option<&Arc<XidWatch>> {
         self.xid_watch.get()
+    }
+
+    /// Set once, before the first tick: the clock the samples carry.
+    pub fn set_sample_clock(&self, clock: crate::clock::Clock) {
+        let _ = self.sample_clock.set(SampleClock(clock));
+    }
+
+    /// "Now" on the clock the samples carry: what a sample's age is counted against, so that
+    /// `/metrics`, the API and the page judge freshness alike in `run` and in `demo`.
+    pub fn sample_now(&self) -> i64 {
+        self.sample_now_or(now_ms())
+    }
+
+    /// `sample_now`, with `wall_ms` standing for the wall clock when no sample clock is set.
+    pub fn sample_now_or(&self, wall_ms: i64) -> i64 {
+        self.sample_clock.get().map_or(wall_ms, |c| (c.0)())
     }
 
     /// Called by the sampling thread after each tick. `progress`: some GPU was sampled, or
@@ -105,6 +136,7 @@ impl Health {
             "last_tick_age_seconds": secs(tick_age),
             "last_sampled_age_seconds": secs(progress_age),
             "last_sample_ts_ms": match self.last_tick_ts_ms.load(Ordering::Relaxed) { 0 => None, t => Some(t) },
+            "sample_now_ms": self.sample_now(),
             "stall_after_seconds": self.stall_after_ms as f64 / 1000.0,
             "ticks": self.ticks.load(Ordering::Relaxed),
             "gpus": self.gpus.load(Ordering::Relaxed),

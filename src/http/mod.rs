@@ -189,7 +189,7 @@ async fn document(
 
 async fn status(State(api): State<Arc<Api>>, headers: HeaderMap) -> Response {
     document(api, headers, |a, c| {
-        let v = crate::cli::docs::status(c, &a.cfg, Some(&a.cfg.host), now_ms())?;
+        let v = crate::cli::docs::status(c, &a.cfg, Some(&a.cfg.host), a.health.sample_now())?;
         Ok(v.to_string())
     })
     .await
@@ -200,8 +200,8 @@ async fn alerts(
     headers: HeaderMap,
     Query(q): Query<Vec<(String, String)>>,
 ) -> Response {
-    document(api, headers, move |_, c| {
-        crate::cli::docs::alerts(&q, c, now_ms())
+    document(api, headers, move |a, c| {
+        crate::cli::docs::alerts(&q, c, a.health.sample_now())
     })
     .await
 }
@@ -211,8 +211,8 @@ async fn history(
     headers: HeaderMap,
     Query(q): Query<Vec<(String, String)>>,
 ) -> Response {
-    document(api, headers, move |_, c| {
-        crate::cli::docs::history(&q, c, now_ms())
+    document(api, headers, move |a, c| {
+        crate::cli::docs::history(&q, c, a.health.sample_now())
     })
     .await
 }
@@ -222,8 +222,8 @@ async fn gpu_audit(
     headers: HeaderMap,
     Query(q): Query<Vec<(String, String)>>,
 ) -> Response {
-    document(api, headers, move |_, c| {
-        crate::cli::docs::gpu_audit(&q, c, now_ms())
+    document(api, headers, move |a, c| {
+        crate::cli::docs::gpu_audit(&q, c, a.health.sample_now())
     })
     .await
 }

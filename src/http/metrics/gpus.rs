@@ -372,6 +372,8 @@ pub fn families(gpus: &[Gpu], stale_after_ms: i64, names: MetricNames) -> Vec<Fa
             };
             if let Some(v) = (r.value)(s) {
                 let v = match names {
+                    // dcgm-exporter's framebuffer values are whole MiB (DCGM's integer fields).
+                    MetricNames::Dcgm if r.dcgm_unit == Some("MiB") => v.floor(),
                     MetricNames::Dcgm => v,
                     MetricNames::Gpuwatch => v * r.to_base,
                 };

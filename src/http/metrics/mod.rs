@@ -154,6 +154,9 @@ impl Scraper {
         let names = cfg.http.metrics_names;
         let stale = cfg.http.stall_after.as_millis() as i64;
         let xid_cursor = self.xid_cursor;
+        // `now_ms` is the wall clock; samples are fresh or stale on their own clock.
+        let wall_ms = now_ms;
+        let now_ms = health.sample_now_or(wall_ms);
         let read = self.conn(&cfg.database).and_then(|conn| {
             // One read transaction: every family describes the same committed state.
             conn.execute_batch("BEGIN")?;
@@ -193,6 +196,7 @@ impl Scraper {
             cfg,
             health,
             now_ms,
+            wall_ms,
             stale_after_ms: stale,
         };
         out.extend(own::gpu_state(&ctx, &gpus));

@@ -20,7 +20,10 @@ use crate::store::scrape::LiveAlert;
 pub struct Ctx<'a> {
     pub cfg: &'a Config,
     pub health: &'a Health,
+    /// "Now" on the samples' clock (freshness, the outbox's ages: both in sample time).
     pub now_ms: TsMs,
+    /// The wall clock (the sampling thread's tick ages, the remote-write queue's ages).
+    pub wall_ms: TsMs,
     pub stale_after_ms: i64,
 }
 
@@ -257,7 +260,7 @@ pub fn daemon(
         "Seconds since the last tick that sampled some GPU.",
     )
     .unit("seconds");
-    if let Some(a) = h.sampled_age_ms(ctx.now_ms) {
+    if let Some(a) = h.sampled_age_ms(ctx.wall_ms) {
         ages.push(Vec::new(), a as f64 / 1000.0);
     }
     out.push(ages);
@@ -424,7 +427,7 @@ pub fn remote_write(ctx: &Ctx, backlog: &[crate::store::remote_write::Backlog]) 
         pending.push(l.clone(), b.pending_requests as f64);
         pending_samples.push(l.clone(), b.pending_samples as f64);
         if let Some(o) = b.oldest_pending_ms {
-            oldest.push(l.clone(), ((ctx.now_ms - o).max(0)) as f64 / 1000.0);
+            oldest.push(l.clone(), ((ctx.wall_ms - o).max(0)) as f64 / 1000.0);
         }
         sent.push(l.clone(), b.sent_samples as f64);
         refused.push(l.clone(), b.refused_samples as f64);
