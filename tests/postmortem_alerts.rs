@@ -412,3 +412,226 @@ fn alerts_and_incidents_of_a_demo_run() {
         "{err}"
     );
 }
+
+/// Two H100s (slowdown 88 °C, shutdown 94 °C) overheat: GPU 0 goes critical for a minute and
+/// back to warning and is still firing where the data ends; GPU 1 cools down and resolves.
+const OVERHEAT: &str = r#"
+[scenario]
+name = "overheat"
+tick_ms = 1000
+duration = "9m"
+[[gpu]]
+model = "H100-SXM-80GB"
+[[gpu.timeline]]
+to = "1m"
+temp = 60
+[[gpu.timeline]]
+from = "1m"
+to = "4m"
+temp = 87
+[[gpu.timeline]]
+from = "4m"
+to = "5m"
+temp = 92
+[[gpu.timeline]]
+from = "5m"
+temp = 87
+[[gpu]]
+model = "H100-SXM-80GB"
+[[gpu.timeline]]
+to = "1m"
+temp = 60
+[[gpu.timeline]]
+from = "1m"
+to = "4m"
+temp = 87
+[[gpu.timeline]]
+from = "4m"
+temp = 60
+"#;
+
+/// A firing alert lasts until the data's end (not 0 s), the same in `alerts`, its JSON, the
+/// `alerts` view and `incident`; an alert that went critical and back keeps
+/// `max_severity = "critical"` and both changes, and the live path reports the downgrade as
+/// a change of severity, not as a new alert.
+#[test]
+fn firing_durations_run_to_the_data_and_severity_changes_are_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sim = SimGpus::prepare(
+        &find_fake_library().expect("the fake NVML library is built (cargo build --workspace)"),
+        OVERHEAT,
+        "overheat.toml",
+    )
+    .expect("scenario");
+    let db = dir.path().join("overheat.db");
+    let mut config = Config {
+        host: "hot-node".into(),
+        database: db.clone(),
+        interval: Duration::from_millis(sim.scenario.tick_ms()),
+        sample_deadline: Duration::from_secs(2),
+        ..Config::default()
+    };
+    config.http.enabled = false;
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let start_ms = (chrono::Utc::now().timestamp() - 3600) * 1000;
+    daemon::run(
+        DaemonParts {
+            config,
+            rules: gpuwatch::rules::load_configured(true, &[]).expect("default rules"),
+            alert_sink: Some(Box::new(
+                move |tr: &gpuwatch::alerts::engine::Transition| {
+                    sink.lock().expect("lock").push((
+                        tr.rule.clone(),
+                        tr.subject.gpu,
+                        tr.state,
+                        tr.severity_from.map(|s| s.as_str()),
+                        tr.severity.as_str(),
+                    ));
+                },
+            )),
+            nvml: nvml::init(Some(&sim.library_path())).expect("init"),
+            ticker: Box::new(sim.ticker(start_ms, f64::INFINITY, None).expect("ticker")),
+            overrides: sim.process_overrides(start_ms),
+            observer: None,
+            reload: None,
+        },
+        Arc::new(AtomicBool::new(false)),
+    )
+    .expect("daemon runs");
+
+    let hot: Vec<_> = seen
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter(|t| t.0 == "gpu_overheating" && t.1 == Some(0))
+        .map(|t| (t.2, t.3, t.4))
+        .collect();
+    assert_eq!(
+        hot,
+        [
+            ("firing", None, "warning"),
+            ("firing", Some("warning"), "critical"),
+            ("firing", Some("critical"), "warning"),
+        ],
+        "one alert, then two changes of severity"
+    );
+
+    let data_end: i64 = rusqlite::Connection::open(&db)
+        .expect("open")
+        .query_row("SELECT max(last_sample_ms) FROM gpus", [], |r| r.get(0))
+        .expect("data end");
+    let all = json(&gpuwatch(&["alerts", "--format", "json"], &db));
+    let of = |gpu: i64| {
+        all.as_array()
+            .expect("array")
+            .iter()
+            .find(|a| a["rule"] == "gpu_overheating" && a["gpu_index"] == gpu)
+            .unwrap_or_else(|| panic!("GPU {gpu}'s overheating alert in {all}"))
+            .clone()
+    };
+    let live = of(0);
+    let ms = |v: &Value, k: &str| v[k].as_i64().unwrap_or_else(|| panic!("{k} in {v}"));
+    assert_eq!(live["state"], "firing", "{live}");
+    assert_eq!(
+        ms(&live, "firing_ms"),
+        data_end - ms(&live, "fired_ms"),
+        "{live}"
+    );
+    assert_eq!(
+        ms(&live, "active_ms"),
+        data_end - ms(&live, "started_ms"),
+        "{live}"
+    );
+    assert!(ms(&live, "firing_ms") >= 5 * 60_000, "{live}");
+    assert_eq!(live["severity"], "warning", "{live}");
+    assert_eq!(live["max_severity"], "critical", "{live}");
+    let changes = live["severity_changes"].as_array().expect("changes");
+    let steps: Vec<(&str, &str)> = changes
+        .iter()
+        .map(|c| {
+            (
+                c["from"].as_str().expect("from"),
+                c["to"].as_str().expect("to"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [("warning", "critical"), ("critical", "warning")],
+        "{live}"
+    );
+    let (up, down) = (ms(&changes[0], "at_ms"), ms(&changes[1], "at_ms"));
+    assert!(ms(&live, "fired_ms") < up && up < down, "{live}");
+    assert!(
+        changes[0]["summary"]
+            .as_str()
+            .is_some_and(|s| s.contains("92 °C")),
+        "the summary at the change: {live}"
+    );
+    assert_eq!(
+        changes[0]["at"]
+            .as_str()
+            .map(|t| chrono::DateTime::parse_from_rfc3339(t)
+                .expect("rfc3339")
+                .timestamp_millis()),
+        Some(up)
+    );
+
+    let cooled = of(1);
+    assert_eq!(cooled["state"], "resolved", "{cooled}");
+    assert_eq!(
+        ms(&cooled, "active_ms"),
+        ms(&cooled, "resolved_ms") - ms(&cooled, "started_ms")
+    );
+    assert_eq!(
+        ms(&cooled, "firing_ms"),
+        ms(&cooled, "resolved_ms") - ms(&cooled, "fired_ms")
+    );
+    assert_eq!(cooled["max_severity"], "warning");
+    assert_eq!(cooled["severity_changes"], serde_json::json!([]));
+
+    // The view says the same.
+    let id = ms(&live, "alert_id");
+    let q = json(&gpuwatch(
+        &[
+            "query",
+            "--format",
+            "json",
+            &format!(
+                "SELECT firing_ms, active_ms, pending_ms, max_severity, severity_changes FROM alerts WHERE alert_id = {id}"
+            ),
+        ],
+        &db,
+    ));
+    let row = &q.as_array().expect("rows")[0];
+    assert_eq!(row["firing_ms"], live["firing_ms"], "{row}");
+    assert_eq!(row["active_ms"], live["active_ms"], "{row}");
+    assert_eq!(row["pending_ms"], live["pending_ms"], "{row}");
+    assert_eq!(row["max_severity"], "critical", "{row}");
+    let view_changes: Value =
+        serde_json::from_str(row["severity_changes"].as_str().expect("JSON text")).expect("json");
+    assert_eq!(view_changes.as_array().map(Vec::len), Some(2), "{row}");
+
+    // The table: a real firing time, the worst severity.
+    let table = ok_stdout(&gpuwatch(&["alerts"], &db));
+    let line = table
+        .lines()
+        .find(|l| l.starts_with(&format!("{id} ")))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(line.contains("warning (max critical)"), "{line}");
+    assert!(!line.contains(" 0s+"), "{line}");
+
+    // The incident: both changes in the timeline, in order, after it fired.
+    let text = ok_stdout(&gpuwatch(&["incident", &id.to_string()], &db));
+    assert!(text.contains("(warning, critical at its worst)"), "{text}");
+    let at = |w: &str| {
+        text.find(w)
+            .unwrap_or_else(|| panic!("{w:?} missing:\n{text}"))
+    };
+    assert!(
+        at("firing    after") < at("severity  warning → critical")
+            && at("severity  warning → critical") < at("severity  critical → warning"),
+        "{text}"
+    );
+}

@@ -335,7 +335,14 @@ fn enqueue(
 ) -> Vec<NewNotification> {
     let mut rows = Vec::new();
     for tr in transitions {
-        tracing::warn!(rule = %tr.rule, state = tr.state, severity = tr.severity.as_str(), host = %tr.subject.host, gpu = ?tr.subject.gpu, "{}", tr.summary);
+        match tr.severity_from {
+            Some(from) => {
+                tracing::warn!(rule = %tr.rule, state = "severity_changed", from = from.as_str(), severity = tr.severity.as_str(), host = %tr.subject.host, gpu = ?tr.subject.gpu, "severity {} → {}: {}", from.as_str(), tr.severity.as_str(), tr.summary)
+            }
+            None => {
+                tracing::warn!(rule = %tr.rule, state = tr.state, severity = tr.severity.as_str(), host = %tr.subject.host, gpu = ?tr.subject.gpu, "{}", tr.summary)
+            }
+        }
         sink(tr);
         rows.extend(router.enqueue(tr));
     }

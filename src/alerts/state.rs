@@ -53,8 +53,11 @@ pub struct AlertState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
     Fired(Severity),
-    /// Still firing, at another severity.
-    Escalated(Severity),
+    /// Still firing, at another severity (up or down).
+    Escalated {
+        from: Option<Severity>,
+        to: Severity,
+    },
     Resolved,
 }
 
@@ -113,8 +116,8 @@ impl AlertState {
                 self.last_true = Some(t);
                 self.kept_since = None;
                 if self.severity != Some(severity) {
-                    self.severity = Some(severity);
-                    return Some(Change::Escalated(severity));
+                    let from = self.severity.replace(severity);
+                    return Some(Change::Escalated { from, to: severity });
                 }
                 None
             }
@@ -269,9 +272,18 @@ mod tests {
         assert_eq!(s.step(0, True, W, t), Some(Change::Fired(W)));
         assert_eq!(
             s.step(1, True, Severity::Critical, t),
-            Some(Change::Escalated(Severity::Critical))
+            Some(Change::Escalated {
+                from: Some(W),
+                to: Severity::Critical
+            })
         );
         assert_eq!(s.step(2, True, Severity::Critical, t), None);
-        assert_eq!(s.step(3, True, W, t), Some(Change::Escalated(W)));
+        assert_eq!(
+            s.step(3, True, W, t),
+            Some(Change::Escalated {
+                from: Some(Severity::Critical),
+                to: W
+            })
+        );
     }
 }

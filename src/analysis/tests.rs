@@ -30,6 +30,7 @@ fn alert(rule: &str) -> AlertRow {
         active_ms: 120_000,
         summary: Some("step stuck".into()),
         labels_json: None,
+        ..Default::default()
     }
 }
 

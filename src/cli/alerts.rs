@@ -197,6 +197,15 @@ pub(super) fn alert_json(a: &AlertRow) -> Value {
         "ongoing": d.ongoing,
         "summary": a.summary,
         "labels": labels,
+        "max_severity": a.max_severity,
+        "severity_changes": a.severity_changes.iter().map(|c| json!({
+            "at": rfc3339(c.at_ms),
+            "at_ms": c.at_ms,
+            "from": c.from,
+            "to": c.to,
+            "summary": c.summary,
+        })).collect::<Vec<_>>(),
+        "replayed": a.replayed,
     })
 }
 
@@ -228,7 +237,7 @@ fn table(rows: &[AlertRow]) -> String {
             a.alert_id.to_string(),
             a.state.clone(),
             a.rule.clone(),
-            a.severity.clone().unwrap_or_else(|| "-".into()),
+            severity_cell(a),
             a.host.clone(),
             subject(a),
             short(a.active_since_ms),
@@ -247,9 +256,27 @@ fn table(rows: &[AlertRow]) -> String {
     }
     let mut out = render(&cells);
     if rows.iter().any(|a| a.state != "resolved") {
-        out.push_str("+ still active: counted to the alert's last evaluation\n");
+        out.push_str("+ still active: counted to the newest stored sample of its host\n");
+    }
+    if rows.iter().any(|a| a.replayed) {
+        out.push_str("(replayed): found by `gpuwatch replay --save` over stored history\n");
     }
     out
+}
+
+/// `warning`, or `warning (max critical)` for an episode that fired higher than it is now;
+/// `(replayed)` for an episode found by a replay.
+fn severity_cell(a: &AlertRow) -> String {
+    let mut s = a.severity.clone().unwrap_or_else(|| "-".into());
+    if let Some(max) = &a.max_severity
+        && a.severity.as_ref() != Some(max)
+    {
+        s.push_str(&format!(" (max {max})"));
+    }
+    if a.replayed {
+        s.push_str(" (replayed)");
+    }
+    s
 }
 
 /// Left-aligned columns separated by two spaces; the last column is not padded.
@@ -307,6 +334,7 @@ mod tests {
             active_ms,
             summary: None,
             labels_json: None,
+            ..Default::default()
         }
     }
 

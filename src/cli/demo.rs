@@ -61,6 +61,56 @@ pub struct DemoArgs {
     pub max_db_size: Option<u64>,
 }
 
+/// `2026-12-06 14:05:07 +00:08:00`: the UTC time (as `gpuwatch alerts` prints it), then the
+/// simulated time since the demo's start.
+fn stamp(ts: TsMs, start_ms: TsMs) -> String {
+    let s = (ts - start_ms).max(0) / 1000;
+    format!(
+        "{} +{:02}:{:02}:{:02}",
+        super::alerts::short(ts),
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
+}
+
+/// One printed line per transition: `ALERT`, a change of severity of an alert that already
+/// fired (`ESCALATED`/`DOWNGRADED`, not a new alert), or `RESOLVED`.
+fn alert_line(tr: &Transition, start_ms: TsMs) -> String {
+    let (mark, severity) = match (tr.state, tr.severity_from, tr.active_since) {
+        ("firing", Some(from), _) => (
+            if tr.severity > from {
+                "ESCALATED"
+            } else {
+                "DOWNGRADED"
+            }
+            .to_string(),
+            format!("{} → {}", from.as_str(), tr.severity.as_str()),
+        ),
+        ("firing", None, _) => ("ALERT".to_string(), tr.severity.as_str().to_string()),
+        (_, _, Some(since)) => (
+            format!(
+                "RESOLVED after {}",
+                crate::alerts::engine::human(tr.at - since)
+            ),
+            tr.severity.as_str().to_string(),
+        ),
+        _ => ("RESOLVED".to_string(), tr.severity.as_str().to_string()),
+    };
+    let words = crate::notify::text::placement_words(&tr.labels);
+    let at = if words.is_empty() {
+        String::new()
+    } else {
+        format!(" [{}]", words.join(" · "))
+    };
+    format!(
+        "[{}] {mark} {} ({severity}): {}{at}",
+        stamp(tr.at, start_ms),
+        tr.rule,
+        tr.summary
+    )
+}
+
 fn parse_size(s: &str) -> Result<u64, String> {
     s.trim()
         .parse::<bytesize::ByteSize>()
@@ -160,9 +210,12 @@ pub fn run(args: DemoArgs) -> Result<(), Failure> {
         wall_ms / 1000
     );
     println!(
-        "NVML: {} (simulated) | database: {}\n",
+        "NVML: {} (simulated) | database: {}",
         sim.library_path().display(),
         db.display()
+    );
+    println!(
+        "Times are UTC, as the database and `gpuwatch alerts` show them, then +HH:MM:SS of simulated time since the start.\n"
     );
 
     // The scenario's pods, served the way a kubelet serves them: the daemon asks over the
@@ -201,30 +254,7 @@ pub fn run(args: DemoArgs) -> Result<(), Failure> {
             config: config.clone(),
             rules,
             alert_sink: Some(Box::new(move |tr: &Transition| {
-                let s = (tr.at - alert_clock) / 1000;
-                let mark = match (tr.state, tr.active_since) {
-                    ("firing", _) => "ALERT".to_string(),
-                    (_, Some(since)) => format!(
-                        "RESOLVED after {}",
-                        crate::alerts::engine::human(tr.at - since)
-                    ),
-                    _ => "RESOLVED".to_string(),
-                };
-                let words = crate::notify::text::placement_words(&tr.labels);
-                let at = if words.is_empty() {
-                    String::new()
-                } else {
-                    format!(" [{}]", words.join(" · "))
-                };
-                println!(
-                    "[{:02}:{:02}:{:02}] {mark} {} ({}): {}{at}",
-                    s / 3600,
-                    s / 60 % 60,
-                    s % 60,
-                    tr.rule,
-                    tr.severity.as_str(),
-                    tr.summary
-                );
+                println!("{}", alert_line(tr, alert_clock));
             })),
             nvml: handle,
             ticker: Box::new(ticker),
@@ -287,8 +317,7 @@ impl LiveView {
     }
 
     fn clock(&self, ts: TsMs) -> String {
-        let s = (ts - self.start_ms) / 1000;
-        format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+        stamp(ts, self.start_ms)
     }
 
     fn gpu_name(&self, uuid: Option<&str>) -> String {
@@ -399,5 +428,62 @@ impl LiveView {
             .collect();
         rows.sort_by_key(|r| r.inventory.index);
         rows
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::rule::{Scope, Severity};
+
+    fn transition(state: &'static str, severity: Severity, from: Option<Severity>) -> Transition {
+        Transition {
+            at: 1_764_189_075_000 + 8 * 60_000,
+            state,
+            rule: "gpu_overheating".into(),
+            severity,
+            subject: Default::default(),
+            labels: Default::default(),
+            summary: "GPU 3 hot".into(),
+            description: None,
+            active_since: Some(1_764_189_075_000 + 5 * 60_000),
+            fired_at: None,
+            gpu_id: 1,
+            process_id: None,
+            scope: Scope::Gpu,
+            metric: None,
+            severity_from: from,
+        }
+    }
+
+    #[test]
+    fn lines_carry_utc_and_simulated_time_and_say_a_change_of_severity() {
+        let start = 1_764_189_075_000;
+        let fired = alert_line(&transition("firing", Severity::Warning, None), start);
+        assert_eq!(
+            fired,
+            "[2025-11-26 20:39:15 +00:08:00] ALERT gpu_overheating (warning): GPU 3 hot"
+        );
+        let up = alert_line(
+            &transition("firing", Severity::Critical, Some(Severity::Warning)),
+            start,
+        );
+        assert!(
+            up.contains("] ESCALATED gpu_overheating (warning → critical): "),
+            "{up}"
+        );
+        let down = alert_line(
+            &transition("firing", Severity::Warning, Some(Severity::Critical)),
+            start,
+        );
+        assert!(
+            down.contains("] DOWNGRADED gpu_overheating (critical → warning): "),
+            "{down}"
+        );
+        let over = alert_line(&transition("resolved", Severity::Warning, None), start);
+        assert!(
+            over.contains("] RESOLVED after 3m 0s gpu_overheating"),
+            "{over}"
+        );
     }
 }

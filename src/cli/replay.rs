@@ -4,7 +4,9 @@
 //!
 //! Output (jsonl): one object per transition, in time order, with `at` (RFC 3339 UTC),
 //! `state` (`firing`/`resolved`), `rule`, `severity`, `host`, `gpu`, `uuid`, `labels`,
-//! `summary`; more fields may be added. Alerts still firing at the end are not resolved.
+//! `summary`, `severity_from` (the severity before, when a firing alert changed severity:
+//! a change, not a new alert; else null); more fields may be added. Alerts still firing at
+//! the end are not resolved.
 
 use std::path::PathBuf;
 
@@ -156,6 +158,7 @@ fn print_transition(out: &mut impl std::io::Write, tr: &Transition, format: Form
                 "description": tr.description,
                 "pid": tr.subject.pid,
                 "active_since": tr.active_since.map(rfc3339),
+                "severity_from": tr.severity_from.map(|s| s.as_str()),
             })
         ),
         Format::Table => writeln!(
@@ -164,7 +167,10 @@ fn print_transition(out: &mut impl std::io::Write, tr: &Transition, format: Form
             &rfc3339(tr.at)[..19],
             tr.state,
             tr.rule,
-            tr.severity.as_str(),
+            match tr.severity_from {
+                Some(from) => format!("{} (was {})", tr.severity.as_str(), from.as_str()),
+                None => tr.severity.as_str().to_string(),
+            },
             tr.subject.host,
             tr.subject.gpu.map_or("-".to_string(), |g| g.to_string()),
             tr.summary

@@ -8,7 +8,9 @@
 //! (the store writer's transactions and these never wait on each other for long: WAL plus a
 //! busy timeout); at most one live (pending/firing) row per identity (a partial unique index);
 //! an episode that ends keeps its row as `resolved` (history), except one that never fired,
-//! which is deleted (pending that came to nothing is not history).
+//! which is deleted (pending that came to nothing is not history); `max_severity` only rises
+//! and every change of severity while firing is a row of `alert_severity_changes`, written
+//! with the save that records it (migration 0019).
 
 use std::path::Path;
 
@@ -36,6 +38,29 @@ pub struct SavedAlert {
     pub kept_since_ms: Option<TsMs>,
     pub summary: Option<String>,
     pub labels_json: Option<String>,
+    /// Changes of severity while firing since the last save, oldest first.
+    pub severity_changes: Vec<SavedSeverityChange>,
+}
+
+/// A firing alert's change of severity (up or down).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SavedSeverityChange {
+    pub at_ms: TsMs,
+    pub from: Option<String>,
+    pub to: String,
+    /// The summary as rendered at the change.
+    pub summary: Option<String>,
+}
+
+/// `CASE` ranking a severity column or parameter `x` (info < warning < critical).
+macro_rules! rank {
+    ($x:literal) => {
+        concat!(
+            "(CASE ",
+            $x,
+            " WHEN 'critical' THEN 3 WHEN 'warning' THEN 2 WHEN 'info' THEN 1 ELSE 0 END)"
+        )
+    };
 }
 
 /// A read-write connection for alert state.
@@ -73,6 +98,7 @@ impl AlertDb {
                 kept_since_ms: r.get(10)?,
                 summary: r.get(11)?,
                 labels_json: r.get(12)?,
+                severity_changes: Vec::new(),
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -100,34 +126,39 @@ impl AlertDb {
                 )?
                 .query_row(params![a.rule, a.gpu_id, a.process_id], |r| r.get(0))
                 .optional()?;
-            match (a.phase.as_str(), live) {
-                ("inactive", None) => {}
+            let id = match (a.phase.as_str(), live) {
+                ("inactive", None) => None,
                 ("inactive", Some(id)) if a.fired_ms.is_none() => {
                     tx.prepare_cached("DELETE FROM alert_state WHERE id = ?1")?
                         .execute(params![id])?;
+                    None
                 }
                 ("inactive", Some(id)) => {
                     tx.prepare_cached(
                         "UPDATE alert_state SET state = 'resolved', resolved_ms = ?2, reported = ?3, updated_ms = ?2 WHERE id = ?1",
                     )?
                     .execute(params![id, now, a.reported])?;
+                    Some(id)
                 }
                 // A live episode: insert it, or update its live row (the partial unique index).
                 (phase, _) => {
-                    tx.prepare_cached(
-                        "INSERT INTO alert_state (rule, gpu_id, process_id, scope, state, severity, reported, active_since_ms,
-                           fired_ms, last_true_ms, kept_since_ms, summary, labels_json, updated_ms)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+                    let id: i64 = tx.prepare_cached(
+                        concat!("INSERT INTO alert_state (rule, gpu_id, process_id, scope, state, severity, reported, active_since_ms,
+                           fired_ms, last_true_ms, kept_since_ms, summary, labels_json, updated_ms, max_severity)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?6)
                          ON CONFLICT (rule, gpu_id, ifnull(process_id, -1)) WHERE state IN ('pending', 'firing')
                          DO UPDATE SET state = excluded.state, severity = excluded.severity,
+                           max_severity = CASE WHEN ", rank!("excluded.severity"), " > ", rank!("max_severity"), "
+                             THEN excluded.severity ELSE max_severity END,
                            reported = excluded.reported, active_since_ms = excluded.active_since_ms,
                            fired_ms = excluded.fired_ms, last_true_ms = excluded.last_true_ms,
                            kept_since_ms = excluded.kept_since_ms,
                            summary = coalesce(excluded.summary, summary),
                            labels_json = coalesce(excluded.labels_json, labels_json),
-                           updated_ms = excluded.updated_ms",
+                           updated_ms = excluded.updated_ms
+                         RETURNING id"),
                     )?
-                    .execute(params![
+                    .query_row(params![
                         a.rule,
                         a.gpu_id,
                         a.process_id,
@@ -142,7 +173,17 @@ impl AlertDb {
                         a.summary,
                         a.labels_json,
                         now
-                    ])?;
+                    ], |r| r.get(0))?;
+                    Some(id)
+                }
+            };
+            if let Some(id) = id {
+                for c in &a.severity_changes {
+                    tx.prepare_cached(
+                        "INSERT INTO alert_severity_changes (alert_id, at_ms, from_severity, to_severity, summary)
+                         VALUES (?1, ?2, ?3, ?4, ?5)",
+                    )?
+                    .execute(params![id, c.at_ms, c.from, c.to, c.summary])?;
                 }
             }
         }

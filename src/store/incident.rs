@@ -21,7 +21,7 @@ pub fn hosts_with_gpus(conn: &Connection) -> Result<Vec<String>, StoreError> {
 }
 
 /// One alert episode as the `alerts` view shows it, plus its GPU's row id.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct AlertRow {
     pub alert_id: i64,
     pub rule: String,
@@ -43,10 +43,26 @@ pub struct AlertRow {
     pub active_since_ms: TsMs,
     pub fired_ms: Option<TsMs>,
     pub resolved_ms: Option<TsMs>,
-    /// Resolved (or, while live, last updated) minus active_since.
+    /// Until resolved, or while live until the newest sample of its host (the data's end),
+    /// minus active_since (the view's `active_ms`).
     pub active_ms: TsMs,
     pub summary: Option<String>,
     pub labels_json: Option<String>,
+    /// The highest severity the episode fired at.
+    pub max_severity: Option<String>,
+    /// Its changes of severity while firing, oldest first.
+    pub severity_changes: Vec<SeverityChange>,
+    /// Found by `gpuwatch replay --save` over stored history, not by a running daemon.
+    pub replayed: bool,
+}
+
+/// A change of severity of a firing alert (`alerts.severity_changes`).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct SeverityChange {
+    pub at_ms: TsMs,
+    pub from: Option<String>,
+    pub to: String,
+    pub summary: Option<String>,
 }
 
 /// Which alerts to list.
@@ -61,7 +77,8 @@ pub struct AlertFilter {
 
 const ALERT_COLUMNS: &str = "v.alert_id, v.rule, v.state, v.severity, v.scope, v.host, a.gpu_id,
     v.gpu_uuid, v.gpu_index, v.pid, v.process_name, v.reported, v.active_since_ms, v.fired_ms,
-    v.resolved_ms, v.active_ms, v.summary, a.labels_json, a.process_id
+    v.resolved_ms, v.active_ms, v.summary, a.labels_json, a.process_id, v.max_severity,
+    v.severity_changes, v.replayed
     FROM alerts v JOIN alert_state a ON a.id = v.alert_id";
 
 fn alert_row(r: &Row) -> rusqlite::Result<AlertRow> {
@@ -85,6 +102,12 @@ fn alert_row(r: &Row) -> rusqlite::Result<AlertRow> {
         summary: r.get(16)?,
         labels_json: r.get(17)?,
         process_id: r.get(18)?,
+        max_severity: r.get(19)?,
+        severity_changes: r
+            .get::<_, Option<String>>(20)?
+            .and_then(|j| serde_json::from_str(&j).ok())
+            .unwrap_or_default(),
+        replayed: r.get::<_, i64>(21)? != 0,
     })
 }
 

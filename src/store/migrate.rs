@@ -115,6 +115,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "rollups_view_joins",
         sql: include_str!("../../migrations/0018_rollups_view_joins.sql"),
     },
+    Migration {
+        version: 19,
+        name: "alert_history",
+        sql: include_str!("../../migrations/0019_alert_history.sql"),
+    },
 ];
 
 /// The schema version this binary writes and reads: the highest migration's.

@@ -97,7 +97,8 @@ pub(crate) fn insert(conn: &Connection, rows: &[NewNotification]) -> Result<(), 
             (None, Some((rule, gpu, process))) => conn
                 .prepare_cached(
                     "SELECT id FROM alert_state WHERE rule = ?1 AND gpu_id = ?2
-                       AND ifnull(process_id, -1) = ifnull(?3, -1) ORDER BY id DESC LIMIT 1",
+                       AND ifnull(process_id, -1) = ifnull(?3, -1) AND replayed = 0
+                     ORDER BY id DESC LIMIT 1",
                 )?
                 .query_row(params![rule, gpu, process], |row| row.get(0))
                 .optional()?,

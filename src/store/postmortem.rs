@@ -30,25 +30,30 @@ pub struct AlertSpan {
     pub active_since_ms: TsMs,
     pub fired_ms: Option<TsMs>,
     pub resolved_ms: Option<TsMs>,
-    /// The last time the evaluator saved this alert (the end of a live alert, so far).
-    pub updated_ms: TsMs,
+    /// When it ended: resolved, or while live the newest sample of its host (the `alerts`
+    /// view's end, as every reader of alerts counts it).
+    pub until_ms: TsMs,
     pub summary: Option<String>,
     /// The labels its receivers were given (placement included); empty when not stored.
     pub labels: BTreeMap<String, String>,
+    /// The highest severity it fired at.
+    pub max_severity: Option<String>,
+    /// Found by `gpuwatch replay --save`.
+    pub replayed: bool,
 }
 
 impl AlertSpan {
-    /// When the alert ended, or its latest update when it is still live.
+    /// When the alert ended, or the data's end when it is still live.
     pub fn end_ms(&self) -> TsMs {
-        self.resolved_ms.unwrap_or(self.updated_ms)
+        self.until_ms
     }
 }
 
 const ALERT_COLS: &str =
-    "a.id, a.rule, a.state, a.severity, a.scope, a.gpu_id, h.name, g.gpu_index,
-    g.uuid, p.pid, a.active_since_ms, a.fired_ms, a.resolved_ms, a.updated_ms, a.summary,
-    a.labels_json FROM alert_state a JOIN gpus g ON g.id = a.gpu_id JOIN hosts h ON h.id = g.host_id
-    LEFT JOIN processes p ON p.id = a.process_id";
+    "v.alert_id, v.rule, v.state, v.severity, v.scope, a.gpu_id, v.host, g.gpu_index,
+    g.uuid, v.pid, v.active_since_ms, v.fired_ms, v.resolved_ms, v.active_since_ms + v.active_ms,
+    v.summary, v.labels_json, v.max_severity, v.replayed
+    FROM alerts v JOIN alert_state a ON a.id = v.alert_id JOIN gpus g ON g.id = a.gpu_id";
 
 fn alert_from_row(r: &Row<'_>) -> rusqlite::Result<AlertSpan> {
     Ok(AlertSpan {
@@ -65,19 +70,21 @@ fn alert_from_row(r: &Row<'_>) -> rusqlite::Result<AlertSpan> {
         active_since_ms: r.get(10)?,
         fired_ms: r.get(11)?,
         resolved_ms: r.get(12)?,
-        updated_ms: r.get(13)?,
+        until_ms: r.get(13)?,
         summary: r.get(14)?,
         labels: r
             .get::<_, Option<String>>(15)?
             .and_then(|j| serde_json::from_str(&j).ok())
             .unwrap_or_default(),
+        max_severity: r.get(16)?,
+        replayed: r.get::<_, i64>(17)? != 0,
     })
 }
 
 /// The alert with id `id` (`alerts.alert_id`), if it exists.
 pub fn alert(conn: &Connection, id: i64) -> Result<Option<AlertSpan>, StoreError> {
     Ok(conn
-        .prepare_cached(&format!("SELECT {ALERT_COLS} WHERE a.id = ?1"))?
+        .prepare_cached(&format!("SELECT {ALERT_COLS} WHERE v.alert_id = ?1"))?
         .query_row(params![id], alert_from_row)
         .optional()?)
 }
@@ -93,10 +100,10 @@ pub fn alerts_in(
     let ids = id_list(gpu_ids);
     let mut stmt = conn.prepare(&format!(
         "SELECT {ALERT_COLS}
-         WHERE a.active_since_ms <= ?2 AND coalesce(a.resolved_ms, a.updated_ms) >= ?1
+         WHERE v.active_since_ms <= ?2 AND v.active_since_ms + v.active_ms >= ?1
            AND (a.gpu_id IN ({ids}) OR (a.scope = 'host' AND g.host_id IN
                 (SELECT host_id FROM gpus WHERE id IN ({ids}))))
-         ORDER BY a.active_since_ms, a.id"
+         ORDER BY v.active_since_ms, v.alert_id"
     ))?;
     let rows = stmt.query_map(params![from_ms, to_ms], alert_from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)

@@ -78,7 +78,7 @@ pub struct LiveAlert {
 pub fn live_alerts(conn: &Connection, host: &str) -> Result<Vec<LiveAlert>, StoreError> {
     let mut stmt = conn.prepare_cached(
         "SELECT v.rule, v.state, v.severity, v.gpu_index, v.gpu_uuid, v.pid, v.labels_json
-         FROM alerts v WHERE v.state IN ('pending', 'firing') AND v.host = ?1
+         FROM alerts v WHERE v.state IN ('pending', 'firing') AND v.replayed = 0 AND v.host = ?1
          ORDER BY v.rule, v.gpu_index, v.pid",
     )?;
     let rows = stmt.query_map(params![host], |r| {

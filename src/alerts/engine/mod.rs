@@ -26,7 +26,7 @@ use super::state::{AlertState, Change, Phase, Timing, Verdict};
 
 mod persist;
 mod subject;
-use crate::store::alerts::SavedAlert;
+use crate::store::alerts::{SavedAlert, SavedSeverityChange};
 use persist::{removed, saved};
 pub use subject::Subject;
 use subject::subject_of;
@@ -62,6 +62,9 @@ pub struct Transition {
     pub scope: Scope,
     /// The first metric of the rule's condition (what a chart of the alert shows).
     pub metric: Option<&'static str>,
+    /// `Some(previous)` when an alert already reported firing changed severity (`state` is
+    /// `firing`, `severity` the new one): a change, not a new alert.
+    pub severity_from: Option<Severity>,
 }
 
 #[derive(Debug, Clone)]
@@ -73,6 +76,8 @@ struct Instance {
     evaluated_at: TsMs,
     /// The summary as it was rendered when the alert (last) fired.
     fired_summary: Option<String>,
+    /// Changes of severity not saved yet.
+    severity_changes: Vec<SavedSeverityChange>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -319,6 +324,7 @@ impl Engine {
                         subject: Subject::default(),
                         evaluated_at: t,
                         fired_summary: None,
+                        severity_changes: Vec::new(),
                     }),
                 };
                 inst.evaluated_at = t;
@@ -379,7 +385,10 @@ impl Engine {
             })
             .flat_map(|(r, gpu)| r.inhibits.iter().map(move |name| (name.clone(), gpu)))
             .collect();
-        let mut out = Vec::new();
+        // (alert, state, the severity before a change of severity)
+        let mut out: Vec<(AlertKey, &'static str, Option<Severity>)> = Vec::new();
+        // Changes of severity, recorded whether or not they are reported (muted).
+        let mut severity_changes: Vec<(AlertKey, Option<Severity>, Severity)> = Vec::new();
         let changed: HashSet<AlertKey> = changes.iter().map(|(k, _)| k.clone()).collect();
         for (key, change) in changes {
             let muted = muting.contains(&(key.rule.to_string(), key.gpu_id));
@@ -387,14 +396,25 @@ impl Engine {
                 continue;
             };
             match change {
-                Change::Fired(_) | Change::Escalated(_) if muted => {}
-                Change::Fired(_) | Change::Escalated(_) => {
+                Change::Escalated { from, to } => {
+                    severity_changes.push((key.clone(), from, to));
+                    if muted {
+                    } else if inst.reported {
+                        out.push((key, "firing", from));
+                    } else {
+                        // Muted until now: this is its first report.
+                        inst.reported = true;
+                        out.push((key, "firing", None));
+                    }
+                }
+                Change::Fired(_) if muted => {}
+                Change::Fired(_) => {
                     inst.reported = true;
-                    out.push((key, "firing"));
+                    out.push((key, "firing", None));
                 }
                 Change::Resolved => {
                     if inst.reported {
-                        out.push((key, "resolved"));
+                        out.push((key, "resolved", None));
                     } else {
                         self.alerts.remove(&key);
                     }
@@ -409,16 +429,36 @@ impl Engine {
                 && !muting.contains(&(key.rule.to_string(), key.gpu_id))
             {
                 inst.reported = true;
-                out.push((key.clone(), "firing"));
+                out.push((key.clone(), "firing", None));
             }
         }
-        let mut transitions: Vec<Transition> = out
-            .iter()
-            .filter_map(|(k, state)| self.transition(t, k, state))
-            .collect();
+        let mut transitions: Vec<Transition> = Vec::with_capacity(out.len());
+        let mut reported: Vec<&AlertKey> = Vec::with_capacity(out.len());
+        for (k, state, from) in &out {
+            if let Some(mut tr) = self.transition(t, k, state) {
+                tr.severity_from = *from;
+                transitions.push(tr);
+                reported.push(k);
+            }
+        }
+        for (key, from, to) in severity_changes {
+            let summary = match reported.iter().position(|k| **k == key) {
+                Some(i) => Some(transitions[i].summary.clone()),
+                None => self.transition(t, &key, "firing").map(|tr| tr.summary),
+            };
+            if let Some(inst) = self.alerts.get_mut(&key) {
+                inst.severity_changes.push(SavedSeverityChange {
+                    at_ms: t,
+                    from: from.map(|s| s.as_str().to_string()),
+                    to: to.as_str().to_string(),
+                    summary,
+                });
+                self.dirty.insert(key);
+            }
+        }
         // A resolved message repeats what fired (the values now describe the recovery, not
         // the problem); the firing text is kept for that.
-        for (tr, (key, _)) in transitions.iter_mut().zip(&out) {
+        for (tr, key) in transitions.iter_mut().zip(&reported) {
             let Some(inst) = self.alerts.get_mut(key) else {
                 continue;
             };
@@ -428,16 +468,18 @@ impl Engine {
                 tr.summary = s.clone();
             }
         }
-        for (key, _) in &out {
+        for (key, ..) in &out {
             self.dirty.insert(key.clone());
         }
         let dirty = std::mem::take(&mut self.dirty);
         for key in dirty {
-            let Some(inst) = self.alerts.get(&key) else {
+            let Some(inst) = self.alerts.get_mut(&key) else {
                 continue;
             };
             let rule = self.rules.iter().find(|r| *r.name == *key.rule);
-            self.saves.push(saved(&key, inst, rule));
+            let mut save = saved(&key, inst, rule);
+            save.severity_changes = std::mem::take(&mut inst.severity_changes);
+            self.saves.push(save);
         }
         // Forget instances that are over (after rendering their resolved message).
         self.alerts.retain(|_, i| i.state.phase != Phase::Inactive);
@@ -543,6 +585,7 @@ impl Engine {
             metric: metrics
                 .first()
                 .map(|m| crate::rules::names::metric_name(*m)),
+            severity_from: None,
         })
     }
 }

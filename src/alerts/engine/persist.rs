@@ -114,6 +114,7 @@ impl Engine {
                     subject,
                     evaluated_at: 0,
                     fired_summary: a.summary,
+                    severity_changes: Vec::new(),
                 },
             );
         }
@@ -161,6 +162,7 @@ pub(super) fn removed(
         gpu_id: key.gpu_id,
         process_id: key.process_id,
         metric: None,
+        severity_from: None,
     }
 }
 
@@ -201,5 +203,6 @@ pub(super) fn saved(
                 inst.subject.labels(&r.labels).into_iter().collect();
             crate::store::labels_json(&labels)
         }),
+        severity_changes: Vec::new(),
     }
 }

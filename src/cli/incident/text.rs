@@ -46,11 +46,21 @@ pub(super) fn render(
     window: Duration,
 ) -> String {
     let d = durations(a);
+    let mut severity = a.severity.clone().unwrap_or_else(|| "no severity".into());
+    if let Some(max) = a
+        .max_severity
+        .as_ref()
+        .filter(|m| a.severity.as_ref() != Some(*m))
+    {
+        severity.push_str(&format!(", {max} at its worst"));
+    }
+    if a.replayed {
+        severity.push_str(", replayed");
+    }
     let mut o = format!(
-        "alert {}: {} ({}) on {}, GPU {}{}\n",
+        "alert {}: {} ({severity}) on {}, GPU {}{}\n",
         a.alert_id,
         a.rule,
-        a.severity.as_deref().unwrap_or("no severity"),
         a.host,
         subject(a),
         a.gpu_uuid
@@ -74,7 +84,7 @@ pub(super) fn render(
         "state now: {}{}\n\ntimeline (UTC):\n",
         a.state,
         if d.ongoing {
-            " (still active at its last evaluation)"
+            " (still active at the newest stored sample)"
         } else {
             ""
         }
@@ -91,6 +101,15 @@ pub(super) fn render(
             format!("firing    after {} pending", dur(d.pending_ms)),
         ));
     }
+    // A change of severity sorts before the notification it caused at the same time.
+    for c in &a.severity_changes {
+        let from = c.from.as_deref().unwrap_or("none");
+        let summary = c
+            .summary
+            .as_deref()
+            .map_or(String::new(), |s| format!(": {s}"));
+        tl.push((c.at_ms, 2, format!("severity  {from} → {}{summary}", c.to)));
+    }
     for n in notes {
         let err = n
             .last_error
@@ -101,7 +120,7 @@ pub(super) fn render(
             .map_or("not done yet".into(), |t| format!("done {}", short(t)));
         tl.push((
             n.created_ms,
-            2,
+            3,
             format!(
                 "notify    {} ({}): {}, {} attempt(s), {when}{err}",
                 n.receiver, n.kind, n.status, n.attempts
@@ -113,7 +132,7 @@ pub(super) fn render(
             format!("without firing, after {} pending", dur(d.pending_ms)),
             |f| format!("after {} firing", dur(f)),
         );
-        tl.push((r, 3, format!("resolved  {how}")));
+        tl.push((r, 4, format!("resolved  {how}")));
     }
     tl.sort_by_key(|(t, k, _)| (*t, *k));
     for (t, _, line) in &tl {
