@@ -169,6 +169,19 @@ fn alerts_and_incidents_of_a_demo_run() {
         }
     }
 
+    // gpu_idle says how long the GPU has been idle: its 10-minute window plus `for`, not
+    // `for` alone (GPU 2 went idle at 10:00 and the alert fired about 25 minutes later).
+    let idle = all
+        .iter()
+        .find(|a| a["rule"] == "gpu_idle")
+        .expect("the idle alert");
+    assert!(
+        idle["summary"]
+            .as_str()
+            .is_some_and(|s| s.contains(" idle for 25m")),
+        "{idle}"
+    );
+
     // Filters: rule + state, and a range.
     let hangs = json(&gpuwatch(
         &[
@@ -364,11 +377,16 @@ fn alerts_and_incidents_of_a_demo_run() {
             && e["xid_action"] == "reset the GPU"),
         "{events:?}"
     );
-    // The text says what it means too, and the alert's summary from the catalogue.
+    // The text says what it means too, and the alert's summary from the catalogue; each
+    // line says it once ("XID 48: ... — XID 48: ..." was a doubled catalogue text).
     let text = ok_stdout(&gpuwatch(
         &["incident", &xid["alert_id"].to_string(), "--window", "5m"],
         &db,
     ));
+    assert!(
+        text.lines().all(|l| l.matches("XID 48:").count() <= 1),
+        "{text}"
+    );
     assert!(
         text.contains("XID 48: double-bit (uncorrectable) ECC error; action: reset the GPU"),
         "{text}"
@@ -563,11 +581,20 @@ fn firing_durations_run_to_the_data_and_severity_changes_are_kept() {
     );
     let (up, down) = (ms(&changes[0], "at_ms"), ms(&changes[1], "at_ms"));
     assert!(ms(&live, "fired_ms") < up && up < down, "{live}");
+    // The summary at the change, in words: above the threshold is not "-4 °C below", and a
+    // throttle flag is not "thermal throttling: 0".
+    assert_eq!(
+        changes[0]["summary"].as_str(),
+        Some(
+            "GPU 0 (NVIDIA H100 80GB HBM3) on hot-node at 92 °C, 4 °C above its slowdown threshold; clocks not thermally throttled"
+        ),
+        "{live}"
+    );
     assert!(
-        changes[0]["summary"]
+        live["summary"]
             .as_str()
-            .is_some_and(|s| s.contains("92 °C")),
-        "the summary at the change: {live}"
+            .is_some_and(|s| s.contains("at 87 °C, 1 °C below its slowdown")),
+        "{live}"
     );
     assert_eq!(
         changes[0]["at"]

@@ -277,6 +277,13 @@ fn report_for_a_window_has_events_and_all_alerts() {
         html.contains("<td>xid</td><td class=\"num\">48</td>"),
         "the demo's XID 48"
     );
+    // What it means is said once ("XID 48: … — XID 48: …" was the catalogue twice).
+    assert!(
+        html.contains(">XID 48: double-bit (uncorrectable) ECC error; action: reset the GPU</td>"),
+        "{}",
+        &html[html.find("<h2>Events</h2>").unwrap_or(0)..]
+    );
+    assert_eq!(html.matches("— XID 48:").count(), 0);
     assert!(html.contains("opacity=\"0.12\""), "alert periods shaded");
 
     // Only GPU 3 when asked.

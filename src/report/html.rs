@@ -390,7 +390,7 @@ fn events(o: &mut String, d: &ReportData) {
 fn event_text(kind: &str, code: Option<i64>, message: Option<&str>) -> String {
     let message = message.unwrap_or("");
     match (kind, code) {
-        ("xid", Some(c)) => format!("{message} — XID {c}: {}", crate::xid::describe(c)),
+        ("xid", Some(c)) => crate::xid::event_text(c, message),
         _ => message.to_string(),
     }
 }

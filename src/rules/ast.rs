@@ -323,6 +323,29 @@ impl Expr {
         }
     }
 
+    /// The longest window the expression reads (zero when it reads instant values only).
+    pub fn longest_window(&self) -> Duration {
+        match self {
+            Expr::Number(_) | Expr::Seconds(_) | Expr::Static(_) | Expr::Current(_) => {
+                Duration::ZERO
+            }
+            Expr::Window { window, .. }
+            | Expr::Quantile { window, .. }
+            | Expr::PredictLinear { window, .. }
+            | Expr::Trend { window, .. } => *window,
+            Expr::TimeTo {
+                window, threshold, ..
+            } => (*window).max(threshold.longest_window()),
+            Expr::Peer { expr, .. } | Expr::Unary { expr, .. } => expr.longest_window(),
+            Expr::Scalar { args, .. } => args
+                .iter()
+                .map(Expr::longest_window)
+                .max()
+                .unwrap_or_default(),
+            Expr::Binary { lhs, rhs, .. } => lhs.longest_window().max(rhs.longest_window()),
+        }
+    }
+
     /// Every metric the expression reads.
     pub fn metrics(&self, out: &mut Vec<Metric>) {
         match self {

@@ -56,7 +56,7 @@ const KEYS: &[&str] = &[
 ];
 
 /// Template variables of every rule, of GPU and process rules, of process rules.
-pub const VARS_ALL: &[&str] = &["host", "severity", "rule", "for", "job"];
+pub const VARS_ALL: &[&str] = &["host", "severity", "rule", "for", "active", "job"];
 pub const VARS_GPU: &[&str] = &["gpu", "uuid", "model"];
 pub const VARS_PROCESS: &[&str] = &["pid", "process", "user", "cmdline", "who"];
 /// Labels gpuwatch sets itself on every alert.

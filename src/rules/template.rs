@@ -2,8 +2,12 @@
 //!
 //! Syntax: `{name}` inserts a variable, `{name:.N}` a number with N decimals (0–9),
 //! `{name:xid}` a number as an XID with its meaning and action from the XID catalogue
-//! (`79 (GPU has fallen off the bus; action: drain the node)`), `{{` and `}}` are literal
-//! braces. Everything else is literal text.
+//! (`79 (GPU has fallen off the bus; action: drain the node)`), `{name:.N|above|below}` the
+//! number's size with N decimals followed by the first word when it is 0 or more and by the
+//! second when it is negative (`3 °C below` / `1 °C above` for `{margin:.0|°C below|°C
+//! above}`), `{name:?yes|no}` the first text when the number is not 0 and the second when it
+//! is (a flag said in words); `{{` and `}}` are literal braces. Everything else is literal
+//! text.
 //!
 //! Invariants: a `Template` is parsed once at load and rendering never fails; which names
 //! exist is checked by the rule loader against the rule's scope and values (a name the
@@ -27,6 +31,10 @@ enum Part {
         decimals: Option<usize>,
         /// `{name:xid}`: the number is an XID, rendered with its catalogue entry.
         xid: bool,
+        /// `{name:.N|pos|neg}`: the size, then `pos` (>= 0) or `neg` (< 0).
+        signed: Option<(String, String)>,
+        /// `{name:?yes|no}`: `yes` when the number is not 0, else `no`.
+        flag: Option<(String, String)>,
         /// Character offset of the name in the source.
         offset: usize,
     },
@@ -97,9 +105,25 @@ impl Template {
                     name,
                     decimals,
                     xid,
+                    signed,
+                    flag,
                     ..
                 } => match vars(name) {
                     Some(TemplateValue::Text(t)) => out.push_str(&t),
+                    Some(TemplateValue::Number(x)) if flag.is_some() && x.is_finite() => {
+                        if let Some((yes, no)) = flag {
+                            out.push_str(if x != 0.0 { yes } else { no });
+                        }
+                    }
+                    Some(TemplateValue::Number(x)) if signed.is_some() && x.is_finite() => {
+                        if let Some((pos, neg)) = signed {
+                            let size = number(x.abs(), *decimals);
+                            // The word follows the number as printed: -0.3 at 0 decimals is "0".
+                            let negative =
+                                x < 0.0 && size.chars().any(|c| ('1'..='9').contains(&c));
+                            let _ = write!(out, "{size} {}", if negative { neg } else { pos });
+                        }
+                    }
                     Some(TemplateValue::Number(x))
                         if *xid && x.fract() == 0.0 && x.abs() < 1e15 =>
                     {
@@ -157,28 +181,57 @@ fn placeholder(inner: &str, offset: usize) -> Result<Part, (usize, String)> {
             format!("`{name}` is not a variable name (names are letters, digits and `_`)"),
         ));
     }
-    let xid = spec == Some("xid");
-    let decimals = match spec {
-        None | Some("xid") => None,
-        Some(s) => {
-            let at = offset + name.chars().count() + 1;
-            match s.strip_prefix('.').map(str::parse::<usize>) {
-                Some(Ok(n)) if n <= 9 => Some(n),
-                _ => {
-                    return Err((
-                        at,
-                        format!(
-                            "invalid format `:{s}` (write `{{{name}:.1}}` for one decimal, or `{{{name}:xid}}` for an XID with its meaning)"
-                        ),
-                    ));
-                }
+    let at = offset + name.chars().count() + 1;
+    let words = |w: &str| -> Result<(String, String), (usize, String)> {
+        match w.split_once('|') {
+            Some((a, b)) if !a.trim().is_empty() && !b.trim().is_empty() && !b.contains('|') => {
+                Ok((a.trim().to_string(), b.trim().to_string()))
             }
+            _ => Err((
+                at,
+                format!(
+                    "`:{}` needs two texts separated by `|` (e.g. `{{{name}:.0|°C below|°C above}}` or `{{{name}:?yes|no}}`)",
+                    spec.unwrap_or_default()
+                ),
+            )),
         }
+    };
+    if let Some(w) = spec.and_then(|s| s.strip_prefix('?')) {
+        return Ok(Part::Var {
+            name: name.to_string(),
+            decimals: None,
+            xid: false,
+            signed: None,
+            flag: Some(words(w)?),
+            offset,
+        });
+    }
+    let (spec, signed) = match spec.and_then(|s| s.split_once('|')) {
+        Some((number, w)) => (Some(number), Some(words(w)?)),
+        None => (spec, None),
+    };
+    let xid = spec == Some("xid") && signed.is_none();
+    let decimals = match spec {
+        None => None,
+        Some("xid") if signed.is_none() => None,
+        Some(s) => match s.strip_prefix('.').map(str::parse::<usize>) {
+            Some(Ok(n)) if n <= 9 => Some(n),
+            _ => {
+                return Err((
+                    at,
+                    format!(
+                        "invalid format `:{s}` (write `{{{name}:.1}}` for one decimal, `{{{name}:xid}}` for an XID with its meaning, `{{{name}:.0|above|below}}` for a signed size in words, or `{{{name}:?yes|no}}` for a flag)"
+                    ),
+                ));
+            }
+        },
     };
     Ok(Part::Var {
         name: name.to_string(),
         decimals,
         xid,
+        signed,
+        flag: None,
         offset,
     })
 }
@@ -249,6 +302,27 @@ mod tests {
     }
 
     #[test]
+    fn signs_and_flags_are_said_in_words() {
+        let t = |src: &str, x: Option<f64>| {
+            Template::parse(src)
+                .unwrap_or_else(|e| panic!("{src}: {e:?}"))
+                .render(&|_| Some(x.map_or(TemplateValue::NoData, TemplateValue::Number)))
+        };
+        let margin = "{m:.0|°C below|°C above} its slowdown threshold";
+        assert_eq!(t(margin, Some(3.2)), "3 °C below its slowdown threshold");
+        assert_eq!(t(margin, Some(-1.0)), "1 °C above its slowdown threshold");
+        assert_eq!(t(margin, Some(-0.3)), "0 °C below its slowdown threshold");
+        assert_eq!(t(margin, None), "unknown its slowdown threshold");
+        let flag = "{f:?throttled|not throttled}";
+        assert_eq!(t(flag, Some(1.0)), "throttled");
+        assert_eq!(t(flag, Some(0.0)), "not throttled");
+        assert_eq!(t(flag, None), "unknown");
+        assert!(Template::parse("{f:?only one}").is_err());
+        assert!(Template::parse("{f:.0|a|b|c}").is_err());
+        assert!(Template::parse("{f:.x|a|b}").is_err());
+    }
+
+    #[test]
     fn lists_variables_with_offsets() {
         let t = Template::parse("é {gpu} and {rate:.1}{gpu}").expect("parses");
         assert_eq!(t.variables().collect::<Vec<_>>(), ["gpu", "rate", "gpu"]);
@@ -285,7 +359,7 @@ mod tests {
             e("{rate:2}"),
             (
                 6,
-                "invalid format `:2` (write `{rate:.1}` for one decimal, or `{rate:xid}` for an XID with its meaning)".into()
+                "invalid format `:2` (write `{rate:.1}` for one decimal, `{rate:xid}` for an XID with its meaning, `{rate:.0|above|below}` for a signed size in words, or `{rate:?yes|no}` for a flag)".into()
             )
         );
         assert_eq!(e("{rate:.10}").0, 6);

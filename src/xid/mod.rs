@@ -80,6 +80,20 @@ pub fn describe(code: i64) -> String {
     }
 }
 
+/// An XID event's text for people: the catalogue's meaning and action said once. A message
+/// gpuwatch wrote itself (`XID 13: graphics engine exception`, NVML's events) is a prefix of
+/// the catalogue's phrase and becomes it; the driver's own text (`NVRM: Xid (PCI:...): 13,
+/// ...`) is kept, followed by the catalogue's phrase.
+pub fn event_text(code: i64, message: &str) -> String {
+    let m = message.trim();
+    let described = format!("XID {code}: {}", describe(code));
+    if m.is_empty() || described.starts_with(m) {
+        described
+    } else {
+        format!("{m} — {described}")
+    }
+}
+
 /// docs/XID.md's table: one row per entry, with the action spelled out.
 pub fn markdown_table() -> String {
     let mut out = String::from(
@@ -102,6 +116,21 @@ pub fn markdown_table() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_event_says_its_meaning_once() {
+        let once = "XID 13: graphics engine exception; action: restart the job";
+        assert!(
+            describe(13).starts_with("graphics engine exception"),
+            "{}",
+            describe(13)
+        );
+        assert_eq!(event_text(13, "XID 13: graphics engine exception"), once);
+        assert_eq!(event_text(13, ""), once);
+        let nvrm = "NVRM: Xid (PCI:0000:3b:00): 13, pid=4242, Graphics Exception";
+        assert_eq!(event_text(13, nvrm), format!("{nvrm} — {once}"));
+        assert_eq!(event_text(13, nvrm).matches("XID 13:").count(), 1);
+    }
 
     #[test]
     fn the_table_is_sorted_with_one_row_per_code() {

@@ -535,6 +535,10 @@ impl Engine {
                 "for" => Some(since.map_or(TemplateValue::NoData, |a| {
                     TemplateValue::Text(human((t - a).max(0)))
                 })),
+                "active" => Some(since.map_or(TemplateValue::NoData, |a| {
+                    let window = rule.condition.longest_window().as_millis() as i64;
+                    TemplateValue::Text(human((t - a).max(0) + window))
+                })),
                 "pid" => Some(s.pid.map_or(TemplateValue::NoData, |p| {
                     TemplateValue::Text(p.to_string())
                 })),

@@ -231,18 +231,16 @@ pub(super) fn render(
         o.push_str("  none\n");
     }
     for e in events {
-        let code = e.code.map_or(String::new(), |c| format!(" {c}"));
         let whose = if e.on_gpu { "" } else { " (host)" };
-        o.push_str(&format!(
-            "  {}  {}{code}{whose}: {}\n",
-            short(e.ts_ms),
-            e.kind,
-            e.message
-        ));
-        // What an XID means and what to do, from the catalogue (docs/XID.md).
-        if let (true, Some(c)) = (e.kind == "xid", e.code) {
-            o.push_str(&format!("      XID {c}: {}\n", crate::xid::describe(c)));
-        }
+        // An XID says what it means and what to do once, from the catalogue (docs/XID.md).
+        let text = match (e.kind.as_str(), e.code) {
+            ("xid", Some(c)) => format!("xid{whose}: {}", crate::xid::event_text(c, &e.message)),
+            _ => {
+                let code = e.code.map_or(String::new(), |c| format!(" {c}"));
+                format!("{}{code}{whose}: {}", e.kind, e.message)
+            }
+        };
+        o.push_str(&format!("  {}  {text}\n", short(e.ts_ms)));
     }
     o
 }
