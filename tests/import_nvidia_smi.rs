@@ -891,3 +891,80 @@ fn apps_rows_with_real_uuids_find_index_keyed_gpus_by_bus_id() {
     );
     assert_eq!(unknown, 4);
 }
+
+/// What `date +%s`-style loggers write: epoch seconds (or milliseconds) and a header without
+/// units. Every row is imported, at its own time, whatever `--tz` says (an epoch is UTC).
+#[test]
+fn epoch_timestamps_and_headers_without_units_are_imported_row_for_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let secs = dir.path().join("epoch.csv");
+    std::fs::write(
+        &secs,
+        "timestamp,memory.used,memory.total,utilization.gpu\n\
+         1764189075,10546, 24576, 93\n\
+         1764189076,10550, 24576, 95\n\
+         1764189077,10560, 24576, 91\n",
+    )
+    .unwrap();
+    let path = dir.path().join("g.db");
+    let out = ok(&import(
+        &path,
+        &["--tz", "Asia/Tokyo"],
+        std::slice::from_ref(&secs),
+    ));
+    assert!(out.contains("3 rows"), "{out}");
+    let c = db(&path);
+    let rows: Vec<(i64, i64, i64, i64)> = c
+        .prepare("SELECT ts_ms, mem_used_bytes, mem_total_bytes, util_gpu_pct FROM samples ORDER BY ts_ms")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (1_764_189_075_000, 10546 * MIB, 24576 * MIB, 93),
+            (1_764_189_076_000, 10550 * MIB, 24576 * MIB, 95),
+            (1_764_189_077_000, 10560 * MIB, 24576 * MIB, 91),
+        ]
+    );
+
+    // Milliseconds, by size or by the header's unit.
+    let ms = dir.path().join("ms.csv");
+    std::fs::write(
+        &ms,
+        "timestamp [ms],utilization.gpu [%]\n1764189075250, 7 %\n1764189076750, 8 %\n",
+    )
+    .unwrap();
+    let path = dir.path().join("ms.db");
+    ok(&import(&path, &[], std::slice::from_ref(&ms)));
+    assert_eq!(times(&path), [1_764_189_075_250, 1_764_189_076_750]);
+}
+
+/// A file none of whose rows can be read exits non-zero with a count and the first reasons,
+/// not one warning per line and exit 0, and creates nothing.
+#[test]
+fn a_file_with_no_importable_row_fails_with_its_first_reasons() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.csv");
+    let mut text = String::from("timestamp,utilization.gpu\n");
+    for i in 0..50 {
+        writeln!(text, "day {i},5").unwrap();
+    }
+    std::fs::write(&junk, text).unwrap();
+    let path = dir.path().join("g.db");
+    let o = import(&path, &[], std::slice::from_ref(&junk));
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(
+            "junk.csv: no row could be imported (50 line(s) skipped; nothing was imported)"
+        ) && err.contains("line 2: timestamp: `day 0` is not a timestamp")
+            && err.contains("Unix epoch seconds"),
+        "{err}"
+    );
+    assert!(!err.contains("warning: skipped"), "{err}");
+    assert!(!path.exists(), "nothing was imported: no database was made");
+}

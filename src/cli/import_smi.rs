@@ -1,8 +1,10 @@
 //! `gpuwatch import nvidia-smi FILE...`: imports CSV logs of `nvidia-smi --query-gpu` and
 //! `--query-compute-apps` (see [`crate::import::nvidia_smi`]) and prints a summary.
 //!
-//! Invariants: nothing is imported when the command fails; bad lines are printed as warnings
-//! (`file:line: what`, at most [`SHOWN_BAD_LINES`], then a count); the progress bar appears
+//! Invariants: nothing is imported when the command fails; a file of which no row could be
+//! read fails the whole command (exit 1, its count and first reasons on one line); otherwise
+//! bad lines are printed as warnings (`file:line: what`, at most [`SHOWN_BAD_LINES`], then a
+//! count); the progress bar appears
 //! only when stderr is a terminal and the input is large; the summary goes to stdout.
 
 use std::io::IsTerminal;
@@ -33,7 +35,9 @@ pub struct ImportSmiArgs {
     pub files: Vec<PathBuf>,
     #[command(flatten)]
     pub config: ConfigArgs,
-    /// IANA zone of the log's timestamps (they carry none) [default: this machine's zone].
+    /// IANA zone of the log's wall-clock timestamps (nvidia-smi's carry none) [default: this
+    /// machine's zone]. Unix epoch timestamps (seconds, or milliseconds by size or by a
+    /// `timestamp [ms]` header) and RFC 3339 times with an offset are absolute: no zone applies.
     #[arg(long, value_name = "ZONE")]
     pub tz: Option<String>,
     /// Host the rows belong to [default: each file's name without extension, e.g. `node7`

@@ -7,6 +7,8 @@
 //! - [`nvidia_smi`]: CSV logs of `nvidia-smi --query-gpu=... --format=csv -l N` and of
 //!   `--query-compute-apps`.
 //! - [`dmesg`]: XIDs from saved kernel logs (`dmesg`, `journalctl -k`, syslog).
+//! - [`time`]: the one reader of their timestamps (wall times in a zone, RFC 3339, epoch).
 
 pub mod dmesg;
 pub mod nvidia_smi;
+pub mod time;

@@ -186,6 +186,9 @@ pub struct Layout {
     pub reasons: Vec<(usize, u64)>,
     /// Field names that feed nothing.
     pub ignored: Vec<String>,
+    /// The epoch unit the timestamp column's header names (`timestamp [ms]`); without one an
+    /// epoch number's unit is judged by its size.
+    pub ts_unit: Option<crate::import::time::EpochUnit>,
 }
 
 impl Layout {
@@ -243,12 +246,18 @@ impl Layout {
         } else {
             SectionKind::Gpu
         };
+        let ts_unit = cols[Target::Timestamp as usize]
+            .and_then(|c| cells[c].split_once(" ["))
+            .and_then(|(_, unit)| {
+                crate::import::time::EpochUnit::from_header(unit.trim_end_matches(']'))
+            });
         let mut layout = Self {
             kind,
             ignored: Vec::new(),
             names,
             cols,
             reasons,
+            ts_unit,
         };
         if apps {
             // The GPU's name and serial only identify it; they are not "ignored" data.

@@ -75,6 +75,12 @@ pub enum SmiError {
     Usage(String),
     #[error("{what} ({how}; nothing was imported)")]
     Unresolved { what: String, how: String },
+    #[error("{file}: no row could be imported ({skipped} line(s) skipped; nothing was imported); the first: {}", first.iter().map(|b| format!("line {}: {}", b.line, b.message)).collect::<Vec<_>>().join("; "))]
+    NoRows {
+        file: String,
+        skipped: u64,
+        first: Vec<BadLine>,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -299,6 +305,21 @@ pub fn import(
     staged?;
     let parsed = parsed?;
     let registry = parsed.registry;
+    // A file that gave no row at all is a mistake (a format gpuwatch cannot read), not a log
+    // with a few bad lines: the whole import stops, with its first reasons.
+    if let Some(f) = parsed.files.iter().find(|f| f.rows == 0 && f.bad_lines > 0) {
+        return Err(SmiError::NoRows {
+            file: f.path.clone(),
+            skipped: f.bad_lines,
+            first: parsed
+                .bad_lines
+                .iter()
+                .filter(|b| b.file == f.path)
+                .take(3)
+                .cloned()
+                .collect(),
+        });
+    }
     summary.files = parsed.files;
     summary.bad_lines = parsed.bad_lines;
     ignored.extend(parsed.ignored);

@@ -266,7 +266,10 @@ impl FileReader<'_> {
             Some(s) if v::is_null(s) => {
                 return Err(RowError::Bad("timestamp: no value".to_string()));
             }
-            Some(s) => self.clock.parse(s).map_err(|e| ctx(Target::Timestamp, e))?,
+            Some(s) => self
+                .clock
+                .parse_as(s, layout.ts_unit)
+                .map_err(|e| ctx(Target::Timestamp, e))?,
             None => self.last_ts.ok_or_else(|| {
                 "no timestamp: this --query-compute-apps log has no timestamp column and no \
                  timestamped row comes before it in the file; add timestamp to the query"
