@@ -421,7 +421,11 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         let _ = s.join();
     }
     let stats = writer.shutdown();
-    tracing::info!(?stats, "store closed");
+    tracing::info!(
+        ticks = stats.ticks_written,
+        rows = stats.rows_written,
+        "store closed: {stats}"
+    );
     runtime.shutdown_timeout(Duration::from_secs(2));
     drop(lock);
     Ok(summary)

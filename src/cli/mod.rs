@@ -79,7 +79,8 @@ pub enum Command {
     Gpu(gpu::GpuArgs),
     /// Run the whole daemon on simulated GPUs, faster than real time (no GPU, root or config).
     Demo(demo::DemoArgs),
-    /// Work with rule files: `check` them.
+    /// Rule files: `rules check` loads and lists them (every error as file:line:col),
+    /// `rules test` runs their promtool-style unit tests.
     Rules(rules::RulesArgs),
     /// Evaluate rules over stored history as the live daemon would; print every transition.
     Replay(replay::ReplayArgs),

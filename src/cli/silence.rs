@@ -75,11 +75,67 @@ pub fn run(args: SilenceArgs) -> Result<(), Failure> {
 }
 
 fn open_rw(config: &ConfigArgs) -> Result<store::Store, Failure> {
+    Ok(open_rw_with(config)?.0)
+}
+
+fn open_rw_with(config: &ConfigArgs) -> Result<(store::Store, crate::config::Config), Failure> {
     let cfg = config.load().map_err(|e| fail(exit::USAGE, e))?;
     // Creates and migrates the database when needed (a silence may precede the daemon).
     let st = store::open(&cfg.database, &store::StoreConfig::new(cfg.host.clone()))?;
     crate::notify::recovered::announce(&st, &cfg);
-    Ok(st)
+    Ok((st, cfg))
+}
+
+/// The rule names a silence can match: the configured rules (the defaults and the config's
+/// files), gpuwatch's own alerts, and every rule the database has alerts of.
+fn known_rules(cfg: &crate::config::Config, conn: &rusqlite::Connection) -> Vec<String> {
+    let mut names: Vec<String> =
+        crate::rules::load_configured(cfg.rules.default_rules, &cfg.rules.files)
+            .map(|rules| rules.into_iter().map(|r| r.name).collect())
+            .unwrap_or_default();
+    names.extend(crate::notify::SELF_RULES.map(str::to_string));
+    if let Ok(mut stmt) = conn.prepare("SELECT DISTINCT rule FROM alert_state") {
+        let stored: Vec<String> = stmt
+            .query_map([], |r| r.get(0))
+            .map(|rows| rows.flatten().collect())
+            .unwrap_or_default();
+        names.extend(stored);
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// A warning for a `rule` (or `alertname`) matcher that no known rule satisfies: the silence
+/// is kept (a rule may be added later), but a typo should not pass silently.
+fn unknown_rule_warnings(matchers: &[Matcher], rules: &[String]) -> Vec<String> {
+    use crate::notify::matcher::Op;
+    let mut out = Vec::new();
+    for m in matchers
+        .iter()
+        .filter(|m| matches!(m.name.as_str(), "rule" | "alertname"))
+        .filter(|m| matches!(m.op, Op::Eq | Op::Re))
+    {
+        let hit = rules.iter().any(|r| {
+            m.matches(&std::collections::BTreeMap::from([(
+                m.name.clone(),
+                r.clone(),
+            )]))
+        });
+        if hit {
+            continue;
+        }
+        let hint = crate::rules::names::closest(&m.value, rules.iter().map(String::as_str))
+            .map_or_else(
+                || " (`gpuwatch rules check` lists the loaded rules)".to_string(),
+                |c| format!(" (did you mean `{c}`?)"),
+            );
+        out.push(format!(
+            "warning: no loaded rule is named {:?}: the silence matches nothing until one is{hint}",
+            m.value
+        ));
+    }
+    out
 }
 
 fn add(a: AddArgs) -> Result<(), Failure> {
@@ -100,8 +156,11 @@ fn add(a: AddArgs) -> Result<(), Failure> {
     }
     let text: Vec<String> = matchers.iter().map(ToString::to_string).collect();
     let text = text.join(",");
-    let store = open_rw(&a.config)?;
+    let (store, cfg) = open_rw_with(&a.config)?;
     let conn = store.conn();
+    for w in unknown_rule_warnings(&matchers, &known_rules(&cfg, conn)) {
+        eprintln!("{w}");
+    }
     let now = now_ms();
     let author = a.author.or_else(|| std::env::var("USER").ok());
     let id = store::silences::add(

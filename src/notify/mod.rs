@@ -31,6 +31,13 @@ pub mod text;
 mod upkeep;
 pub mod webhook;
 
+/// gpuwatch's own alerts (rule names a route or silence can match).
+pub const SELF_RULES: [&str; 3] = [
+    diskfull::FULL_RULE,
+    recovered::RECOVERED_RULE,
+    sender::BACKLOG_RULE,
+];
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -231,7 +231,8 @@ fn apply(
         }
     }
     let now_ms = chrono::Utc::now().timestamp_millis();
-    for m in pending(&tx, list, version)? {
+    let todo = pending(&tx, list, version)?;
+    for m in &todo {
         let fail = |source| StoreError::Migration {
             version: m.version,
             name: m.name,
@@ -245,13 +246,27 @@ fn apply(
         .map_err(fail)?;
         tx.pragma_update(None, "user_version", m.version.max(found))
             .map_err(fail)?;
-        tracing::info!(
-            version = m.version,
-            name = m.name,
-            "applied schema migration"
-        );
     }
     tx.commit()?;
+    // One line for the whole upgrade, not one per migration.
+    if let Some(last) = todo.last() {
+        if found == 0 {
+            tracing::info!(
+                version = last.version,
+                "created the database schema (version {})",
+                last.version
+            );
+        } else {
+            let names: Vec<&str> = todo.iter().map(|m| m.name).collect();
+            tracing::info!(
+                from = found,
+                to = last.version,
+                "upgraded the database schema from version {found} to {} ({})",
+                last.version,
+                names.join(", ")
+            );
+        }
+    }
     Ok(())
 }
 

@@ -142,7 +142,9 @@ impl StoreConfig {
 pub enum StoreError {
     #[error("the directory of the database {0} does not exist")]
     MissingParent(PathBuf),
-    #[error("database {0} does not exist")]
+    #[error(
+        "database {0} does not exist: `gpuwatch run` creates it as it samples (`gpuwatch demo --db {0}` on simulated GPUs); or point at another with --db PATH or `database` in the config"
+    )]
     NotFound(PathBuf),
     #[error("{path} is not a gpuwatch database (application_id {application_id:#x})")]
     NotGpuwatch { path: String, application_id: i64 },

@@ -87,6 +87,35 @@ pub struct WriterStats {
     pub used_bytes: u64,
 }
 
+impl std::fmt::Display for WriterStats {
+    /// One line in words: `wrote 1234 ticks (9872 rows), database 12.3 MiB, slowest write
+    /// 45 ms`, then the failures, only when there were any.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "wrote {} ticks ({} rows), database {:.1} MiB, slowest write {} ms",
+            self.ticks_written,
+            self.rows_written,
+            self.used_bytes as f64 / 1_048_576.0,
+            self.max_write.as_millis()
+        )?;
+        for (n, what) in [
+            (self.write_errors, "ticks lost to failed writes"),
+            (self.dropped_batches, "ticks dropped (queue full)"),
+            (self.maintenance_errors, "failed maintenance steps"),
+            (self.full_retries, "writes retried after the disk filled"),
+        ] {
+            if n > 0 {
+                write!(f, "; {n} {what}")?;
+            }
+        }
+        if let Some(e) = &self.last_error {
+            write!(f, "; last error: {e}")?;
+        }
+        Ok(())
+    }
+}
+
 /// Why [`WriterHandle::send_tick`] refused a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SendTickError {

@@ -91,6 +91,68 @@ fn status_of_a_missing_database_is_one_line() {
     let lines = stderr_lines(&o);
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].contains("/nonexistent/dir/x.db"), "{lines:?}");
+    // ... and says how to get one.
+    assert!(
+        lines[0].contains("`gpuwatch run` creates it") && lines[0].contains("--db PATH"),
+        "{lines:?}"
+    );
+}
+
+/// A silence of a rule no loaded rule has is kept (a rule may come later) but said, with
+/// the rule it probably meant.
+#[test]
+fn a_silence_of_an_unknown_rule_is_warned_with_did_you_mean() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("g.db");
+    let add = |m: &str| {
+        gpuwatch()
+            .args([
+                "silence",
+                "add",
+                "--config",
+                "/dev/null",
+                "--for",
+                "1h",
+                "--match",
+                m,
+                "--db",
+            ])
+            .arg(&db)
+            .output()
+            .expect("silence add")
+    };
+    let o = add("rule=gpu_idel,gpu=3");
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("no loaded rule is named \"gpu_idel\"")
+            && err.contains("did you mean `gpu_idle`?"),
+        "{err}"
+    );
+    for known in [
+        "rule=gpu_idle",
+        "rule=~gpu_.*",
+        "alertname=gpuwatch_database_full",
+        "gpu=3",
+    ] {
+        let o = add(known);
+        assert!(o.status.success());
+        assert_eq!(String::from_utf8_lossy(&o.stderr), "", "{known}");
+    }
+}
+
+#[test]
+fn help_names_every_rules_subcommand() {
+    let o = gpuwatch().arg("--help").output().expect("help");
+    let help = String::from_utf8_lossy(&o.stdout);
+    let line = help
+        .lines()
+        .find(|l| l.trim_start().starts_with("rules"))
+        .unwrap_or_else(|| panic!("{help}"));
+    assert!(
+        line.contains("rules check") && line.contains("rules test"),
+        "{line}"
+    );
 }
 
 fn free_port() -> u16 {
@@ -248,6 +310,14 @@ fn run_serves_healthz_stores_samples_and_stops_cleanly_on_sigterm() {
     std::thread::sleep(Duration::from_millis(1500));
     let err = d.stop();
     assert!(!err.contains("panicked"), "{err}");
+    // A fresh database: one line for its schema, and the writer's stats in words at exit.
+    assert_eq!(err.matches("schema").count(), 1, "{err}");
+    assert!(
+        err.contains("created the database schema (version "),
+        "{err}"
+    );
+    assert!(err.contains("store closed: wrote "), "{err}");
+    assert!(!err.contains("WriterStats"), "{err}");
 
     let v = status_json(&db).expect("status json");
     assert_eq!(v["notify"]["receivers"], serde_json::json!([]));
