@@ -656,7 +656,16 @@ fn replay_over_an_imported_log_fires_gpu_idle() {
     );
     let rollups: i64 = one(&db(&path), "SELECT count(*) FROM rollups_1m");
     assert_eq!(rollups, 40);
-    let o = gpuwatch(&["replay", "--db", path.to_str().unwrap()], &[]);
+    let o = gpuwatch(
+        &[
+            "replay",
+            "--format",
+            "jsonl",
+            "--db",
+            path.to_str().unwrap(),
+        ],
+        &[],
+    );
     let out = ok(&o);
     let fired: Vec<serde_json::Value> = out
         .lines()

@@ -27,7 +27,10 @@ pub enum StateArg {
 #[derive(Debug, Clone, Copy, clap::ValueEnum, Default)]
 pub enum Format {
     #[default]
+    /// For people: aligned columns (also accepted as `text`).
+    #[value(alias = "text")]
     Table,
+    /// A JSON array of the episodes with durations, severities and labels.
     Json,
 }
 
@@ -47,6 +50,7 @@ pub struct AlertsArgs {
     /// Only this host.
     #[arg(long, value_name = "H")]
     pub host: Option<String>,
+    /// Output format: `table` for people, `json` for programs.
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
 }

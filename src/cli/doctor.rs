@@ -12,7 +12,10 @@ use super::ConfigArgs;
 #[derive(Debug, Clone, Copy, clap::ValueEnum, Default)]
 pub enum Format {
     #[default]
-    Text,
+    /// For people: one line per check with its fix (also accepted as `text`).
+    #[value(alias = "text")]
+    Table,
+    /// `{"checks": [...]}`.
     Json,
 }
 
@@ -20,7 +23,7 @@ pub enum Format {
 pub struct DoctorArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
-    /// Output format: one line per check, or `{"checks": [...]}`.
+    /// Output format: `table` (one line per check) for people, `json` for programs.
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
     /// Read the host's /proc, /sys, /dev and library directories under DIR (a container with
@@ -60,7 +63,7 @@ pub fn run(args: DoctorArgs) -> i32 {
         connect_timeout: Duration::from_secs(3),
     });
     let out = match args.format {
-        Format::Text => report.text(),
+        Format::Table => report.text(),
         Format::Json => format!("{}\n", report.json()),
     };
     // A closed pipe (`| head`) is not an error of the doctor's: the verdict stays the exit code.

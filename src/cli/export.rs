@@ -1,5 +1,6 @@
 //! `gpuwatch export`: stored samples of a time range (the columns of the `gpu_samples` view)
-//! as CSV with a header or as JSON lines, to stdout or a file.
+//! as a table (for a person at a terminal), CSV with a header (the default into a file or a
+//! pipe) or JSON lines, to stdout or a file.
 //!
 //! Invariants:
 //! - Rows stream from the database to the output in time order; nothing holds the range in
@@ -21,14 +22,16 @@ use crate::clock::now_ms;
 use crate::store::export::{self as ex, ExportError, ExportFilter, GpuFilter};
 use crate::store::query::{Cell, RowSink};
 
-use super::query::rows::{CsvSink, JsonLinesSink, stdout_writer};
+use super::query::rows::{CsvSink, JsonLinesSink, TableSink, stdout_writer};
 use super::timearg::RangeArgs;
 use super::{ConfigArgs, Failure, exit, fail};
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum, Default)]
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum Format {
+    /// For people: aligned columns (also accepted as `text`).
+    #[value(alias = "text")]
+    Table,
     /// A header row, then one sample per line (NULL is an empty field).
-    #[default]
     Csv,
     /// One JSON object per sample and line, keys in column order (NULL is null).
     Jsonl,
@@ -51,9 +54,10 @@ pub struct ExportArgs {
     /// Only this GPU: its index (as in `gpuwatch status`) or its uuid.
     #[arg(long, value_name = "N|UUID")]
     pub gpu: Option<String>,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t)]
-    pub format: Format,
+    /// Output format: `table` for people, `csv` or `jsonl` for programs [default: table on a
+    /// terminal, csv into a file (-o) or a pipe].
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
     /// Write to FILE instead of stdout (replaced only when the export is complete).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -86,6 +90,19 @@ fn export_to(
     stop: &AtomicBool,
 ) -> Result<u64, ExportError> {
     match format {
+        Format::Table => {
+            let mut sink = TableSink::new(w);
+            let n = ex::samples(
+                conn,
+                filter,
+                &mut UntilCtrlC {
+                    inner: &mut sink,
+                    stop,
+                },
+            )?;
+            sink.finish()?;
+            Ok(n)
+        }
         Format::Csv => {
             let mut sink = CsvSink::new(w);
             let n = ex::samples(
@@ -153,10 +170,19 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
         ),
         e => fail(exit::FAILURE, e),
     };
+    // Table for a person at a terminal; csv for a file or a pipe (what other tools read).
+    let format = args.format.unwrap_or_else(|| {
+        use std::io::IsTerminal;
+        if args.output.is_none() && std::io::stdout().is_terminal() {
+            Format::Table
+        } else {
+            Format::Csv
+        }
+    });
     let rows = match &args.output {
         None => {
             let mut out = stdout_writer();
-            match export_to(&conn, &filter, args.format, &mut out, &stop) {
+            match export_to(&conn, &filter, format, &mut out, &stop) {
                 // `gpuwatch export ... | head`: the reader has what it wanted.
                 Err(ExportError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
                     return Ok(());
@@ -172,7 +198,7 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
             let tmp = tempfile::NamedTempFile::new_in(dir)
                 .with_context(|| format!("cannot create a file in {}", dir.display()))?;
             let mut out = std::io::BufWriter::new(tmp);
-            let rows = export_to(&conn, &filter, args.format, &mut out, &stop).map_err(usage)?;
+            let rows = export_to(&conn, &filter, format, &mut out, &stop).map_err(usage)?;
             let tmp = out
                 .into_inner()
                 .map_err(|e| e.into_error())

@@ -21,7 +21,10 @@ use super::{ConfigArgs, Failure, exit, fail};
 #[derive(Debug, Clone, Copy, clap::ValueEnum, Default)]
 pub enum Format {
     #[default]
+    /// For people: aligned columns (also accepted as `text`).
+    #[value(alias = "text")]
     Table,
+    /// A JSON array of the changes.
     Json,
 }
 
@@ -38,6 +41,7 @@ pub struct AuditArgs {
     /// Only this host.
     #[arg(long, value_name = "H")]
     pub host: Option<String>,
+    /// Output format: `table` for people, `json` for programs.
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
 }

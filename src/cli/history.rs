@@ -22,9 +22,14 @@ use render::History;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
+    /// For people: one row per step and GPU (also accepted as `text`).
+    #[value(alias = "text")]
     Table,
+    /// A header row, then one line per step and GPU.
     Csv,
+    /// One JSON document (the same as GET /api/v1/history).
     Json,
+    /// For people: a sparkline per GPU and metric.
     Chart,
 }
 

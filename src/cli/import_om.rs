@@ -59,8 +59,8 @@ pub struct ImportOmArgs {
     /// database's only host, else this machine's host name].
     #[arg(long, value_name = "NAME")]
     pub host: Option<String>,
-    /// Text format of the files (decides the timestamp unit).
-    #[arg(long, value_enum, default_value_t)]
+    /// Text format of the files (decides the timestamp unit); `--format` is accepted too.
+    #[arg(long = "input-format", alias = "format", value_enum, default_value_t)]
     pub format: FormatArg,
     /// When the files were scraped: the time of samples written without a timestamp (RFC 3339
     /// or unix seconds) [default: such samples are an error].

@@ -29,7 +29,10 @@ use super::{ConfigArgs, Failure, exit, fail};
 #[derive(Debug, Clone, Copy, clap::ValueEnum, Default)]
 pub enum Format {
     #[default]
-    Text,
+    /// For people: the story, the metrics and the analysis as text (also accepted as `text`).
+    #[value(alias = "text")]
+    Table,
+    /// One JSON document with the same facts.
     Json,
 }
 
@@ -40,6 +43,7 @@ pub struct IncidentArgs {
     pub id: i64,
     #[command(flatten)]
     pub config: ConfigArgs,
+    /// Output format: `table` (text) for people, `json` for programs.
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
     /// How far before the alert's start to look.
@@ -261,7 +265,7 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
             }
             serde_json::to_string_pretty(&doc).context("rendering JSON")? + "\n"
         }
-        Format::Text => {
+        Format::Table => {
             let mut o = text::render(
                 &alert,
                 &notes,

@@ -248,3 +248,66 @@ fn init_logging(filter: Option<&str>, default: &str, format: crate::config::LogF
             .try_init(),
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every `(command path, --format values, default)` of the command tree.
+    fn formats(
+        cmd: &clap::Command,
+        path: &str,
+        out: &mut Vec<(String, Vec<String>, Option<String>)>,
+    ) {
+        for a in cmd.get_arguments() {
+            if a.get_long() == Some("format") {
+                let values = a
+                    .get_possible_values()
+                    .iter()
+                    .map(|v| v.get_name().to_string())
+                    .collect();
+                let default = a
+                    .get_default_values()
+                    .first()
+                    .map(|d| d.to_string_lossy().into_owned());
+                out.push((path.to_string(), values, default));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            formats(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    /// One convention: `table` for people, the default wherever a command prints for people
+    /// (`export` picks table or CSV by where it writes), and the same machine names.
+    #[test]
+    fn every_format_option_follows_one_convention() {
+        let mut found = Vec::new();
+        formats(&super::Cli::command(), "gpuwatch", &mut found);
+        assert!(found.len() >= 10, "{found:?}");
+        for (path, values, default) in &found {
+            assert!(values.iter().any(|v| v == "table"), "{path}: {values:?}");
+            for v in values {
+                assert!(
+                    ["table", "json", "jsonl", "csv", "chart"].contains(&v.as_str()),
+                    "{path}: --format {v} is not one of the shared names"
+                );
+            }
+            match path.as_str() {
+                "gpuwatch export" => assert_eq!(default, &None, "{path}"),
+                _ => assert_eq!(default.as_deref(), Some("table"), "{path}"),
+            }
+        }
+        let cmd = super::Cli::command();
+        let import_om = cmd
+            .find_subcommand("import")
+            .and_then(|i| i.find_subcommand("openmetrics"))
+            .expect("import openmetrics");
+        assert!(
+            import_om
+                .get_arguments()
+                .any(|a| a.get_long() == Some("input-format")),
+            "an input format is not an output --format"
+        );
+    }
+}

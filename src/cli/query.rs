@@ -26,8 +26,10 @@ use rows::{CsvSink, JsonSink, TableSink};
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum, Default)]
 pub enum Format {
-    /// Aligned columns, numbers right-aligned, NULL shown as NULL.
+    /// For people: aligned columns, numbers right-aligned, NULL shown as NULL (also
+    /// accepted as `text`).
     #[default]
+    #[value(alias = "text")]
     Table,
     /// A header row, then one line per row (RFC 4180 quoting; NULL is an empty field).
     Csv,
@@ -50,7 +52,7 @@ pub struct QueryArgs {
     pub sql: String,
     #[command(flatten)]
     pub config: ConfigArgs,
-    /// Output format.
+    /// Output format: `table` for people, `csv` or `json` for programs.
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
     /// Interrupt the statement after this long (e.g. 500ms, 10s, 2m; 0 = no limit).

@@ -2,7 +2,7 @@
 //! (the same [`Engine`], a simulated clock stepping through every stored sample time), with
 //! the database opened read-only and the alert state in memory, printing every transition.
 //!
-//! Output (jsonl): one object per transition, in time order, with `at` (RFC 3339 UTC),
+//! Output: a table by default; `--format jsonl`: one object per transition, in time order, with `at` (RFC 3339 UTC),
 //! `state` (`firing`/`resolved`), `rule`, `severity`, `host`, `gpu`, `uuid`, `labels`,
 //! `summary`, `severity_from` (the severity before, when a firing alert changed severity:
 //! a change, not a new alert; else null); more fields may be added. Alerts still firing at
@@ -20,9 +20,12 @@ use super::{ConfigArgs, Failure, exit, fail};
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum, Default)]
 pub enum Format {
+    /// For people: one line per transition (also accepted as `text`).
     #[default]
-    Jsonl,
+    #[value(alias = "text")]
     Table,
+    /// For programs: one JSON object per transition and line.
+    Jsonl,
 }
 
 #[derive(Debug, clap::Args)]
@@ -38,6 +41,7 @@ pub struct ReplayArgs {
     /// End, inclusive (RFC 3339 or unix seconds) [default: the newest stored sample].
     #[arg(long, value_name = "T", value_parser = parse_time)]
     pub to: Option<i64>,
+    /// Output format: `table` for people, `jsonl` for programs (one object per transition).
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
     /// Evaluate at most this often, like a daemon with `[rules] eval_interval` [default: at

@@ -53,9 +53,22 @@ pub struct ListArgs {
     /// Include expired and ended silences.
     #[arg(long)]
     pub all: bool,
-    /// Print JSON.
-    #[arg(long)]
+    /// Output format: `table` for people, `json` for programs.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: ListFormat,
+    /// The same as `--format json` (kept for scripts).
+    #[arg(long, hide = true)]
     pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ListFormat {
+    /// For people: one silence per line (also accepted as `text`).
+    #[default]
+    #[value(alias = "text")]
+    Table,
+    /// A JSON array of the silences.
+    Json,
 }
 
 #[derive(Debug, clap::Args)]
@@ -185,7 +198,7 @@ fn list(a: ListArgs) -> Result<(), Failure> {
     let conn = store::open_read_only(&cfg.database)?;
     let now = now_ms();
     let rows = store::silences::list(&conn, now, a.all)?;
-    if a.json {
+    if a.json || a.format == ListFormat::Json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }

@@ -9,7 +9,10 @@ use super::{ConfigArgs, Failure, exit, fail};
 #[derive(Debug, Clone, Copy, clap::ValueEnum, Default)]
 pub enum Format {
     #[default]
+    /// For people: aligned columns (also accepted as `text`).
+    #[value(alias = "text")]
     Table,
+    /// One JSON document: the GPUs with their latest sample, health and processes, and the outbox.
     Json,
 }
 
@@ -17,7 +20,8 @@ pub enum Format {
 pub struct StatusArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
-    /// Output format.
+    /// Output format: `table` for people, `json` for programs (the same document as
+    /// GET /api/v1/status).
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
     /// Show only this host (default: every host in the database).

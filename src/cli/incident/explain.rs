@@ -133,7 +133,7 @@ pub fn show_prompt(conn: &Connection, alert_id: i64, format: Format) -> Result<S
             .map_err(|e| fail(exit::FAILURE, e))?
                 + "\n"
         }
-        Format::Text => {
+        Format::Table => {
             let mut o = format!(
                 "request sent {} to {} (model {}), status {}:\n{}\n",
                 rfc3339(r.created_ms),
