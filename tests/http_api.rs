@@ -259,8 +259,15 @@ fn the_api_serves_the_clis_json_documents() {
     let firing: Value = serde_json::from_str(&firing).expect("json");
     assert_eq!(firing.as_array().map(Vec::len), Some(1), "{firing}");
 
-    // A fixed past range: the same document, byte for byte.
-    let to = chrono::Utc::now().timestamp() - 1;
+    // A fixed past range that holds the first samples: the same document, byte for byte.
+    let first: Value = serde_json::from_str(&node.cli(&[
+        "query",
+        "--format",
+        "json",
+        "SELECT min(ts_ms) AS t FROM samples",
+    ]))
+    .expect("json");
+    let to = first[0]["t"].as_i64().expect("a first sample") / 1000 + 1;
     let from = to - 60;
     let q = format!("/api/v1/history?gpu=0&metric=temp,util&from={from}&to={to}&step=1s");
     let (code, _, api) = node.get(&q, None);

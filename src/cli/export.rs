@@ -134,17 +134,25 @@ fn export_to(
 
 pub fn run(args: ExportArgs) -> Result<(), Failure> {
     let cfg = args.config.load().map_err(|e| fail(exit::USAGE, e))?;
+    let conn = crate::store::open_read_only(&cfg.database)?;
+    // The last hour counts back from now, or from the newest sample when that is later.
+    let now = crate::store::read::last_sample_ts(&conn, args.host.as_deref())?
+        .unwrap_or(0)
+        .max(now_ms());
     let (from_ms, to_ms) = args
         .range
-        .resolve(now_ms(), Duration::from_secs(3600))
+        .resolve(now, Duration::from_secs(3600))
         .map_err(|e| fail(exit::USAGE, anyhow::anyhow!(e)))?;
+    // A window without data: where the data is, and nothing written.
+    if let Some(hint) = super::timearg::no_data_hint(&conn, args.host.as_deref(), from_ms, to_ms)? {
+        return Err(fail(exit::FAILURE, anyhow::anyhow!(hint)));
+    }
     let filter = ExportFilter {
         from_ms,
         to_ms,
         host: args.host.clone(),
         gpu: args.gpu.as_deref().map(GpuFilter::parse),
     };
-    let conn = crate::store::open_read_only(&cfg.database)?;
     // Ctrl-C stops the export between rows, so `-o FILE` leaves neither FILE nor a temporary
     // file behind; a second Ctrl-C ends the process at once.
     let stop = Arc::new(AtomicBool::new(false));
@@ -203,22 +211,29 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
                 .into_inner()
                 .map_err(|e| e.into_error())
                 .with_context(|| format!("writing {}", path.display()))?;
-            tmp.persist(path)
-                .with_context(|| format!("cannot write {}", path.display()))?;
+            // Nothing exported: no file (the temporary one goes with `tmp`).
+            if rows > 0 {
+                tmp.persist(path)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+            }
             rows
         }
     };
     if rows == 0 {
-        eprintln!(
-            "no samples from {} to {}{}",
-            crate::notify::text::utc(from_ms),
-            crate::notify::text::utc(to_ms),
-            if filter.host.is_some() || filter.gpu.is_some() {
-                " for the selected host/GPU"
-            } else {
-                ""
-            }
-        );
+        // Data in the window, but none of the selected host's or GPU's: no file is written.
+        return Err(fail(
+            exit::FAILURE,
+            anyhow::anyhow!(
+                "no samples from {} to {}{}",
+                crate::notify::text::utc(from_ms),
+                crate::notify::text::utc(to_ms),
+                if filter.host.is_some() || filter.gpu.is_some() {
+                    " for the selected host/GPU"
+                } else {
+                    ""
+                }
+            ),
+        ));
     }
     Ok(())
 }

@@ -138,8 +138,29 @@ pub fn run(args: HistoryArgs) -> Result<(), Failure> {
         .map_err(|e| fail(exit::USAGE, anyhow!("--metric: {e}")))?;
     let cfg = args.config.load().map_err(|e| fail(exit::USAGE, e))?;
     let conn = store::open_read_only(&cfg.database)?;
-    print!("{}", output(&args, &conn, crate::clock::now_ms())?);
+    let now = crate::clock::now_ms();
+    // A window without data: where the data is, not a table of dashes.
+    let (from, to) = window(&args, &conn, now)?;
+    if let Some(hint) = super::timearg::no_data_hint(&conn, args.host.as_deref(), from, to)? {
+        return Err(fail(exit::FAILURE, anyhow!(hint)));
+    }
+    print!("{}", output(&args, &conn, now)?);
     Ok(())
+}
+
+/// The window `args` asks for: `--since` counts back from now, or from the newest sample
+/// when that is later (a demo's database).
+fn window(
+    args: &HistoryArgs,
+    conn: &rusqlite::Connection,
+    now_ms: i64,
+) -> Result<(i64, i64), Failure> {
+    let now = store::read::last_sample_ts(conn, args.host.as_deref())?
+        .unwrap_or(0)
+        .max(now_ms);
+    args.range
+        .resolve(now, Duration::from_secs(3600))
+        .map_err(|e| fail(exit::USAGE, anyhow!(e)))
 }
 
 /// The output of `history` for `args` (`--format json` is also `GET /api/v1/history`).
@@ -151,13 +172,7 @@ pub fn output(
     let metrics = window::resolve_metrics(&args.metric)
         .map_err(|e| fail(exit::USAGE, anyhow!("--metric: {e}")))?;
     let host = args.host.as_deref();
-    let now = store::read::last_sample_ts(conn, host)?
-        .unwrap_or(0)
-        .max(now_ms);
-    let (from, to) = args
-        .range
-        .resolve(now, Duration::from_secs(3600))
-        .map_err(|e| fail(exit::USAGE, anyhow!(e)))?;
+    let (from, to) = window(args, conn, now_ms)?;
     let step = match args.step {
         Some(d) if d.as_millis() == 0 => {
             return Err(fail(exit::USAGE, anyhow!("--step must be positive")));

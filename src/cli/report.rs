@@ -92,6 +92,12 @@ pub fn run(args: ReportArgs) -> Result<(), Failure> {
                 .filter(|g| g.gpu_id == a.gpu_id),
         );
     }
+    // A window without data: where the data is, instead of a report of empty charts.
+    if focus.is_none()
+        && let Some(hint) = super::timearg::no_data_hint(&conn, host.as_deref(), from, to)?
+    {
+        return Err(fail(exit::FAILURE, anyhow!(hint)));
+    }
     let data = report::gather(&conn, gpus, from, to, focus, now).map_err(usage)?;
     let html = report::render(&data)?;
     write_whole(&args.output, html.as_bytes())

@@ -40,6 +40,41 @@ pub struct RangeArgs {
     pub to: Option<TsMs>,
 }
 
+/// When `[from, to)` holds no data of `host` (every host when `None`): what to say instead of
+/// an empty table — where the data is, and the `--from`/`--to` that show it. `None` when the
+/// window overlaps the stored data.
+pub fn no_data_hint(
+    conn: &rusqlite::Connection,
+    host: Option<&str>,
+    from: TsMs,
+    to: TsMs,
+) -> Result<Option<String>, crate::store::StoreError> {
+    use crate::notify::text::utc;
+    let of = host.map_or(String::new(), |h| format!(" of host {h}"));
+    let Some((first, last)) = crate::store::history::data_span(conn, host)? else {
+        return Ok(Some(format!(
+            "the database holds no samples{of} yet (`gpuwatch run` or `gpuwatch import` fills it)"
+        )));
+    };
+    if crate::store::history::has_data_in(conn, host, from, to)? {
+        return Ok(None);
+    }
+    let rfc = |ms: TsMs| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .unwrap_or_else(|| (ms / 1000).to_string())
+    };
+    Ok(Some(format!(
+        "no samples{of} from {} to {}; the data spans {} to {}: try --from {} --to {}",
+        utc(from),
+        utc(to),
+        utc(first),
+        utc(last),
+        rfc(first),
+        rfc(last + 1000)
+    )))
+}
+
 impl RangeArgs {
     /// The range as (from, to) in ms; `default_since` when neither --since nor --from given.
     pub fn resolve(&self, now: TsMs, default_since: Duration) -> Result<(TsMs, TsMs), String> {

@@ -211,6 +211,42 @@ pub fn next_sample_after(conn: &Connection, after_ms: TsMs) -> Result<Option<TsM
         .query_row(params![after_ms], |r| r.get(0))?)
 }
 
+/// The oldest and newest time the database holds data of `host`'s GPUs (every host's when
+/// `None`): from each GPU's first sample to its newest; `None` when it has none.
+pub fn data_span(
+    conn: &Connection,
+    host: Option<&str>,
+) -> Result<Option<(TsMs, TsMs)>, StoreError> {
+    let span: (Option<TsMs>, Option<TsMs>) = conn
+        .prepare_cached(
+            "SELECT min(g.first_seen_ms), max(g.last_sample_ms)
+             FROM gpus g JOIN hosts h ON h.id = g.host_id
+             WHERE (?1 IS NULL OR h.name = ?1) AND g.last_sample_ms IS NOT NULL",
+        )?
+        .query_row(params![host], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(span.0.zip(span.1))
+}
+
+/// Whether `host`'s GPUs (every host's when `None`) have a raw sample or a rollup minute in
+/// `[from, to)`.
+pub fn has_data_in(
+    conn: &Connection,
+    host: Option<&str>,
+    from: TsMs,
+    to: TsMs,
+) -> Result<bool, StoreError> {
+    Ok(conn
+        .prepare_cached(
+            "WITH ids AS (SELECT g.id FROM gpus g JOIN hosts h ON h.id = g.host_id
+                          WHERE ?1 IS NULL OR h.name = ?1)
+             SELECT EXISTS (SELECT 1 FROM samples s WHERE s.ts_ms >= ?2 AND s.ts_ms < ?3
+                              AND s.gpu_id IN ids)
+                 OR EXISTS (SELECT 1 FROM ids JOIN rollups_1m r ON r.gpu_id = ids.id
+                              AND r.ts_ms > ?2 - 60000 AND r.ts_ms < ?3)",
+        )?
+        .query_row(params![host, from, to], |r| r.get(0))?)
+}
+
 /// The oldest and newest sample times, `None` for an empty database.
 pub fn sample_span(conn: &Connection) -> Result<Option<(TsMs, TsMs)>, StoreError> {
     let span: (Option<TsMs>, Option<TsMs>) =

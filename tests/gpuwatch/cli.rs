@@ -895,3 +895,84 @@ fn a_kubelet_socket_without_permission_is_one_warning_and_sampling_goes_on() {
     let _ = stop_tx.send(());
     rt.block_on(serving).expect("join").expect("served");
 }
+
+/// `history`, `export` and `report` over a window without data (an imported 2024 log and
+/// the default last hour) say where the data is and how to see it, and exit non-zero,
+/// instead of empty tables and charts; the window they suggest works.
+#[test]
+fn an_empty_window_says_where_the_data_is() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("g.db");
+    let units = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/import/units.csv");
+    let o = gpuwatch()
+        .args(["import", "nvidia-smi", "--tz", "UTC", "--db"])
+        .arg(&db)
+        .arg(&units)
+        .output()
+        .expect("import");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report = dir.path().join("r.html");
+    let runs: [Vec<&str>; 3] = [
+        vec!["history"],
+        vec!["export"],
+        vec![
+            "report",
+            "--since",
+            "1h",
+            "-o",
+            report.to_str().expect("path"),
+        ],
+    ];
+    let mut suggested = String::new();
+    for args in &runs {
+        let o = gpuwatch()
+            .args(args)
+            .arg("--db")
+            .arg(&db)
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?}: nothing printed");
+        assert!(
+            err.contains("the data spans 2024-05-01 12:00:00 UTC")
+                && err.contains("try --from 2024-05-01T12:00:00Z --to "),
+            "{args:?}: {err}"
+        );
+        suggested = err
+            .split("try ")
+            .nth(1)
+            .expect("suggestion")
+            .trim()
+            .to_string();
+    }
+    assert!(!report.exists(), "no report of empty charts");
+    let window: Vec<&str> = suggested.split_whitespace().collect();
+    for command in ["history", "export"] {
+        let o = gpuwatch()
+            .args([command, "--format", "csv"])
+            .args(&window)
+            .arg("--db")
+            .arg(&db)
+            .output()
+            .expect("run");
+        assert!(
+            o.status.success(),
+            "{command}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stdout).lines().count() > 1,
+            "{command}"
+        );
+    }
+    let o = gpuwatch()
+        .args(["report", "-o", report.to_str().expect("path")])
+        .args(&window)
+        .arg("--db")
+        .arg(&db)
+        .output()
+        .expect("report");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(report.exists());
+}
