@@ -680,6 +680,69 @@ fn replay_over_an_imported_log_fires_gpu_idle() {
         at.starts_with("2024-05-01T12:2") || at.starts_with("2024-05-01T12:3"),
         "{at}"
     );
+
+    // `--save`: what the replay found becomes alert history, marked replayed, which
+    // `alerts`, `incident` and `report` show on the imported log; a second save replaces it.
+    let dbarg = path.to_str().unwrap();
+    let alerts = |want: usize| {
+        let v: serde_json::Value = serde_json::from_str(&ok(&gpuwatch(
+            &["alerts", "--format", "json", "--db", dbarg],
+            &[],
+        )))
+        .unwrap();
+        assert_eq!(v.as_array().map(Vec::len), Some(want), "{v}");
+        v
+    };
+    let none = gpuwatch(&["alerts", "--format", "json", "--db", dbarg], &[]);
+    assert_eq!(ok(&none).trim(), "[]", "no alerts before --save");
+    for round in 0..2 {
+        let o = gpuwatch(&["replay", "--save", "--db", dbarg], &[]);
+        ok(&o);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("saved 1 replayed alert(s)"), "{err}");
+        assert_eq!(
+            err.contains("replacing 1 from an earlier replay"),
+            round == 1,
+            "{err}"
+        );
+        alerts(1);
+    }
+    let v = alerts(1);
+    let a = &v[0];
+    assert_eq!(a["rule"], "gpu_idle");
+    assert_eq!(a["replayed"], true);
+    assert_eq!(a["host"], "idle-node");
+    assert_eq!(
+        a["fired"].as_str().map(|t| &t[..19]),
+        Some(&at[..19]),
+        "the episode is the transition replay printed: {a}"
+    );
+    let id = a["alert_id"].to_string();
+    let text = ok(&gpuwatch(&["incident", &id, "--db", dbarg], &[]));
+    assert!(text.contains("gpu_idle (warning, replayed)"), "{text}");
+    let report = path.with_extension("html");
+    let o = gpuwatch(
+        &[
+            "report",
+            "--alert",
+            &id,
+            "-o",
+            report.to_str().unwrap(),
+            "--db",
+            dbarg,
+        ],
+        &[],
+    );
+    ok(&o);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("1 alert(s)"));
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(html.contains("(replayed)"), "the report marks it");
+    // Never live: nothing on a daemon's /metrics or in `status`'s alerts.
+    let live: i64 = one(
+        &db(&path),
+        "SELECT count(*) FROM alert_state WHERE state IN ('pending', 'firing')",
+    );
+    assert_eq!(live, 0);
 }
 
 #[test]

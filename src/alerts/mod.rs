@@ -5,5 +5,6 @@
 //! labels, so a changing value never makes a new alert.
 
 pub mod engine;
+pub mod episodes;
 pub mod evaluator;
 pub mod state;

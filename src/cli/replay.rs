@@ -44,6 +44,11 @@ pub struct ReplayArgs {
     /// Output format: `table` for people, `jsonl` for programs (one object per transition).
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
+    /// Store the episodes found as alerts marked replayed (`alerts`, `incident` and `report`
+    /// then show them; never delivered, never live), replacing those of an earlier
+    /// `--save` that started in the same range.
+    #[arg(long)]
+    pub save: bool,
     /// Evaluate at most this often, like a daemon with `[rules] eval_interval` [default: at
     /// every stored sample].
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
@@ -89,10 +94,19 @@ pub fn load_rules(path: Option<&PathBuf>) -> Result<Vec<Rule>, Failure> {
 pub fn run(args: ReplayArgs) -> Result<(), Failure> {
     let cfg = args.config.load().map_err(|e| fail(exit::USAGE, e))?;
     let rules = load_rules(args.rules.as_ref())?;
+    if args.save {
+        // Creates nothing, but brings an older file's schema up to date before writing.
+        store::open(&cfg.database, &store::StoreConfig::new(cfg.host.clone()))?;
+    }
     let conn = store::open_read_only(&cfg.database)?;
     let Some((first, last)) = history::sample_span(&conn)? else {
-        eprintln!("no samples in {}", cfg.database.display());
-        return Ok(());
+        return Err(fail(
+            exit::FAILURE,
+            anyhow::anyhow!(
+                "no samples in {}: nothing to replay (`gpuwatch import nvidia-smi` or `gpuwatch run` stores some)",
+                cfg.database.display()
+            ),
+        ));
     };
     let from = args.from.unwrap_or(first);
     let to = args.to.unwrap_or(last);
@@ -115,11 +129,33 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
             "AT (UTC)", "STATE", "RULE", "SEVERITY", "HOST", "GPU"
         );
     }
+    let mut episodes = crate::alerts::episodes::Episodes::default();
+    let mut end = from;
     while let Some(t) = engine.world_mut().next_sample_time(&conn, to)? {
         engine.advance(&conn, t)?;
         for tr in engine.evaluate(t) {
             print_transition(&mut out, &tr, args.format);
+            episodes.add(&tr);
         }
+        end = t;
+    }
+    {
+        use std::io::Write;
+        let _ = out.flush();
+    }
+    if args.save {
+        let episodes = episodes.finish();
+        let mut rw = store::open_existing_rw(&cfg.database)?;
+        let (replaced, saved) = store::alerts::save_replayed(&mut rw, from, to, end, &episodes)?;
+        eprintln!(
+            "saved {saved} replayed alert(s) into {}{} (`gpuwatch alerts` lists them)",
+            cfg.database.display(),
+            if replaced > 0 {
+                format!(", replacing {replaced} from an earlier replay")
+            } else {
+                String::new()
+            }
+        );
     }
     Ok(())
 }

@@ -230,6 +230,24 @@ fn runs_in(p: Option<&crate::model::Placement>, container: Option<&str>) -> Stri
     }
 }
 
+/// `firing`, or `resolved (replayed)` for an episode `gpuwatch replay --save` found.
+fn state_text(a: &AlertSpan) -> String {
+    if a.replayed {
+        format!("{} (replayed)", a.state)
+    } else {
+        a.state.clone()
+    }
+}
+
+/// `warning`, or `warning (max critical)` for one that fired higher than it ended.
+fn severity_text(a: &AlertSpan) -> String {
+    let sev = a.severity.as_deref().unwrap_or("-");
+    match a.max_severity.as_deref() {
+        Some(max) if Some(max) != a.severity.as_deref() => format!("{sev} (max {max})"),
+        _ => sev.to_string(),
+    }
+}
+
 fn focus(o: &mut String, d: &ReportData, a: &AlertSpan) {
     let sev = a.severity.as_deref().unwrap_or("-");
     let _ = writeln!(
@@ -244,7 +262,7 @@ fn focus(o: &mut String, d: &ReportData, a: &AlertSpan) {
         esc(sev),
         esc(sev),
         esc(&a.rule),
-        esc(&a.state),
+        esc(&state_text(a)),
         esc(&d.gpu_label(a.gpu_id)),
         esc(&a.gpu_uuid),
         utc(a.active_since_ms),
@@ -303,8 +321,8 @@ fn alerts(o: &mut String, d: &ReportData) {
             a.id,
             esc(&a.rule),
             esc(sev),
-            esc(sev),
-            esc(&a.state),
+            esc(&severity_text(a)),
+            esc(&state_text(a)),
             esc(&d.gpu_label(a.gpu_id)),
             esc(&runs_in_labels(&a.labels)),
             utc(a.active_since_ms),

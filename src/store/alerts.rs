@@ -192,3 +192,86 @@ impl AlertDb {
         Ok(())
     }
 }
+
+/// One episode `gpuwatch replay --save` found over stored history.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ReplayedAlert {
+    pub rule: String,
+    pub gpu_id: i64,
+    pub process_id: Option<i64>,
+    /// `gpu`, `process` or `host`.
+    pub scope: String,
+    /// The latest severity, and the highest.
+    pub severity: String,
+    pub max_severity: String,
+    pub active_since_ms: TsMs,
+    pub fired_ms: TsMs,
+    /// `None`: still firing where the replayed data ended.
+    pub resolved_ms: Option<TsMs>,
+    pub summary: String,
+    pub labels_json: String,
+    pub severity_changes: Vec<SavedSeverityChange>,
+}
+
+/// Replaces the replayed episodes that started in `[from, to]` with `episodes`, in one
+/// transaction; `end` is where the replayed data ended (the last update of an episode still
+/// firing there). Returns (replaced, saved). Replayed rows are stored `resolved` with
+/// `replayed = 1`: never live, so neither the daemon nor delivery ever picks them up.
+pub fn save_replayed(
+    conn: &mut Connection,
+    from: TsMs,
+    to: TsMs,
+    end: TsMs,
+    episodes: &[ReplayedAlert],
+) -> Result<(usize, usize), StoreError> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let old = "SELECT id FROM alert_state WHERE replayed = 1 AND active_since_ms BETWEEN ?1 AND ?2";
+    tx.execute(
+        &format!("DELETE FROM alert_severity_changes WHERE alert_id IN ({old})"),
+        params![from, to],
+    )?;
+    tx.execute(
+        &format!("DELETE FROM analysis_requests WHERE alert_id IN ({old})"),
+        params![from, to],
+    )?;
+    let replaced = tx.execute(
+        "DELETE FROM alert_state WHERE replayed = 1 AND active_since_ms BETWEEN ?1 AND ?2",
+        params![from, to],
+    )?;
+    for e in episodes {
+        let id: i64 = tx
+            .prepare_cached(
+                "INSERT INTO alert_state (rule, gpu_id, process_id, scope, state, severity, reported,
+                   active_since_ms, fired_ms, resolved_ms, last_true_ms, summary, labels_json,
+                   updated_ms, max_severity, replayed)
+                 VALUES (?1, ?2, ?3, ?4, 'resolved', ?5, 0, ?6, ?7, ?8, ?9, ?10, ?11, ?9, ?12, 1)
+                 RETURNING id",
+            )?
+            .query_row(
+                params![
+                    e.rule,
+                    e.gpu_id,
+                    e.process_id,
+                    e.scope,
+                    e.severity,
+                    e.active_since_ms,
+                    e.fired_ms,
+                    e.resolved_ms,
+                    e.resolved_ms.unwrap_or(end),
+                    e.summary,
+                    e.labels_json,
+                    e.max_severity
+                ],
+                |r| r.get(0),
+            )?;
+        for c in &e.severity_changes {
+            tx.prepare_cached(
+                "INSERT INTO alert_severity_changes (alert_id, at_ms, from_severity, to_severity, summary)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![id, c.at_ms, c.from, c.to, c.summary])?;
+        }
+    }
+    tx.commit()?;
+    Ok((replaced, episodes.len()))
+}
