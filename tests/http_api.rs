@@ -396,32 +396,80 @@ fn chromium() -> &'static str {
     );
 }
 
+/// The page in headless Chromium: `extra` flags (`--dump-dom`, `--screenshot=...`), stdout.
+fn browse(url: &str, profile: &std::path::Path, extra: &[&str]) -> String {
+    let o = Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(["--virtual-time-budget=10000", "--window-size=1200,900"])
+        .args(extra)
+        .arg(url)
+        .output()
+        .expect("chromium");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The demo's page shows what only gpuwatch knows, beside each GPU: the job, its step, steps
+/// per minute and loss, and the pod; its charts draw from the first minutes (raw samples
+/// before the hour has a minute's rollups), memory labelled in the unit shown.
+#[test]
+fn the_demo_page_joins_training_progress_and_pods_to_each_gpu() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (_demo, port) = start_demo(dir.path(), "20m");
+    wait_for(
+        "the llama job's steps per minute",
+        Duration::from_secs(60),
+        || {
+            let (_, _, body) = http_support::http_get(port, "/api/v1/status", None, &[]);
+            let v: Value = serde_json::from_str(&body).ok()?;
+            v["gpus"][0]["training"]["steps_per_minute"]
+                .as_f64()
+                .filter(|r| *r > 0.0)
+        },
+    );
+    let url = format!("http://127.0.0.1:{port}/");
+    let dom = browse(&url, &dir.path().join("profile"), &["--dump-dom"]);
+    assert!(dom.contains("data-ready=\"1\""), "{dom}");
+    for want in [
+        "llama-70b-ft",
+        "pod research/llama-70b-ft-0",
+        "steps/min",
+        ">loss<",
+        "resnet-sweep",
+        "memory GiB",
+    ] {
+        assert!(dom.contains(want), "{want} on the page: {dom}");
+    }
+    assert!(!dom.contains("memory MiB"), "{dom}");
+    assert!(!dom.contains("STALE"), "{dom}");
+    assert!(dom.contains("<path d=\"M"), "the charts draw: {dom}");
+}
+
 #[test]
 fn the_live_page_renders_gpus_and_alerts_in_chromium() {
-    let browser = chromium();
     let node = Node::new("node-7", 7, "", "");
     let _d = node.start(&[]);
     scrape_when_firing(&node, None);
+    // A few seconds of samples, the first minutes the charts must draw.
+    wait_for("three seconds of samples", Duration::from_secs(30), || {
+        let (_, _, body) = node.get(
+            "/api/v1/history?since=5m&step=1s&source=raw&metric=util_gpu&gpu=0",
+            None,
+        );
+        let v: Value = serde_json::from_str(&body).ok()?;
+        let points = v["series"][0]["points"].as_array()?;
+        (points.iter().filter(|p| !p["avg"].is_null()).count() >= 3).then_some(())
+    });
     let url = format!("http://127.0.0.1:{}/", node.port);
     let profile = node.path("chromium-profile");
-    let run = |extra: &[&str]| {
-        let o = Command::new(browser)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-                "--hide-scrollbars",
-            ])
-            .arg(format!("--user-data-dir={}", profile.display()))
-            .args(["--virtual-time-budget=10000", "--window-size=1200,900"])
-            .args(extra)
-            .arg(&url)
-            .output()
-            .expect("chromium");
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
+    let run = |extra: &[&str]| browse(&url, &profile, extra);
     let dom = run(&["--dump-dom"]);
     let status: Value =
         serde_json::from_str(&node.cli(&["status", "--format", "json"])).expect("status");
@@ -445,6 +493,12 @@ fn the_live_page_renders_gpus_and_alerts_in_chromium() {
         dom.contains("85°C") && dom.contains("pid 4000100"),
         "GPU 0's temperature and holder: {dom}"
     );
+    // A daemon seconds old: the charts draw its raw samples, not empty boxes.
+    assert!(dom.contains("<path d=\"M"), "the charts draw: {dom}");
+    assert!(
+        dom.contains("· 5 min") && dom.contains("memory GiB"),
+        "{dom}"
+    );
     let shot = node.path("page.png");
     run(&[&format!("--screenshot={}", shot.display())]);
     let png = std::fs::read(&shot).expect("screenshot");
@@ -459,20 +513,25 @@ fn the_live_page_renders_gpus_and_alerts_in_chromium() {
 /// which runs 30x faster than the wall clock, and freshness is judged on that clock, so the
 /// first scrape a newcomer makes shows dcgm-exporter's series with every GPU up, and
 /// `/healthz`, `/api/v1/status` (the page's source) and `/metrics` agree.
-#[test]
-fn the_demo_serves_fresh_gpus_on_its_own_clock() {
+/// `gpuwatch demo --listen` at its default speed on a free port, for `duration` of scenario.
+fn start_demo(dir: &std::path::Path, duration: &str) -> (http_support::Daemon, u16) {
     let port = http_support::free_port();
-    let dir = tempfile::tempdir().expect("tmp");
     let child = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
-        .args(["demo", "--duration", "20m", "--every", "1h", "--listen"])
+        .args(["demo", "--duration", duration, "--every", "1h", "--listen"])
         .arg(format!("127.0.0.1:{port}"))
         .arg("--db")
-        .arg(dir.path().join("demo.db"))
+        .arg(dir.join("demo.db"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("demo");
-    let _demo = http_support::Daemon(child);
+    (http_support::Daemon(child), port)
+}
+
+#[test]
+fn the_demo_serves_fresh_gpus_on_its_own_clock() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (_demo, port) = start_demo(dir.path(), "20m");
     let get = |path: &str| http_support::http_get(port, path, None, &[]);
     let gpus = wait_for(
         "the demo's four GPUs sampled",

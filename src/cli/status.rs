@@ -52,11 +52,20 @@ pub fn document(
     Ok(Status::read(conn, cfg, host, now)?.json(cfg))
 }
 
+/// How far back `status` looks for a job's progress (its steps per minute).
+const PROGRESS_WINDOW_MS: i64 = 5 * 60_000;
+
 /// Everything `status` shows, read once for either form.
 struct Status {
     rows: Vec<store::read::GpuStatusRow>,
     errors: Vec<store::read::MetricErrorRow>,
     joins: super::status_training::Joins,
+    /// The newest and the oldest point of the last [`PROGRESS_WINDOW_MS`] of each chosen
+    /// training series (values, and steps per minute).
+    progress: (
+        std::collections::HashMap<i64, (i64, f64)>,
+        std::collections::HashMap<i64, (i64, f64)>,
+    ),
     delivery: Delivery,
     remote_write: Vec<store::remote_write::Backlog>,
 }
@@ -69,9 +78,23 @@ impl Status {
         now: i64,
     ) -> Result<Status, store::StoreError> {
         let rows = store::read::latest_per_gpu(conn, host, now)?;
+        let joins = super::status_training::Joins::read(conn, &rows)?;
+        let chosen: Vec<i64> = rows
+            .iter()
+            .flat_map(|r| {
+                let (step, loss) = joins.chosen(&r.host, r.inventory.index);
+                [step, loss]
+            })
+            .flatten()
+            .collect();
+        let since = now - PROGRESS_WINDOW_MS;
         Ok(Status {
             errors: store::read::metric_error_summary(conn, host)?,
-            joins: super::status_training::Joins::read(conn, &rows)?,
+            progress: (
+                store::scrape::training_latest(conn, &chosen, since)?,
+                store::scrape::training_earliest(conn, &chosen, since)?,
+            ),
+            joins,
             delivery: delivery(conn, cfg, now)?,
             remote_write: store::remote_write::backlog(conn)?,
             rows,
@@ -98,9 +121,42 @@ impl Status {
                 })
                 .collect();
             gpu["read_errors"] = serde_json::Value::Array(failing);
-            gpu["training"] = self.joins.json(&row.host, row.inventory.index);
+            let mut training = self.joins.json(&row.host, row.inventory.index);
+            self.add_progress(&mut training, &row.host, row.inventory.index);
+            gpu["training"] = training;
         }
         serde_json::json!({ "gpus": v, "notify": self.delivery, "remote_write": self.remote_write })
+    }
+
+    /// The job's progress beside which series it is: each role's newest `value` and `ts_ms`
+    /// (null when none in the last 5 minutes), `steps_per_minute` over them, and the `job`.
+    fn add_progress(&self, training: &mut serde_json::Value, host: &str, index: u32) {
+        if training.is_null() {
+            return;
+        }
+        let (step, loss) = self.joins.chosen(host, index);
+        let (latest, earliest) = &self.progress;
+        for (role, id) in [("step", step), ("loss", loss)] {
+            let point = id.and_then(|id| latest.get(&id));
+            training[role]["value"] = point.map(|p| p.1).into();
+            training[role]["ts_ms"] = point.map(|p| p.0).into();
+        }
+        let rate = step.and_then(|id| {
+            let (&(t1, v1), &(t0, v0)) = (latest.get(&id)?, earliest.get(&id)?);
+            (t1 > t0).then(|| (v1 - v0) / ((t1 - t0) as f64 / 60_000.0))
+        });
+        training["steps_per_minute"] = rate.into();
+        let job = [step, loss]
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.joins.series(id))
+            .find_map(|s| {
+                s.labels
+                    .iter()
+                    .find(|(k, _)| k == "job")
+                    .map(|(_, v)| v.clone())
+            });
+        training["job"] = job.into();
     }
 
     fn table(&self, cfg: &crate::config::Config, now: i64) -> String {

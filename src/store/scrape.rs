@@ -33,6 +33,28 @@ pub fn training_latest(
     Ok(out)
 }
 
+/// The oldest point at or after `since_ms` of each of `series` (with [`training_latest`]: a
+/// rate over the window, e.g. steps per minute).
+pub fn training_earliest(
+    conn: &Connection,
+    series: &[i64],
+    since_ms: TsMs,
+) -> Result<HashMap<i64, (TsMs, f64)>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT ts_ms, value FROM training_samples
+         WHERE series_id = ?1 AND ts_ms >= ?2 AND value IS NOT NULL
+         ORDER BY ts_ms ASC LIMIT 1",
+    )?;
+    let mut out = HashMap::new();
+    for &id in series {
+        let mut rows = stmt.query(params![id, since_ms])?;
+        if let Some(r) = rows.next()? {
+            out.insert(id, (r.get(0)?, r.get(1)?));
+        }
+    }
+    Ok(out)
+}
+
 /// One XID event of a host's GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Xid {
