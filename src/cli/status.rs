@@ -52,6 +52,9 @@ pub fn document(
     Ok(Status::read(conn, cfg, host, now)?.json(cfg))
 }
 
+/// A point (ts_ms, value) per training series id.
+type Points = std::collections::HashMap<i64, (i64, f64)>;
+
 /// How far back `status` looks for a job's progress (its steps per minute).
 const PROGRESS_WINDOW_MS: i64 = 5 * 60_000;
 
@@ -62,10 +65,7 @@ struct Status {
     joins: super::status_training::Joins,
     /// The newest and the oldest point of the last [`PROGRESS_WINDOW_MS`] of each chosen
     /// training series (values, and steps per minute).
-    progress: (
-        std::collections::HashMap<i64, (i64, f64)>,
-        std::collections::HashMap<i64, (i64, f64)>,
-    ),
+    progress: (Points, Points),
     delivery: Delivery,
     remote_write: Vec<store::remote_write::Backlog>,
 }
