@@ -397,3 +397,129 @@ fn hostile_text_is_escaped_and_unknown_values_are_gaps() {
     let runs = first_chart.matches("stroke-width=\"2\" points=").count();
     assert_eq!(runs, 3, "{first_chart}");
 }
+
+/// Headless Chromium (Debian's `chromium-headless-shell` or `chromium`; scripts/test.sh
+/// installs it).
+fn chromium() -> &'static str {
+    for c in ["chromium-headless-shell", "chromium"] {
+        if Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            return c;
+        }
+    }
+    panic!(
+        "headless Chromium is needed (Debian: apt-get install chromium-headless-shell; scripts/test.sh installs it)"
+    );
+}
+
+/// The window report as a browser lays it out (1200 px wide, as the live page's test): every
+/// alert's summary gets a wide row, not a narrow strip of very tall rows; every alert's band
+/// in the charts says which alert and GPU it is; a screenshot renders.
+#[test]
+fn the_report_lays_out_readably_in_chromium() {
+    let alerts = all_alerts();
+    let from = alerts.iter().map(|a| a.active_since_ms).min().unwrap() - 60_000;
+    let to = alerts.iter().map(|a| a.end_ms()).max().unwrap() + 60_000;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("window.html");
+    let out = report(
+        &[
+            "--from",
+            &(from / 1000).to_string(),
+            "--to",
+            &(to / 1000).to_string(),
+        ],
+        &file,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&file).unwrap();
+    for a in &alerts {
+        let gpu = a
+            .gpu_index
+            .map_or("host".to_string(), |i| format!("GPU {i}"));
+        assert!(
+            html.contains(&format!(" #{} ", a.id)) && html.contains(&format!("#{} {gpu}", a.id)),
+            "alert {}'s band is labelled: #{} {gpu}",
+            a.id,
+            a.id
+        );
+    }
+    // The layout as Chromium computes it: a copy of the report with a measuring script.
+    let probe = dir.path().join("probe.html");
+    std::fs::write(
+        &probe,
+        html.replace(
+            "</body>",
+            "<script>\
+             const s=[...document.querySelectorAll('td.summary')].map(c=>c.getBoundingClientRect());\
+             const r=[...document.querySelectorAll('table.alerts tr.summary')].map(c=>c.getBoundingClientRect());\
+             document.body.dataset.layout=JSON.stringify({cells:s.length,\
+             overflow:document.documentElement.scrollWidth-window.innerWidth,\
+             minWidth:Math.min(...s.map(b=>b.width)),maxHeight:Math.max(...r.map(b=>b.height))});\
+             </script></body>",
+        ),
+    )
+    .unwrap();
+    let browse = |extra: &[&str], page: &Path| {
+        let o = Command::new(chromium())
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--hide-scrollbars",
+                "--allow-file-access-from-files",
+            ])
+            .arg(format!(
+                "--user-data-dir={}",
+                dir.path().join("profile").display()
+            ))
+            .args(["--virtual-time-budget=5000", "--window-size=1200,900"])
+            .args(extra)
+            .arg(format!("file://{}", page.display()))
+            .output()
+            .expect("chromium");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let dom = browse(&["--dump-dom"], &probe);
+    let layout = dom
+        .split("data-layout=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .map(|j| j.replace("&quot;", "\""))
+        .unwrap_or_else(|| panic!("no layout measured: {dom}"));
+    let layout: serde_json::Value = serde_json::from_str(&layout).expect("layout json");
+    assert_eq!(
+        layout["cells"].as_u64(),
+        Some(alerts.len() as u64),
+        "{layout}"
+    );
+    assert!(
+        layout["minWidth"].as_f64().is_some_and(|w| w >= 600.0),
+        "every summary is at least 600 px wide: {layout}"
+    );
+    assert!(
+        layout["maxHeight"].as_f64().is_some_and(|h| h <= 60.0),
+        "no summary row taller than three lines: {layout}"
+    );
+    assert!(
+        layout["overflow"].as_f64().is_some_and(|o| o <= 0.0),
+        "nothing wider than the window: {layout}"
+    );
+    let shot = dir.path().join("report.png");
+    browse(&[&format!("--screenshot={}", shot.display())], &file);
+    let png = std::fs::read(&shot).expect("screenshot");
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000,
+        "{} bytes",
+        png.len()
+    );
+}

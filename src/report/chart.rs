@@ -26,7 +26,7 @@ pub struct Line {
 }
 
 /// A shaded time span (an alert period).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Band {
     pub from_ms: TsMs,
     pub to_ms: TsMs,
@@ -34,6 +34,8 @@ pub struct Band {
     pub opacity: f64,
     /// Full height; else a strip along the top (an alert other than the report's own).
     pub full: bool,
+    /// Written at the band's top left (`#12 GPU 3`: which alert it is).
+    pub label: Option<String>,
 }
 
 /// What to draw.
@@ -175,6 +177,39 @@ fn draw(
             )))?;
         }
     }
+    // Each labelled band says which alert it is; a label that would overlap an earlier one
+    // goes a line lower.
+    let plot_w = f64::from(WIDTH - 10 - 40 - 56);
+    let plot_h = f64::from(HEIGHT - 20 - 26);
+    let ms_px = plot_w / (to - from) as f64;
+    let mut placed: Vec<(f64, f64, u32)> = Vec::new();
+    for b in spec.bands {
+        let (a, z) = (b.from_ms.max(from), b.to_ms.min(to));
+        let Some(label) = b.label.as_deref().filter(|_| a < z) else {
+            continue;
+        };
+        let x0 = (a - from) as f64 * ms_px;
+        let x1 = x0 + label.chars().count() as f64 * 6.5 + 6.0;
+        let mut row = 0;
+        while placed
+            .iter()
+            .any(|&(p0, p1, r)| r == row && p0 < x1 && x0 < p1)
+        {
+            row += 1;
+        }
+        placed.push((x0, x1, row));
+        let y = hi - (hi - lo) * ((3.0 + f64::from(row) * 13.0) / plot_h);
+        let dark = RGBColor(
+            (f64::from(b.colour.0) * 0.6) as u8,
+            (f64::from(b.colour.1) * 0.6) as u8,
+            (f64::from(b.colour.2) * 0.6) as u8,
+        );
+        chart.draw_series(std::iter::once(Text::new(
+            format!(" {label}"),
+            (a, y),
+            ("sans-serif", 12).into_font().color(&dark),
+        )))?;
+    }
     // Dim lines first, so that the emphasised one is on top.
     let mut order: Vec<&Line> = spec.lines.iter().collect();
     order.sort_by_key(|l| (l.emphasis, !l.dim));
@@ -234,6 +269,7 @@ mod tests {
             colour: RGBColor(220, 38, 38),
             opacity: 0.25,
             full: true,
+            label: Some("#7 GPU 3".into()),
         }];
         let s = svg(&ChartSpec {
             from_ms: 0,
@@ -249,6 +285,7 @@ mod tests {
         );
         assert!(!s.contains("http"), "{s}");
         assert!(s.contains("fill=\"#DC2626\""), "the band: {s}");
+        assert!(s.contains("#7 GPU 3\n</text>"), "the band's label: {s}");
         let ours = |tag: &str| {
             s.lines()
                 .filter(|l| l.starts_with(tag) && l.contains("#010203"))

@@ -56,6 +56,9 @@ fn bands(d: &ReportData) -> Vec<Band> {
             (false, true) => (0.05, 0.12),
             (false, false) => (0.15, 0.45),
         };
+        // Which alert a band is: its number (the alerts table's first column) and its GPU, on
+        // the firing part (the pending part when it never fired).
+        let label = format!("#{} {}", a.id, d.gpu_label(a.gpu_id));
         if a.active_since_ms < firing_from {
             out.push(Band {
                 from_ms: a.active_since_ms,
@@ -63,6 +66,7 @@ fn bands(d: &ReportData) -> Vec<Band> {
                 colour,
                 opacity: pending,
                 full,
+                label: a.fired_ms.is_none().then(|| label.clone()),
             });
         }
         if a.fired_ms.is_some() {
@@ -72,6 +76,7 @@ fn bands(d: &ReportData) -> Vec<Band> {
                 colour,
                 opacity: firing,
                 full,
+                label: Some(label),
             });
         }
     }
@@ -84,6 +89,7 @@ fn bands(d: &ReportData) -> Vec<Band> {
             colour: EVENT_COLOUR,
             opacity: 0.8,
             full: true,
+            label: None,
         });
     }
     out
@@ -106,14 +112,45 @@ fn legend(o: &mut String, items: &[(String, RGBColor, bool)]) {
     o.push_str("</div>\n");
 }
 
-/// A chart, with its title above it when given.
-fn figure(o: &mut String, title: Option<&str>, spec: &ChartSpec<'_>) -> Result<(), ReportError> {
+/// The lines drawn exactly over an earlier one (the same values at the same times), as
+/// legend text: `GPU 1 has the same values as GPU 0 (drawn under it)`.
+fn hidden_lines(names: &[String], lines: &[Line]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (j, l) in lines.iter().enumerate() {
+        if !l.points.iter().any(|p| p.1.is_some()) {
+            continue;
+        }
+        if let Some(i) = (0..j).find(|&i| lines[i].points == l.points) {
+            out.push(format!(
+                "{} has the same values as {} (drawn under it)",
+                names[j], names[i]
+            ));
+        }
+    }
+    out
+}
+
+/// A chart, with its title above it when given and a note of the lines it hides.
+fn figure(
+    o: &mut String,
+    title: Option<&str>,
+    spec: &ChartSpec<'_>,
+    hidden: &[String],
+) -> Result<(), ReportError> {
     let svg = chart::svg(spec).map_err(|message| ReportError::Chart {
         chart: title.unwrap_or("training").to_string(),
         message,
     })?;
     let h3 = title.map_or_else(String::new, |t| format!("<h3>{}</h3>", esc(t)));
-    let _ = writeln!(o, "<figure>{h3}{svg}</figure>");
+    let note = if hidden.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "<div class=\"legend hidden-lines\">{}</div>",
+            esc(&hidden.join("; "))
+        )
+    };
+    let _ = writeln!(o, "<figure>{h3}{note}{svg}</figure>");
     Ok(())
 }
 
@@ -162,6 +199,7 @@ pub(super) fn gpu_charts(o: &mut String, d: &ReportData) -> Result<(), ReportErr
                 }
             })
             .collect();
+        let names: Vec<String> = per.iter().map(|s| d.gpu_label(s.gpu_id)).collect();
         let spec = ChartSpec {
             from_ms: d.from_ms,
             to_ms: d.to_ms,
@@ -169,7 +207,12 @@ pub(super) fn gpu_charts(o: &mut String, d: &ReportData) -> Result<(), ReportErr
             lines: &lines,
             bands: &bands,
         };
-        figure(o, Some(&format!("{} ({unit})", first.metric.title)), &spec)?;
+        figure(
+            o,
+            Some(&format!("{} ({unit})", first.metric.title)),
+            &spec,
+            &hidden_lines(&names, &lines),
+        )?;
     }
     o.push_str("</section>\n");
     Ok(())
@@ -236,7 +279,8 @@ pub(super) fn training(o: &mut String, d: &ReportData) -> Result<(), ReportError
         };
         let _ = writeln!(o, "<h3>{}</h3>", esc(m));
         legend(o, &items);
-        figure(o, None, &spec)?;
+        let names: Vec<String> = items.iter().map(|(n, ..)| n.clone()).collect();
+        figure(o, None, &spec, &hidden_lines(&names, &lines))?;
         if all.len() > shown.len() {
             let _ = writeln!(
                 o,
@@ -264,6 +308,26 @@ fn with_gaps(points: &[(TsMs, f64)], step: i64) -> Vec<(TsMs, Option<f64>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn identical_lines_are_said() {
+        let line = |v: f64| Line {
+            colour: PALETTE[0],
+            emphasis: false,
+            dim: false,
+            points: vec![(0, Some(v)), (1, None), (2, Some(v))],
+        };
+        let names = ["GPU 0", "GPU 1", "GPU 2"].map(String::from);
+        assert_eq!(
+            hidden_lines(&names, &[line(1.0), line(1.0), line(2.0)]),
+            ["GPU 1 has the same values as GPU 0 (drawn under it)"]
+        );
+        let empty = Line {
+            points: vec![(0, None)],
+            ..line(0.0)
+        };
+        assert!(hidden_lines(&names, &[empty.clone(), empty]).is_empty());
+    }
 
     #[test]
     fn labels_and_gaps() {

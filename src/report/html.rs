@@ -28,6 +28,10 @@ table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{text-align:left;padding:4px 8px;border-bottom:1px solid #e5e7eb;vertical-align:top;
  white-space:nowrap}
 td.wrap{white-space:normal}
+table.alerts tr:not(.summary) td{border-bottom:none;padding-bottom:0}
+table.alerts td.runs{white-space:normal;min-width:10em}
+section{overflow-x:auto}
+td.summary{color:#374151}
 th{background:#f9fafb;color:#374151;font-weight:600}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.focus td{background:#fef3c7;font-weight:600}
@@ -307,17 +311,17 @@ fn alerts(o: &mut String, d: &ReportData) {
         o.push_str("<p class=\"muted\">No alert was active in this window.</p></section>\n");
         return;
     }
-    o.push_str("<table><tr><th>#</th><th>Rule</th><th>Severity</th><th>State</th><th>GPU</th><th>Runs in</th><th>Active since (UTC)</th><th>Fired</th><th>Resolved</th><th>Duration</th><th>Summary</th></tr>\n");
+    // The summary gets a row of its own, the table's whole width: beside nine columns that do
+    // not wrap it was a narrow strip of very tall rows.
+    o.push_str("<table class=\"alerts\"><tr><th>#</th><th>Rule</th><th>Severity</th><th>State</th><th>GPU</th><th>Runs in</th><th>Active since (UTC)</th><th>Fired</th><th>Resolved</th><th>Duration</th></tr>\n");
     for a in &d.alerts {
-        let cls = if d.focus.as_ref().is_some_and(|f| f.id == a.id) {
-            " class=\"focus\""
-        } else {
-            ""
-        };
+        let focused = d.focus.as_ref().is_some_and(|f| f.id == a.id);
+        let cls = if focused { " class=\"focus\"" } else { "" };
+        let sum_cls = if focused { "focus summary" } else { "summary" };
         let sev = a.severity.as_deref().unwrap_or("-");
         let _ = writeln!(
             o,
-            "<tr{cls}><td>{}</td><td>{}</td><td class=\"sev-{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"wrap\">{}</td></tr>",
+            "<tr{cls}><td>{}</td><td>{}</td><td class=\"sev-{}\">{}</td><td>{}</td><td>{}</td><td class=\"runs\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n<tr class=\"{sum_cls}\"><td></td><td colspan=\"9\" class=\"wrap summary\">{}</td></tr>",
             a.id,
             esc(&a.rule),
             esc(sev),
