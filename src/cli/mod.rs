@@ -13,6 +13,7 @@ mod format;
 mod gpu;
 mod gpu_audit;
 mod history;
+mod hosts;
 mod import_dmesg;
 mod import_om;
 mod import_smi;
@@ -107,6 +108,9 @@ pub enum Command {
     /// Scenario files for the simulated NVML library.
     #[command(subcommand)]
     Scenario(ScenarioCommand),
+    /// The hosts a database holds: `hosts list`, and `hosts merge` to move rows stored under
+    /// other names (a pod's host name) under the node's.
+    Hosts(hosts::HostsArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -204,6 +208,7 @@ pub fn main() -> i32 {
         Command::Rules(a) => rules::run(a),
         Command::Replay(a) => replay::run(a),
         Command::Scenario(ScenarioCommand::Record(a)) => record::run(a),
+        Command::Hosts(a) => hosts::run(a),
         Command::Notify(a) => notify::run(a),
         Command::Silence(a) => silence::run(a),
         Command::Query(a) => query::run(a),

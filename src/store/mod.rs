@@ -41,6 +41,7 @@ mod bounds;
 pub mod events;
 pub mod export;
 pub mod history;
+pub mod hosts;
 pub mod import;
 pub mod incident;
 pub mod lock;

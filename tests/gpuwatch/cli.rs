@@ -976,3 +976,122 @@ fn an_empty_window_says_where_the_data_is() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(report.exists());
 }
+
+/// A DaemonSet before NODE_NAME: each rollout stored under its pod's host name. `hosts merge`
+/// moves those rows under the node's name, GPUs by UUID, in one transaction: one host, two
+/// GPUs, every sample kept; a host that wrote in the last minutes needs --force.
+#[test]
+fn pod_named_hosts_merge_into_the_node() {
+    let sim = sim(WALL_SCENARIO);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("g.db");
+    for (host, node) in [
+        (Some("gpuwatch-x7k2p"), None),
+        (Some("gpuwatch-b9q4m"), None),
+        (None, Some("gpu-node-17")),
+    ] {
+        let port = free_port();
+        let mut d = start_daemon_as(host, node, &sim.library_path(), &db, port, "");
+        wait_for("samples", Duration::from_secs(20), || {
+            let (_, body) = http_get(port, "/metrics")?;
+            body.contains("DCGM_FI_DEV_GPU_TEMP{").then_some(())
+        });
+        let err = d.stop();
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let counts = || -> (i64, i64, i64, i64) {
+        let c = rusqlite::Connection::open(&db).expect("open");
+        let one = |sql: &str| -> i64 { c.query_row(sql, [], |r| r.get(0)).expect(sql) };
+        (
+            one("SELECT count(*) FROM hosts"),
+            one("SELECT count(*) FROM gpus"),
+            one("SELECT count(*) FROM samples"),
+            one("SELECT count(*) FROM events WHERE kind = 'xid'"),
+        )
+    };
+    let (hosts, gpus, samples, xids) = counts();
+    assert_eq!((hosts, gpus), (3, 6), "three hosts of the same two GPUs");
+    let list = gpuwatch()
+        .args(["hosts", "list", "--db"])
+        .arg(&db)
+        .output()
+        .expect("hosts list");
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        text.contains("gpuwatch-x7k2p") && text.contains("gpu-node-17"),
+        "{text}"
+    );
+
+    let merge = |force: bool| {
+        let mut c = gpuwatch();
+        c.args([
+            "hosts",
+            "merge",
+            "gpuwatch-x7k2p",
+            "gpuwatch-b9q4m",
+            "--into",
+            "gpu-node-17",
+            "--db",
+        ])
+        .arg(&db);
+        if force {
+            c.arg("--force");
+        }
+        c.output().expect("hosts merge")
+    };
+    let o = merge(false);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--force"));
+    assert_eq!(counts().0, 3, "a refused merge changes nothing");
+    let o = merge(true);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.contains("merged 2 host(s) into gpu-node-17: 4 GPU(s) joined its own"),
+        "{out}"
+    );
+    assert_eq!(
+        counts(),
+        (1, 2, samples, xids),
+        "one host, two GPUs, every row kept"
+    );
+    let c = rusqlite::Connection::open(&db).expect("open");
+    for (table, col, of) in [
+        ("samples", "gpu_id", "gpus"),
+        ("process_samples", "gpu_id", "gpus"),
+        ("process_samples", "process_id", "processes"),
+        ("rollups_1m", "gpu_id", "gpus"),
+        ("events", "host_id", "hosts"),
+        ("processes", "host_id", "hosts"),
+    ] {
+        let orphans: i64 = c
+            .query_row(
+                &format!("SELECT count(*) FROM {table} WHERE {col} NOT IN (SELECT id FROM {of})"),
+                [],
+                |r| r.get(0),
+            )
+            .expect("orphans");
+        assert_eq!(orphans, 0, "{table}.{col} all point at {of}");
+    }
+    let v = status_json(&db).expect("status");
+    let gpus = v["gpus"].as_array().expect("gpus");
+    assert_eq!(gpus.len(), 2);
+    assert!(gpus.iter().all(|g| g["host"] == "gpu-node-17"), "{v}");
+    // Unknown hosts are named with the ones there are.
+    let o = gpuwatch()
+        .args(["hosts", "merge", "nope", "--into", "gpu-node-17", "--db"])
+        .arg(&db)
+        .output()
+        .expect("merge");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("no host named \"nope\" in the database (hosts: gpu-node-17)"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

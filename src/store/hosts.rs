@@ -1,0 +1,273 @@
+//! The hosts of a database and merging them: the rows a daemon stored under a name that was
+//! not its node's (a Kubernetes pod's host name, new at every rollout, before `NODE_NAME`)
+//! moved under the node's name (`gpuwatch hosts merge`).
+//!
+//! Invariants: a merge is one IMMEDIATE transaction (all of it or nothing); every table
+//! holding a host, GPU, process or training-series id is found from the schema itself, so a
+//! table added by a later migration is merged too; a GPU (by UUID), a process (by pid and
+//! start time) or a training series (by name and labels) that both hosts hold becomes the
+//! target's one row; a row both hosts hold for the same key and time keeps the target's (a
+//! duplicate, counted); alert history is never dropped: a live alert of the merged host that
+//! the target also has live is closed first.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::StoreError;
+use crate::model::TsMs;
+
+/// One host of the database.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct HostRow {
+    pub name: String,
+    pub gpus: i64,
+    pub first_seen_ms: Option<TsMs>,
+    pub last_seen_ms: Option<TsMs>,
+}
+
+/// Every host, by name.
+pub fn list(conn: &Connection) -> Result<Vec<HostRow>, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT h.name, (SELECT count(*) FROM gpus g WHERE g.host_id = h.id),
+                h.first_seen_ms, h.last_seen_ms
+         FROM hosts h ORDER BY h.name",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok(HostRow {
+            name: r.get(0)?,
+            gpus: r.get(1)?,
+            first_seen_ms: r.get(2)?,
+            last_seen_ms: r.get(3)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// What a merge did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MergeReport {
+    pub hosts: usize,
+    /// GPUs the target did not have, now its own.
+    pub gpus_moved: usize,
+    /// GPUs the target had (the same UUID): their rows now carry the target's GPU.
+    pub gpus_joined: usize,
+    /// Rows re-keyed from a merged GPU, process, series or host to the target's.
+    pub rows_moved: u64,
+    /// Rows both had for the same key and time: the target's kept, the merged one's dropped.
+    pub duplicates_dropped: u64,
+    /// Live alerts of a merged host closed because the target had the same alert live.
+    pub alerts_closed: usize,
+}
+
+/// Why a merge was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    #[error("no host named {name:?} in the database (hosts: {known})")]
+    UnknownHost { name: String, known: String },
+    #[error("{0:?} is the target itself")]
+    SameHost(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<rusqlite::Error> for MergeError {
+    fn from(e: rusqlite::Error) -> Self {
+        MergeError::Store(e.into())
+    }
+}
+
+/// Tables (not views) with a column `col`, except `skip`.
+fn tables_with(conn: &Connection, col: &str, skip: &[&str]) -> Result<Vec<String>, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT m.name FROM sqlite_master m, pragma_table_info(m.name) c
+         WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' AND c.name = ?1
+         ORDER BY m.name",
+    )?;
+    let names = stmt.query_map(params![col], |r| r.get::<_, String>(0))?;
+    Ok(names
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .filter(|n| !skip.contains(&n.as_str()))
+        .collect())
+}
+
+/// Re-keys `col` from `old` to `new` in every table of `tables`: (moved, duplicates dropped).
+fn rekey(
+    conn: &Connection,
+    tables: &[String],
+    col: &str,
+    old: i64,
+    new: i64,
+) -> Result<(u64, u64), StoreError> {
+    let (mut moved, mut dropped) = (0, 0);
+    for t in tables {
+        moved += conn.execute(
+            &format!("UPDATE OR IGNORE \"{t}\" SET {col} = ?2 WHERE {col} = ?1"),
+            params![old, new],
+        )? as u64;
+        dropped += conn.execute(
+            &format!("DELETE FROM \"{t}\" WHERE {col} = ?1"),
+            params![old],
+        )? as u64;
+    }
+    Ok((moved, dropped))
+}
+
+/// Closes the live alerts of GPU `old` that GPU `new` also has live (the same rule and
+/// process), at their last evaluation that held: two live rows of one alert cannot be.
+fn close_clashing_alerts(conn: &Connection, old: i64, new: i64) -> Result<usize, StoreError> {
+    Ok(conn.execute(
+        "UPDATE alert_state SET state = 'resolved',
+           resolved_ms = coalesce(last_true_ms, updated_ms)
+         WHERE gpu_id = ?1 AND state IN ('pending', 'firing')
+           AND EXISTS (SELECT 1 FROM alert_state b WHERE b.gpu_id = ?2 AND b.rule = alert_state.rule
+                       AND ifnull(b.process_id, -1) = ifnull(alert_state.process_id, -1)
+                       AND b.state IN ('pending', 'firing'))",
+        params![old, new],
+    )?)
+}
+
+/// Merges the hosts `from` into `into` (created when the database does not have it).
+pub fn merge(
+    conn: &mut Connection,
+    from: &[String],
+    into: &str,
+) -> Result<MergeReport, MergeError> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let mut report = MergeReport::default();
+    tx.execute(
+        "INSERT OR IGNORE INTO hosts (name) VALUES (?1)",
+        params![into],
+    )?;
+    let into_id: i64 =
+        tx.query_row("SELECT id FROM hosts WHERE name = ?1", params![into], |r| {
+            r.get(0)
+        })?;
+    let gpu_tables = tables_with(&tx, "gpu_id", &[])?;
+    let process_tables = tables_with(&tx, "process_id", &[])?;
+    let series_tables = tables_with(&tx, "series_id", &[])?;
+    let host_tables = tables_with(&tx, "host_id", &["gpus", "processes", "training_series"])?;
+    let mut count = |(m, d): (u64, u64)| {
+        report.rows_moved += m;
+        report.duplicates_dropped += d;
+    };
+    for name in from {
+        if name == into {
+            return Err(MergeError::SameHost(name.clone()));
+        }
+        let Some(from_id) = tx
+            .query_row("SELECT id FROM hosts WHERE name = ?1", params![name], |r| {
+                r.get::<_, i64>(0)
+            })
+            .optional()?
+        else {
+            let known: Vec<String> = list(&tx)?.into_iter().map(|h| h.name).collect();
+            return Err(MergeError::UnknownHost {
+                name: name.clone(),
+                known: known.join(", "),
+            });
+        };
+        // GPUs: one row per UUID on the target.
+        let gpus: Vec<(i64, Option<i64>)> = tx
+            .prepare(
+                "SELECT g.id, (SELECT t.id FROM gpus t WHERE t.host_id = ?2 AND t.uuid = g.uuid)
+                 FROM gpus g WHERE g.host_id = ?1",
+            )?
+            .query_map(params![from_id, into_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        for (old, same) in gpus {
+            match same {
+                None => {
+                    tx.execute(
+                        "UPDATE gpus SET host_id = ?2 WHERE id = ?1",
+                        params![old, into_id],
+                    )?;
+                    report.gpus_moved += 1;
+                }
+                Some(new) => {
+                    report.alerts_closed += close_clashing_alerts(&tx, old, new)?;
+                    count(rekey(&tx, &gpu_tables, "gpu_id", old, new)?);
+                    tx.execute(
+                        "UPDATE gpus SET
+                           first_seen_ms = min(first_seen_ms, (SELECT first_seen_ms FROM gpus WHERE id = ?1)),
+                           last_seen_ms = max(last_seen_ms, (SELECT last_seen_ms FROM gpus WHERE id = ?1)),
+                           last_sample_ms = max(coalesce(last_sample_ms, 0),
+                             coalesce((SELECT last_sample_ms FROM gpus WHERE id = ?1), 0))
+                         WHERE id = ?2",
+                        params![old, new],
+                    )?;
+                    tx.execute("DELETE FROM gpus WHERE id = ?1", params![old])?;
+                    report.gpus_joined += 1;
+                }
+            }
+        }
+        // Processes: one row per (pid, start time) on the target.
+        let procs: Vec<(i64, Option<i64>)> = tx
+            .prepare(
+                "SELECT p.id, (SELECT t.id FROM processes t WHERE t.host_id = ?2 AND t.pid = p.pid
+                                 AND t.start_time_ms = p.start_time_ms)
+                 FROM processes p WHERE p.host_id = ?1",
+            )?
+            .query_map(params![from_id, into_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        for (old, same) in procs {
+            match same {
+                None => {
+                    tx.execute(
+                        "UPDATE processes SET host_id = ?2 WHERE id = ?1",
+                        params![old, into_id],
+                    )?;
+                }
+                Some(new) => {
+                    count(rekey(&tx, &process_tables, "process_id", old, new)?);
+                    tx.execute(
+                        "UPDATE processes SET
+                           first_seen_ms = min(first_seen_ms, (SELECT first_seen_ms FROM processes WHERE id = ?1)),
+                           last_seen_ms = max(last_seen_ms, (SELECT last_seen_ms FROM processes WHERE id = ?1))
+                         WHERE id = ?2",
+                        params![old, new],
+                    )?;
+                    tx.execute("DELETE FROM processes WHERE id = ?1", params![old])?;
+                }
+            }
+        }
+        // Training series: one row per (name, labels) on the target.
+        let series: Vec<(i64, Option<i64>)> = tx
+            .prepare(
+                "SELECT s.id, (SELECT t.id FROM training_series t WHERE t.host_id = ?2
+                                 AND t.name = s.name AND t.labels_json = s.labels_json)
+                 FROM training_series s WHERE s.host_id = ?1",
+            )?
+            .query_map(params![from_id, into_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        for (old, same) in series {
+            match same {
+                None => {
+                    tx.execute(
+                        "UPDATE training_series SET host_id = ?2 WHERE id = ?1",
+                        params![old, into_id],
+                    )?;
+                }
+                Some(new) => {
+                    count(rekey(&tx, &series_tables, "series_id", old, new)?);
+                    tx.execute("DELETE FROM training_series WHERE id = ?1", params![old])?;
+                }
+            }
+        }
+        // Everything else that names the host (events, training status, rollup progress).
+        count(rekey(&tx, &host_tables, "host_id", from_id, into_id)?);
+        tx.execute(
+            "UPDATE hosts SET
+               first_seen_ms = min(coalesce(first_seen_ms, f.first), coalesce(f.first, first_seen_ms)),
+               last_seen_ms = max(coalesce(last_seen_ms, f.last), coalesce(f.last, last_seen_ms)),
+               raw_floor_ms = min(coalesce(raw_floor_ms, f.floor), coalesce(f.floor, raw_floor_ms))
+             FROM (SELECT first_seen_ms AS first, last_seen_ms AS last, raw_floor_ms AS floor
+                   FROM hosts WHERE id = ?1) AS f
+             WHERE id = ?2",
+            params![from_id, into_id],
+        )?;
+        tx.execute("DELETE FROM hosts WHERE id = ?1", params![from_id])?;
+        report.hosts += 1;
+    }
+    tx.commit()?;
+    Ok(report)
+}
