@@ -10,8 +10,8 @@
 --
 -- Replay: `gpuwatch replay --save` stores the episodes it found with `replayed = 1`. They are
 -- never live in `alert_state` (stored `resolved`, `resolved_ms` NULL when the episode was
--- still firing where the data ended; the view shows those as `firing`), so neither the
--- daemon nor delivery ever picks them up.
+-- still firing where the replay ended, `updated_ms` that end; the view shows those as
+-- `firing` until then), so neither the daemon nor delivery ever picks them up.
 
 ALTER TABLE alert_state ADD COLUMN max_severity TEXT;
 UPDATE alert_state SET max_severity = severity;
@@ -64,13 +64,16 @@ SELECT a.id                AS alert_id,
        ) AS severity_changes,
        a.replayed
 FROM (SELECT s.*,
-             -- where the episode ends: resolved, or the newest sample of its host
-             coalesce(s.resolved_ms,
+             -- where the episode ends: resolved; a replayed one still firing where its replay
+             -- ended, there (its updated_ms); a live one, at the newest sample of its host
+             CASE WHEN s.replayed = 1 THEN coalesce(s.resolved_ms, s.updated_ms)
+             ELSE coalesce(s.resolved_ms,
                       max(s.updated_ms,
                           coalesce((SELECT max(g2.last_sample_ms) FROM gpus g1
                                     JOIN gpus g2 ON g2.host_id = g1.host_id
                                     WHERE g1.id = s.gpu_id), s.updated_ms),
-                          coalesce(s.fired_ms, s.active_since_ms))) AS end_ms
+                          coalesce(s.fired_ms, s.active_since_ms)))
+             END AS end_ms
       FROM alert_state s) a
 JOIN gpus g ON g.id = a.gpu_id
 JOIN hosts h ON h.id = g.host_id

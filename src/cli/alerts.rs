@@ -4,7 +4,8 @@
 //!
 //! Invariants: read-only (the database is opened read-only, beside a running daemon); a time
 //! that did not happen (never fired, not resolved yet) prints as `-` / JSON null, never 0;
-//! durations of live episodes count to the alert's last update and are marked ongoing.
+//! durations come from the `alerts` view: a live episode's count to the newest stored sample
+//! of its host and are marked ongoing.
 
 use std::time::Duration;
 

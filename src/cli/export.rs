@@ -144,7 +144,9 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
         .resolve(now, Duration::from_secs(3600))
         .map_err(|e| fail(exit::USAGE, anyhow::anyhow!(e)))?;
     // A window without data: where the data is, and nothing written.
-    if let Some(hint) = super::timearg::no_data_hint(&conn, args.host.as_deref(), from_ms, to_ms)? {
+    if let Some(hint) =
+        super::timearg::no_data_hint(&conn, args.host.as_deref(), from_ms, to_ms, true)?
+    {
         return Err(fail(exit::FAILURE, anyhow::anyhow!(hint)));
     }
     let filter = ExportFilter {

@@ -141,7 +141,8 @@ pub fn run(args: HistoryArgs) -> Result<(), Failure> {
     let now = crate::clock::now_ms();
     // A window without data: where the data is, not a table of dashes.
     let (from, to) = window(&args, &conn, now)?;
-    if let Some(hint) = super::timearg::no_data_hint(&conn, args.host.as_deref(), from, to)? {
+    if let Some(hint) = super::timearg::no_data_hint(&conn, args.host.as_deref(), from, to, false)?
+    {
         return Err(fail(exit::FAILURE, anyhow!(hint)));
     }
     print!("{}", output(&args, &conn, now)?);

@@ -100,10 +100,8 @@ const ACTIVE_MS: i64 = 10 * 60_000;
 
 fn merge(a: MergeArgs) -> Result<(), Failure> {
     let cfg = a.config.load().map_err(|e| fail(exit::USAGE, e))?;
-    // Brings an older file's schema up to date; creates nothing else.
-    let st = store::open(&cfg.database, &store::StoreConfig::new(a.into.clone()))?;
-    drop(st);
-    let mut conn = store::open_existing_rw(&cfg.database)?;
+    // An older file's schema brought up to date; nothing created.
+    let mut conn = store::open_existing_upgraded(&cfg.database)?;
     if !a.force {
         let now = crate::clock::now_ms();
         for h in hosts::list(&conn)? {

@@ -94,10 +94,11 @@ pub fn load_rules(path: Option<&PathBuf>) -> Result<Vec<Rule>, Failure> {
 pub fn run(args: ReplayArgs) -> Result<(), Failure> {
     let cfg = args.config.load().map_err(|e| fail(exit::USAGE, e))?;
     let rules = load_rules(args.rules.as_ref())?;
-    if args.save {
-        // Creates nothing, but brings an older file's schema up to date before writing.
-        store::open(&cfg.database, &store::StoreConfig::new(cfg.host.clone()))?;
-    }
+    // `--save` writes: an older file's schema is brought up to date first (nothing created).
+    let mut rw = match args.save {
+        true => Some(store::open_existing_upgraded(&cfg.database)?),
+        false => None,
+    };
     let conn = store::open_read_only(&cfg.database)?;
     let Some((first, last)) = history::sample_span(&conn)? else {
         return Err(fail(
@@ -143,10 +144,9 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
         use std::io::Write;
         let _ = out.flush();
     }
-    if args.save {
+    if let Some(rw) = rw.as_mut() {
         let episodes = episodes.finish();
-        let mut rw = store::open_existing_rw(&cfg.database)?;
-        let (replaced, saved) = store::alerts::save_replayed(&mut rw, from, to, end, &episodes)?;
+        let (replaced, saved) = store::alerts::save_replayed(rw, from, to, end, &episodes)?;
         eprintln!(
             "saved {saved} replayed alert(s) into {}{} (`gpuwatch alerts` lists them)",
             cfg.database.display(),

@@ -94,7 +94,7 @@ pub fn run(args: ReportArgs) -> Result<(), Failure> {
     }
     // A window without data: where the data is, instead of a report of empty charts.
     if focus.is_none()
-        && let Some(hint) = super::timearg::no_data_hint(&conn, host.as_deref(), from, to)?
+        && let Some(hint) = super::timearg::no_data_hint(&conn, host.as_deref(), from, to, false)?
     {
         return Err(fail(exit::FAILURE, anyhow!(hint)));
     }

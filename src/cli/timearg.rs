@@ -43,11 +43,14 @@ pub struct RangeArgs {
 /// When `[from, to)` holds no data of `host` (every host when `None`): what to say instead of
 /// an empty table — where the data is, and the `--from`/`--to` that show it. `None` when the
 /// window overlaps the stored data.
+/// `raw_only`: the command reads raw samples only (`export`), so minutes that only rollups
+/// still hold are no data to it, and are said to be where `history` shows them.
 pub fn no_data_hint(
     conn: &rusqlite::Connection,
     host: Option<&str>,
     from: TsMs,
     to: TsMs,
+    raw_only: bool,
 ) -> Result<Option<String>, crate::store::StoreError> {
     use crate::notify::text::utc;
     let of = host.map_or(String::new(), |h| format!(" of host {h}"));
@@ -56,8 +59,17 @@ pub fn no_data_hint(
             "the database holds no samples{of} yet (`gpuwatch run` or `gpuwatch import` fills it)"
         )));
     };
-    if crate::store::history::has_data_in(conn, host, from, to)? {
-        return Ok(None);
+    match crate::store::history::data_in(conn, host, from, to)? {
+        (true, _) => return Ok(None),
+        (false, true) if !raw_only => return Ok(None),
+        (false, true) => {
+            return Ok(Some(format!(
+                "no raw samples{of} from {} to {}: only their 1-minute rollups are kept that far back (`retention`); `gpuwatch history` shows them",
+                utc(from),
+                utc(to)
+            )));
+        }
+        (false, false) => {}
     }
     let rfc = |ms: TsMs| {
         chrono::DateTime::from_timestamp_millis(ms)

@@ -125,6 +125,11 @@ impl Template {
                         }
                     }
                     Some(TemplateValue::Number(x))
+                        if (flag.is_some() || signed.is_some()) && !x.is_finite() =>
+                    {
+                        out.push_str("unknown");
+                    }
+                    Some(TemplateValue::Number(x))
                         if *xid && x.fract() == 0.0 && x.abs() < 1e15 =>
                     {
                         let _ = write!(out, "{x:.0} ({})", crate::xid::describe(x as i64));

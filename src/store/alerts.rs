@@ -213,7 +213,8 @@ pub struct ReplayedAlert {
     pub severity_changes: Vec<SavedSeverityChange>,
 }
 
-/// Replaces the replayed episodes that started in `[from, to]` with `episodes`, in one
+/// Replaces the replayed episodes of `[from, to]` (started in it, or still firing into it)
+/// with `episodes`, in one
 /// transaction; `end` is where the replayed data ended (the last update of an episode still
 /// firing there). Returns (replaced, saved). Replayed rows are stored `resolved` with
 /// `replayed = 1`: never live, so neither the daemon nor delivery ever picks them up.
@@ -225,7 +226,11 @@ pub fn save_replayed(
     episodes: &[ReplayedAlert],
 ) -> Result<(usize, usize), StoreError> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    let old = "SELECT id FROM alert_state WHERE replayed = 1 AND active_since_ms BETWEEN ?1 AND ?2";
+    // An earlier replay's episodes of this range: those that started in it, and those still
+    // firing where that replay ended inside it (this one finds their continuation).
+    let of_range = "replayed = 1 AND (active_since_ms BETWEEN ?1 AND ?2
+        OR (resolved_ms IS NULL AND updated_ms >= ?1 AND active_since_ms <= ?2))";
+    let old = format!("SELECT id FROM alert_state WHERE {of_range}");
     tx.execute(
         &format!("DELETE FROM alert_severity_changes WHERE alert_id IN ({old})"),
         params![from, to],
@@ -235,7 +240,7 @@ pub fn save_replayed(
         params![from, to],
     )?;
     let replaced = tx.execute(
-        "DELETE FROM alert_state WHERE replayed = 1 AND active_since_ms BETWEEN ?1 AND ?2",
+        &format!("DELETE FROM alert_state WHERE {of_range}"),
         params![from, to],
     )?;
     for e in episodes {

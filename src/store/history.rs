@@ -227,24 +227,24 @@ pub fn data_span(
     Ok(span.0.zip(span.1))
 }
 
-/// Whether `host`'s GPUs (every host's when `None`) have a raw sample or a rollup minute in
-/// `[from, to)`.
-pub fn has_data_in(
+/// What `host`'s GPUs (every host's when `None`) hold in `[from, to)`: (a raw sample, a
+/// rollup minute).
+pub fn data_in(
     conn: &Connection,
     host: Option<&str>,
     from: TsMs,
     to: TsMs,
-) -> Result<bool, StoreError> {
+) -> Result<(bool, bool), StoreError> {
     Ok(conn
         .prepare_cached(
             "WITH ids AS (SELECT g.id FROM gpus g JOIN hosts h ON h.id = g.host_id
                           WHERE ?1 IS NULL OR h.name = ?1)
              SELECT EXISTS (SELECT 1 FROM samples s WHERE s.ts_ms >= ?2 AND s.ts_ms < ?3
-                              AND s.gpu_id IN ids)
-                 OR EXISTS (SELECT 1 FROM ids JOIN rollups_1m r ON r.gpu_id = ids.id
+                              AND s.gpu_id IN ids),
+                    EXISTS (SELECT 1 FROM ids JOIN rollups_1m r ON r.gpu_id = ids.id
                               AND r.ts_ms > ?2 - 60000 AND r.ts_ms < ?3)",
         )?
-        .query_row(params![host, from, to], |r| r.get(0))?)
+        .query_row(params![host, from, to], |r| Ok((r.get(0)?, r.get(1)?)))?)
 }
 
 /// The oldest and newest sample times, `None` for an empty database.

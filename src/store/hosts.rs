@@ -7,8 +7,10 @@
 //! table added by a later migration is merged too; a GPU (by UUID), a process (by pid and
 //! start time) or a training series (by name and labels) that both hosts hold becomes the
 //! target's one row; a row both hosts hold for the same key and time keeps the target's (a
-//! duplicate, counted); alert history is never dropped: a live alert of the merged host that
-//! the target also has live is closed first.
+//! duplicate, counted); alert history is never dropped: the merged host's daemon is gone, so
+//! its live alerts end first (firing ones resolved at their last evaluation that held,
+//! pending ones that never fired deleted, as the daemon does), and then move as history;
+//! the target's rollup progress goes back to the merged host's when that is older.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -54,7 +56,7 @@ pub struct MergeReport {
     pub rows_moved: u64,
     /// Rows both had for the same key and time: the target's kept, the merged one's dropped.
     pub duplicates_dropped: u64,
-    /// Live alerts of a merged host closed because the target had the same alert live.
+    /// Live alerts of the merged hosts ended (their daemon is gone).
     pub alerts_closed: usize,
 }
 
@@ -100,6 +102,14 @@ fn rekey(
 ) -> Result<(u64, u64), StoreError> {
     let (mut moved, mut dropped) = (0, 0);
     for t in tables {
+        if t == "alert_state" {
+            // History is never dropped: the live rows were ended first, so none can clash.
+            moved += conn.execute(
+                &format!("UPDATE \"{t}\" SET {col} = ?2 WHERE {col} = ?1"),
+                params![old, new],
+            )? as u64;
+            continue;
+        }
         moved += conn.execute(
             &format!("UPDATE OR IGNORE \"{t}\" SET {col} = ?2 WHERE {col} = ?1"),
             params![old, new],
@@ -112,18 +122,32 @@ fn rekey(
     Ok((moved, dropped))
 }
 
-/// Closes the live alerts of GPU `old` that GPU `new` also has live (the same rule and
-/// process), at their last evaluation that held: two live rows of one alert cannot be.
-fn close_clashing_alerts(conn: &Connection, old: i64, new: i64) -> Result<usize, StoreError> {
-    Ok(conn.execute(
-        "UPDATE alert_state SET state = 'resolved',
-           resolved_ms = coalesce(last_true_ms, updated_ms)
-         WHERE gpu_id = ?1 AND state IN ('pending', 'firing')
-           AND EXISTS (SELECT 1 FROM alert_state b WHERE b.gpu_id = ?2 AND b.rule = alert_state.rule
-                       AND ifnull(b.process_id, -1) = ifnull(alert_state.process_id, -1)
-                       AND b.state IN ('pending', 'firing'))",
-        params![old, new],
-    )?)
+/// Ends the live alerts of host `host_id` (its daemon is gone), as the daemon ends them: a
+/// firing one resolved at its last evaluation that held, a pending one that never fired
+/// deleted. Returns how many.
+fn end_live_alerts(conn: &Connection, host_id: i64) -> Result<usize, StoreError> {
+    let of_host = "gpu_id IN (SELECT id FROM gpus WHERE host_id = ?1)";
+    conn.execute(
+        &format!(
+            "DELETE FROM alert_severity_changes WHERE alert_id IN
+               (SELECT id FROM alert_state WHERE state = 'pending' AND fired_ms IS NULL AND {of_host})"
+        ),
+        params![host_id],
+    )?;
+    let deleted = conn.execute(
+        &format!(
+            "DELETE FROM alert_state WHERE state = 'pending' AND fired_ms IS NULL AND {of_host}"
+        ),
+        params![host_id],
+    )?;
+    let resolved = conn.execute(
+        &format!(
+            "UPDATE alert_state SET state = 'resolved', resolved_ms = coalesce(last_true_ms, updated_ms)
+             WHERE state IN ('pending', 'firing') AND {of_host}"
+        ),
+        params![host_id],
+    )?;
+    Ok(deleted + resolved)
 }
 
 /// Merges the hosts `from` into `into` (created when the database does not have it).
@@ -166,6 +190,7 @@ pub fn merge(
                 known: known.join(", "),
             });
         };
+        report.alerts_closed += end_live_alerts(&tx, from_id)?;
         // GPUs: one row per UUID on the target.
         let gpus: Vec<(i64, Option<i64>)> = tx
             .prepare(
@@ -184,14 +209,14 @@ pub fn merge(
                     report.gpus_moved += 1;
                 }
                 Some(new) => {
-                    report.alerts_closed += close_clashing_alerts(&tx, old, new)?;
                     count(rekey(&tx, &gpu_tables, "gpu_id", old, new)?);
                     tx.execute(
                         "UPDATE gpus SET
                            first_seen_ms = min(first_seen_ms, (SELECT first_seen_ms FROM gpus WHERE id = ?1)),
                            last_seen_ms = max(last_seen_ms, (SELECT last_seen_ms FROM gpus WHERE id = ?1)),
-                           last_sample_ms = max(coalesce(last_sample_ms, 0),
-                             coalesce((SELECT last_sample_ms FROM gpus WHERE id = ?1), 0))
+                           last_sample_ms = max(
+                             coalesce(last_sample_ms, (SELECT last_sample_ms FROM gpus WHERE id = ?1)),
+                             coalesce((SELECT last_sample_ms FROM gpus WHERE id = ?1), last_sample_ms))
                          WHERE id = ?2",
                         params![old, new],
                     )?;
@@ -253,6 +278,14 @@ pub fn merge(
                 }
             }
         }
+        // The rollup progress: the older of the two, so that the merged host's minutes not
+        // rolled up yet still are.
+        tx.execute(
+            "UPDATE rollup_state SET done_ms = min(done_ms,
+               (SELECT done_ms FROM rollup_state WHERE host_id = ?1))
+             WHERE host_id = ?2 AND EXISTS (SELECT 1 FROM rollup_state WHERE host_id = ?1)",
+            params![from_id, into_id],
+        )?;
         // Everything else that names the host (events, training status, rollup progress).
         count(rekey(&tx, &host_tables, "host_id", from_id, into_id)?);
         tx.execute(

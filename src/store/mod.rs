@@ -480,6 +480,18 @@ pub(crate) fn open_existing_rw(path: &Path) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
+/// A read-write connection to an existing database, its schema brought up to date: for the
+/// one-shot commands that change stored history (`replay --save`, `hosts merge`). Creates
+/// nothing: a missing file is [`StoreError::NotFound`], and no host is added.
+pub fn open_existing_upgraded(path: &Path) -> Result<Connection, StoreError> {
+    if !path.exists() {
+        return Err(StoreError::NotFound(path.to_path_buf()));
+    }
+    let mut conn = open_existing_rw(path)?;
+    migrate::migrate(&mut conn)?;
+    Ok(conn)
+}
+
 /// The query planner stability guarantee: a statement's plan does not depend on the values
 /// bound to it. Without it, SQLite re-prepares a cached statement whenever a parameter
 /// compared with a partial index's condition (`gpu_holders`' `to_ms IS NULL`, the live

@@ -985,16 +985,24 @@ fn pod_named_hosts_merge_into_the_node() {
     let sim = sim(WALL_SCENARIO);
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("g.db");
+    // An alert that fires at once on every GPU: each run leaves it firing.
+    let rules = dir.path().join("always.toml");
+    std::fs::write(
+        &rules,
+        "[[rule]]\nname = \"always\"\nseverity = \"info\"\ncondition = \"temp >= 0\"\nsummary = \"GPU {gpu}\"\n",
+    )
+    .expect("rules");
+    let extra = format!("[rules]\nfiles = [\"{}\"]", rules.display());
     for (host, node) in [
         (Some("gpuwatch-x7k2p"), None),
         (Some("gpuwatch-b9q4m"), None),
         (None, Some("gpu-node-17")),
     ] {
         let port = free_port();
-        let mut d = start_daemon_as(host, node, &sim.library_path(), &db, port, "");
-        wait_for("samples", Duration::from_secs(20), || {
+        let mut d = start_daemon_as(host, node, &sim.library_path(), &db, port, &extra);
+        wait_for("a firing alert", Duration::from_secs(20), || {
             let (_, body) = http_get(port, "/metrics")?;
-            body.contains("DCGM_FI_DEV_GPU_TEMP{").then_some(())
+            body.contains("alertname=\"always\"").then_some(())
         });
         let err = d.stop();
         assert!(!err.contains("panicked"), "{err}");
@@ -1011,6 +1019,28 @@ fn pod_named_hosts_merge_into_the_node() {
     };
     let (hosts, gpus, samples, xids) = counts();
     assert_eq!((hosts, gpus), (3, 6), "three hosts of the same two GPUs");
+    // Each run left its XID alert firing: the pods' end with the merge, the node's stays.
+    let alerts = || -> (i64, i64) {
+        let c = rusqlite::Connection::open(&db).expect("open");
+        let one = |sql: &str| -> i64 { c.query_row(sql, [], |r| r.get(0)).expect(sql) };
+        (
+            one("SELECT count(*) FROM alert_state WHERE state IN ('pending', 'firing')"),
+            one("SELECT count(*) FROM alert_state WHERE fired_ms IS NOT NULL"),
+        )
+    };
+    let node_live: i64 = rusqlite::Connection::open(&db)
+        .expect("open")
+        .query_row(
+            "SELECT count(*) FROM alerts WHERE host = 'gpu-node-17' AND state IN ('pending', 'firing')",
+            [],
+            |r| r.get(0),
+        )
+        .expect("live");
+    let (live, fired) = alerts();
+    assert!(
+        live > node_live && node_live > 0,
+        "{live} live, {node_live} of the node"
+    );
     let list = gpuwatch()
         .args(["hosts", "list", "--db"])
         .arg(&db)
@@ -1059,6 +1089,11 @@ fn pod_named_hosts_merge_into_the_node() {
         (1, 2, samples, xids),
         "one host, two GPUs, every row kept"
     );
+    assert_eq!(
+        alerts(),
+        (node_live, fired),
+        "the pods' live alerts ended, no fired episode lost"
+    );
     let c = rusqlite::Connection::open(&db).expect("open");
     for (table, col, of) in [
         ("samples", "gpu_id", "gpus"),
@@ -1081,6 +1116,15 @@ fn pod_named_hosts_merge_into_the_node() {
     let gpus = v["gpus"].as_array().expect("gpus");
     assert_eq!(gpus.len(), 2);
     assert!(gpus.iter().all(|g| g["host"] == "gpu-node-17"), "{v}");
+    // A missing database is not created.
+    let missing = dir.path().join("missing.db");
+    let o = gpuwatch()
+        .args(["hosts", "merge", "a", "--into", "b", "--db"])
+        .arg(&missing)
+        .output()
+        .expect("merge");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(!missing.exists());
     // Unknown hosts are named with the ones there are.
     let o = gpuwatch()
         .args(["hosts", "merge", "nope", "--into", "gpu-node-17", "--db"])
