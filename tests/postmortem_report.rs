@@ -17,8 +17,13 @@ fn bin() -> Command {
 /// deadline is 10 ms of wall time, which a loaded machine misses (the ticks become gaps and
 /// the demo's episodes may not fire): then the demo runs again, slower.
 fn demo_db() -> &'static Path {
-    static DB: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    &DB.get_or_init(|| {
+    &demo_run().1
+}
+
+/// The demo's database and what it printed.
+fn demo_run() -> &'static (tempfile::TempDir, PathBuf, String) {
+    static DB: OnceLock<(tempfile::TempDir, PathBuf, String)> = OnceLock::new();
+    DB.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let mut last = String::new();
         for (i, speed) in ["200", "40"].iter().enumerate() {
@@ -39,14 +44,40 @@ fn demo_db() -> &'static Path {
                 .iter()
                 .all(|r| rules.contains(r))
             {
-                return (dir, db);
+                return (dir, db, String::from_utf8_lossy(&out.stdout).into_owned());
             }
             last = format!("at --speed {speed} the demo raised only {rules:?}");
             eprintln!("{last}; running it again, slower");
         }
         panic!("{last}")
     })
-    .1
+}
+
+/// The demo prints times as the database and `gpuwatch alerts` hold them (UTC): each ALERT
+/// line's time is its alert's fired time.
+#[test]
+fn demo_lines_carry_the_alerts_utc_times() {
+    let (_, _, printed) = demo_run();
+    let alerts = all_alerts();
+    let fired: Vec<String> = alerts
+        .iter()
+        .filter_map(|a| a.fired_ms)
+        .map(|ms| {
+            chrono::DateTime::from_timestamp_millis(ms)
+                .unwrap()
+                .format("%Y-%m-%d %H:%M:%S")
+                .to_string()
+        })
+        .collect();
+    let lines: Vec<&str> = printed.lines().filter(|l| l.contains("] ALERT ")).collect();
+    assert!(!lines.is_empty(), "{printed}");
+    for l in &lines {
+        let at = l.trim_start_matches('[').get(..19).unwrap_or("");
+        assert!(
+            fired.iter().any(|f| f == at),
+            "{l}: not an alert's fired time {fired:?}"
+        );
+    }
 }
 
 fn report(args: &[&str], out: &Path) -> Output {
