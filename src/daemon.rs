@@ -54,18 +54,8 @@ pub enum DaemonError {
     Tls(String),
 }
 
-/// The tick after which the start-up pages are given back (every thread has run its steady
-/// path by then: the rules primed, the first scrape or push likely done)...
-const RELEASE_STARTUP_PAGES_AFTER: u64 = 30;
 /// The page cache of the daemon's writer connection, in KiB.
 const WRITER_CACHE_KIB: i64 = 1024;
-/// ...and how often pages are given back after that (what rare paths faulted in since).
-const RELEASE_COLD_PAGES_EVERY: Duration = Duration::from_secs(600);
-/// How often the heap's free pages are given back between two page-outs (a quarter of a
-/// millisecond each): what a burst of work freed in the middle of the heap (a retried
-/// delivery, a large query of the API) does not stay resident for ten minutes. The debug log
-/// line says what the heap holds (`--log warn,gpuwatch::daemon=debug`).
-const TRIM_HEAP_EVERY: Duration = Duration::from_secs(60);
 
 /// Called with every batch after it was handed to the writer (the demo prints from it).
 pub type BatchObserver = Box<dyn FnMut(&TickBatch) + Send>;
@@ -333,8 +323,6 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         .store(sampler.gpu_count() as u32, Ordering::Relaxed);
     tracing::info!(gpus = sampler.gpu_count(), interval = ?ticker.interval(), db = %config.database.display(), "sampling");
 
-    let mut released: Option<std::time::Instant> = None;
-    let mut trimmed = std::time::Instant::now();
     while let Some((tick, at)) = ticker.next_due(&stop) {
         let timing = crate::sampler::Timing {
             at,
@@ -376,25 +364,6 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         health.tick_seconds.observe(started.elapsed());
         health.tick_done(tick.ts_ms, batch_progress);
         summary.ticks += 1;
-        let release_due = match released {
-            None => summary.ticks >= RELEASE_STARTUP_PAGES_AFTER,
-            Some(at) => at.elapsed() >= RELEASE_COLD_PAGES_EVERY,
-        };
-        if release_due && !ticker.simulated() {
-            released = Some(std::time::Instant::now());
-            let bytes = crate::pages::release_cold_pages();
-            tracing::debug!(bytes, "gave back the pages of code and data not in use");
-            trimmed = std::time::Instant::now();
-        } else if trimmed.elapsed() >= TRIM_HEAP_EVERY && !ticker.simulated() {
-            trimmed = std::time::Instant::now();
-            crate::pages::trim_heap();
-            // The fields are evaluated only when the line is logged (mallinfo2 walks the bins).
-            tracing::debug!(
-                took = ?trimmed.elapsed(),
-                heap = ?crate::pages::heap_bytes(),
-                "gave back the heap's free pages (in use, free, mapped)"
-            );
-        }
     }
 
     tracing::info!(ticks = summary.ticks, "stopping: flushing the store");

@@ -23,7 +23,6 @@ pub mod kmsg;
 pub mod manage;
 pub mod model;
 pub mod notify;
-pub mod pages;
 pub mod remote_write;
 pub mod report;
 pub mod rules;

@@ -180,12 +180,22 @@ pub fn fail(code: i32, error: impl Into<anyhow::Error>) -> Failure {
     }
 }
 
+/// One glibc malloc arena for the daemon's threads, set before any starts: glibc's default
+/// gives each thread that allocates an arena of its own, whose freed memory stays resident
+/// (docs/BENCHMARKS.md has what it saves).
+fn one_malloc_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; no thread has started yet.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
 /// Parses the command line, runs the command, prints errors; returns the exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
     if matches!(cli.command, Command::Run(_) | Command::Demo(_)) {
-        crate::pages::one_malloc_arena();
-        crate::pages::own_files_page_by_page();
+        one_malloc_arena();
     }
     let default = match &cli.command {
         Command::Run(_) => "info",

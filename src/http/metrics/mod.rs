@@ -91,8 +91,8 @@ pub struct Scraper {
     /// The health series' label sets, kept between scrapes.
     health_labels: health::LabelCache,
     /// The last answer's text, kept for the next one: the body of a scrape (70 kB with 8
-    /// GPUs) is over malloc's fixed mmap threshold (`pages::one_malloc_arena`), so a fresh
-    /// buffer was mapped, faulted in and unmapped at every scrape. The response shares it
+    /// GPUs) is over malloc's mmap threshold, so a fresh buffer was mapped, faulted in and
+    /// unmapped at every scrape. The response shares it
     /// ([`Answer`]); by the next scrape the server has dropped it, and it is written again in
     /// place (a new one only while a slow client still holds the last).
     answer: Arc<String>,
