@@ -22,12 +22,12 @@ use std::time::Duration;
 
 use crate::clock::Ticker;
 use crate::config::Config;
-use crate::http::Health;
 use crate::model::{SampleStatus, TickBatch};
 use crate::sampler::nvml::NvmlHandle;
 use crate::sampler::procs::ProcessOverrides;
 use crate::sampler::{Sampler, SamplerConfig, SamplerError};
 use crate::store::{self, StoreConfig, StoreError};
+use crate::telemetry::Health;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {

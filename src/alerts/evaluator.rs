@@ -56,7 +56,7 @@ pub struct Outputs {
     /// Wakes the sender when notifications were queued.
     pub wake: Option<Wake>,
     /// Where each wake-up's duration is recorded (`/metrics`).
-    pub health: Option<Arc<crate::http::Health>>,
+    pub health: Option<Arc<crate::telemetry::Health>>,
 }
 
 /// Where a [`Live`] path's transitions go.
@@ -247,7 +247,7 @@ pub fn after_commit(
 struct Follower {
     live: Live,
     reload: Option<Reload>,
-    health: Option<Arc<crate::http::Health>>,
+    health: Option<Arc<crate::telemetry::Health>>,
     stop: Arc<AtomicBool>,
 }
 

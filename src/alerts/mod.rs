@@ -8,3 +8,4 @@ pub mod engine;
 pub mod episodes;
 pub mod evaluator;
 pub mod state;
+pub mod unittest;

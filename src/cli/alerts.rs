@@ -136,30 +136,10 @@ pub(super) fn durations(a: &AlertRow) -> Durations {
     }
 }
 
-/// `1h 4m 10s` (whole seconds; sub-second durations as `0s` .. `999ms`).
-pub(super) fn dur(ms: TsMs) -> String {
-    if ms <= 0 {
-        return "0s".into();
-    }
-    if ms < 1000 {
-        return format!("{ms}ms");
-    }
-    humantime::format_duration(Duration::from_secs((ms / 1000) as u64)).to_string()
-}
-
-/// RFC 3339 UTC with milliseconds.
-pub(super) fn rfc3339(ms: TsMs) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-        .unwrap_or_else(|| ms.to_string())
-}
-
-/// `2026-11-30 14:05:07` (UTC) for tables.
-pub(super) fn short(ms: TsMs) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
-        .unwrap_or_else(|| ms.to_string())
-}
+/// `1h 4m 10s`, RFC 3339 with ms, and `2026-11-30 14:05:07` (UTC): the shared forms.
+pub(super) use crate::format::{
+    duration_words as dur, rfc3339_ms as rfc3339, utc_seconds as short,
+};
 
 /// `3` / `3 pid 1234` / `-` (host scope).
 pub(super) fn subject(a: &AlertRow) -> String {

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use crate::manage::apply::{self, Done, StepResult};
 use crate::manage::plan::{GpuPlan, Selector, gpu_label, parse_selectors};
-use crate::manage::setting::{Change, ComputeMode, parse_clock_range, parse_watts};
 use crate::manage::{self, ManageError, who::Actor};
 use crate::sampler::nvml;
+use crate::setting::{Change, ComputeMode, parse_clock_range, parse_watts};
 use crate::store;
 
 use super::{ConfigArgs, Failure, exit, fail};

@@ -174,11 +174,7 @@ fn estimate_interval(conn: &rusqlite::Connection, from: i64) -> Result<i64, stor
     Ok(gaps.get(gaps.len() / 2).copied().unwrap_or(1000).max(1))
 }
 
-pub fn rfc3339(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|d| d.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-        .unwrap_or_else(|| ms.to_string())
-}
+pub use crate::format::rfc3339_ms as rfc3339;
 
 fn print_transition(out: &mut impl std::io::Write, tr: &Transition, format: Format) {
     let _ = match format {

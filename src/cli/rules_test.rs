@@ -1,4 +1,4 @@
-//! `gpuwatch rules test FILE...`: runs rule unit tests (see `crate::rules::unittest`) and turns
+//! `gpuwatch rules test FILE...`: runs rule unit tests (see `crate::alerts::unittest`) and turns
 //! their outcome into output and an exit code.
 //!
 //! Invariants: every file is run even when an earlier one fails; each failed expectation is
@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use crate::rules::unittest::{UnitTestError, run_file};
+use crate::alerts::unittest::{UnitTestError, run_file};
 
 use super::{Failure, exit, fail};
 

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::clock::now_ms;
-use crate::notify::matcher::Matcher;
+use crate::matcher::Matcher;
 use crate::store;
 
 use super::format::age;
@@ -122,7 +122,7 @@ fn known_rules(cfg: &crate::config::Config, conn: &rusqlite::Connection) -> Vec<
 /// A warning for a `rule` (or `alertname`) matcher that no known rule satisfies: the silence
 /// is kept (a rule may be added later), but a typo should not pass silently.
 fn unknown_rule_warnings(matchers: &[Matcher], rules: &[String]) -> Vec<String> {
-    use crate::notify::matcher::Op;
+    use crate::matcher::Op;
     let mut out = Vec::new();
     for m in matchers
         .iter()

@@ -173,7 +173,7 @@ pub fn forward_steps_between(after: TsMs, upto: TsMs) -> i64 {
 }
 
 fn human_us(us: i64) -> String {
-    crate::alerts::engine::human(us / 1000)
+    crate::format::duration(us / 1000)
 }
 
 #[cfg(test)]

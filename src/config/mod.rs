@@ -183,6 +183,9 @@ pub enum MetricNames {
     Gpuwatch,
 }
 
+/// The first probe of a lost GPU, after its quarantine began (`lost_probe_after`).
+pub const DEFAULT_LOST_PROBE_AFTER: Duration = Duration::from_secs(60);
+
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -192,7 +195,7 @@ impl Default for Config {
             interval: Duration::from_secs(1),
             sample_deadline: Duration::from_millis(800),
             inventory_interval: Duration::from_secs(300),
-            lost_probe_after: crate::sampler::quarantine::FIRST_PROBE,
+            lost_probe_after: DEFAULT_LOST_PROBE_AFTER,
             commit_interval: Duration::from_secs(5),
             retention: Duration::from_secs(7 * 86_400),
             rollup_retention: Duration::from_secs(90 * 86_400),

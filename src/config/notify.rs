@@ -17,7 +17,7 @@ use toml::Spanned;
 use super::SecretSource;
 use super::raw::Checker;
 use super::receivers::{RawAlertmanager, RawEmail, RawSlack, RawWebhook};
-use crate::notify::matcher::Matcher;
+use crate::matcher::Matcher;
 
 /// Alertmanager's defaults.
 pub const DEFAULT_GROUP_WAIT: Duration = Duration::from_secs(30);

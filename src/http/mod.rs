@@ -11,10 +11,8 @@
 //! on the blocking pool through read-only connections (WAL: they never block the writer);
 //! shutdown is a future passed in by the caller.
 
-mod health;
 pub mod metrics;
 mod page;
-pub mod telemetry;
 pub mod tls;
 
 use std::future::Future;
@@ -28,7 +26,7 @@ use axum::routing::get;
 use rusqlite::Connection;
 use serde_json::json;
 
-pub use health::Health;
+pub use crate::telemetry::Health;
 
 use crate::clock::now_ms;
 use crate::config::{Config, SecretSource};

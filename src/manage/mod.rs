@@ -23,7 +23,7 @@
 pub mod apply;
 pub mod nvml;
 pub mod plan;
-pub mod setting;
+pub use crate::setting;
 pub mod who;
 
 use std::sync::Arc;
@@ -33,8 +33,8 @@ use nvml_wrapper::Nvml;
 
 use self::nvml::{GpuId, Unanswered, call};
 use self::plan::{GpuPlan, Selector, gpu_label};
-use self::setting::Change;
 use crate::sampler::diagnosis::Diagnosis;
+use crate::setting::Change;
 use crate::store::StoreError;
 
 /// Why `gpu set` wrote nothing, or stopped.

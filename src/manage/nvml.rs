@@ -22,8 +22,8 @@ use nvml_wrapper::enums::device::GpuLockedClocksSetting;
 use nvml_wrapper::error::{NvmlError, nvml_try};
 use nvml_wrapper::{Device, Nvml};
 
-use super::setting::{Change, ComputeMode};
 use crate::sampler::diagnosis::{Diagnosis, diagnose};
+use crate::setting::{Change, ComputeMode};
 
 /// An NVML answer: the value, or what its error means.
 pub type Answer<T> = Result<T, Diagnosis>;

@@ -6,7 +6,7 @@
 //! selected GPU passed, so nothing is written unless everything was valid.
 
 use super::nvml::{Answer, Current, GpuId};
-use super::setting::{Change, Setting, mhz_range, on_off, watts};
+use crate::setting::{Change, Setting, mhz_range, on_off, watts};
 
 /// One `--gpu` word: an index, a UUID, or `all`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,8 +233,8 @@ fn old_value(cur: &Current, setting: Setting) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manage::setting::ComputeMode;
     use crate::sampler::diagnosis;
+    use crate::setting::ComputeMode;
 
     fn gpu(index: u32) -> GpuId {
         GpuId {

@@ -20,7 +20,7 @@ pub mod alertmanager;
 mod diskfull;
 pub mod email;
 pub mod http;
-pub mod matcher;
+pub use crate::matcher;
 pub mod recovered;
 pub mod route;
 pub mod secret;

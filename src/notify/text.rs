@@ -116,11 +116,7 @@ pub fn timing(a: &AlertMsg, now: TsMs) -> String {
 }
 
 /// An RFC 3339-like UTC time for messages.
-pub fn utc(ms: TsMs) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
-        .unwrap_or_else(|| ms.to_string())
-}
+pub use crate::format::utc_label as utc;
 
 /// The whole notification as plain text.
 pub fn plain(n: &Notification) -> String {

@@ -25,12 +25,12 @@ use prost::Message;
 
 use crate::clock::now_ms;
 use crate::config::{Config, RemoteWriteConfig};
-use crate::http::Health;
 use crate::http::metrics::SharedScraper;
 use crate::http::metrics::expo::{Family, Kind};
 use crate::model::TsMs;
 use crate::notify::SendError;
 use crate::store::remote_write::{Queued, RemoteWriteQueue};
+use crate::telemetry::Health;
 use crate::training::client::{Credentials, http_client};
 
 /// The longest wait between two attempts of one request.

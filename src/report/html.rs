@@ -45,12 +45,7 @@ code{font-family:Menlo,Consolas,monospace;font-size:12px;word-break:break-all}
 figure{margin:0 0 8px}svg{display:block;max-width:100%;height:auto}
 ";
 
-pub(super) fn utc(ms: TsMs) -> String {
-    chrono::DateTime::from_timestamp_millis(ms).map_or_else(
-        || ms.to_string(),
-        |t| t.format("%Y-%m-%d %H:%M:%S").to_string(),
-    )
-}
+pub(super) use crate::format::utc_seconds as utc;
 
 fn opt_utc(ms: Option<TsMs>) -> String {
     ms.map_or_else(|| "-".into(), utc)

@@ -17,7 +17,6 @@ pub mod print;
 pub mod rule;
 pub mod series_notation;
 pub mod template;
-pub mod unittest;
 pub mod unittest_file;
 
 pub use check::{RuleError, RuleErrors, load_configured, load_files, load_sources, load_str};

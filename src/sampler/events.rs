@@ -18,7 +18,7 @@ use nvml_wrapper::error::NvmlError;
 use crate::model::Event;
 
 use super::nvml::error_text;
-use crate::http::telemetry::XidWatch;
+use crate::telemetry::XidWatch;
 
 /// Spawns the event thread for `count` GPUs. Events are sent with `ts_ms` = 0: the
 /// coordinator stamps them with the tick that picks them up.

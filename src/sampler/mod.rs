@@ -135,7 +135,7 @@ pub struct Sampler {
     events: Receiver<Event>,
     /// The sending side of `events`, for other sources of events (the kernel-log follower).
     event_tx: Sender<Event>,
-    xid_watch: Arc<crate::http::telemetry::XidWatch>,
+    xid_watch: Arc<crate::telemetry::XidWatch>,
     stop: Arc<AtomicBool>,
     resolver: ProcResolver,
     cfg: SamplerConfig,
@@ -170,7 +170,7 @@ impl Sampler {
             .map_err(|e| SamplerError::DeviceCount(error_text(&e)))?;
         let stop = Arc::new(AtomicBool::new(false));
         let (ev_tx, events) = mpsc::channel();
-        let xid_watch = Arc::new(crate::http::telemetry::XidWatch::default());
+        let xid_watch = Arc::new(crate::telemetry::XidWatch::default());
         events::spawn(
             h.nvml.clone(),
             count,
@@ -253,7 +253,7 @@ impl Sampler {
     }
 
     /// Which GPUs' XID events are watched (for `/metrics`: no XID seen is 0 only there).
-    pub fn xid_watch(&self) -> Arc<crate::http::telemetry::XidWatch> {
+    pub fn xid_watch(&self) -> Arc<crate::telemetry::XidWatch> {
         self.xid_watch.clone()
     }
 
@@ -467,7 +467,7 @@ impl Sampler {
                             message: format!(
                                 "GPU {} answers again (not called since {}: {})",
                                 slot.index,
-                                crate::alerts::engine::human(ts_ms - q.since_ms),
+                                crate::format::duration(ts_ms - q.since_ms),
                                 q.reason
                             ),
                             ..Event::default()
@@ -619,7 +619,7 @@ fn setting_changes(
     new: &GpuInventory,
     since_ms: TsMs,
 ) -> Vec<(&'static str, SettingChange)> {
-    use crate::manage::setting::{Setting, on_off, watts};
+    use crate::setting::{Setting, on_off, watts};
     let pairs = [
         (
             Setting::PowerLimit,

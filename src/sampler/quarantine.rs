@@ -53,7 +53,7 @@ impl Misses {
 }
 
 /// The first probe of a quarantined GPU comes this long after it was quarantined, by default.
-pub const FIRST_PROBE: Duration = Duration::from_secs(60);
+pub const FIRST_PROBE: Duration = crate::config::DEFAULT_LOST_PROBE_AFTER;
 
 /// The longest wait between probes.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(3600);

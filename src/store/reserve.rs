@@ -151,7 +151,7 @@ impl Store {
         DISK_FULL.store(false, Ordering::Relaxed);
         tracing::warn!(
             path = %self.path.display(),
-            full_for = %crate::alerts::engine::human(since.elapsed().as_millis() as i64),
+            full_for = %crate::format::duration(since.elapsed().as_millis() as i64),
             "disk space is back: the database may grow to max_db_size again"
         );
         Ok(())

@@ -9,6 +9,7 @@ mod common;
 mod daemon;
 mod detection;
 mod field_values;
+mod layering;
 mod outage;
 mod pynvml;
 mod record;

@@ -691,12 +691,5 @@ fn targets<'a>(
     out
 }
 
-/// "4m 10s", "2h 5m", "12s".
-pub fn human(ms: i64) -> String {
-    let s = ms / 1000;
-    match s {
-        0..=59 => format!("{s}s"),
-        60..=3599 => format!("{}m {}s", s / 60, s % 60),
-        _ => format!("{}h {}m", s / 3600, s / 60 % 60),
-    }
-}
+/// Durations in alert texts: the one form (`crate::format::duration`).
+pub use crate::format::duration as human;

@@ -68,12 +68,7 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-fn rfc3339(ms: TsMs) -> String {
-    chrono::DateTime::from_timestamp_millis(ms).map_or_else(
-        || ms.to_string(),
-        |t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
-    )
-}
+use crate::format::rfc3339_ms as rfc3339;
 
 fn local(ms: TsMs) -> String {
     chrono::DateTime::from_timestamp_millis(ms).map_or_else(

@@ -10,12 +10,12 @@ use super::expo::{Family, Kind, Label, Labels, label_name};
 use super::gpus::{Gpu, fresh_sample, id_label_names};
 use crate::cli::docs::Joins;
 use crate::config::Config;
-use crate::http::Health;
-use crate::http::telemetry::{BOUNDS, Histogram};
 use crate::model::TsMs;
 use crate::store::outbox::ReceiverBacklog;
 use crate::store::read::{MetricErrorRow, TrainingSourceRow};
 use crate::store::scrape::LiveAlert;
+use crate::telemetry::Health;
+use crate::telemetry::{BOUNDS, Histogram};
 
 pub struct Ctx<'a> {
     pub cfg: &'a Config,

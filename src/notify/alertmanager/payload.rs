@@ -14,7 +14,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chrono::{DateTime, SecondsFormat};
 use serde::Serialize;
 
 use crate::model::TsMs;
@@ -40,11 +39,7 @@ pub struct PostableAlert {
 }
 
 /// RFC 3339 in UTC with milliseconds, as Alertmanager prints them.
-pub fn rfc3339(ms: TsMs) -> String {
-    DateTime::from_timestamp_millis(ms)
-        .unwrap_or_default()
-        .to_rfc3339_opts(SecondsFormat::Millis, true)
-}
+pub use crate::format::rfc3339_ms as rfc3339;
 
 /// When a firing alert posted at `now_ms` should end unless it is re-sent.
 pub fn firing_ends_ms(now_ms: TsMs, resend_every: Duration) -> TsMs {

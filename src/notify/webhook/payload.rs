@@ -117,11 +117,7 @@ fn alert(a: &AlertMsg, now_ms: TsMs) -> Alert {
 }
 
 /// `2026-11-30T18:02:11.250Z`.
-pub fn rfc3339(ms: TsMs) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .unwrap_or_default()
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
+pub use crate::format::rfc3339_ms as rfc3339;
 
 #[cfg(test)]
 mod tests {

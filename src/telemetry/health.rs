@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::telemetry::{Histogram, XidWatch};
+use super::metrics::{Histogram, XidWatch};
 use crate::clock::now_ms;
 
 /// What the sampling thread publishes for the health check.

@@ -11,13 +11,13 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::alerts::engine::{Engine, EngineOptions};
+use super::engine::{Engine, EngineOptions};
 use crate::model::{GpuInventory, GpuSample, ProcessInfo, ProcessSample, SampleStatus};
 use crate::model::{TickBatch, TrainingPoint, TsMs};
 use crate::store::{self, StoreConfig, StoreError};
 
-use super::check::{RuleError, RuleErrors};
-use super::unittest_file::{self, Expected, ExpectedAlerts, TestFile, TestGpu, Values};
+use crate::rules::check::{RuleError, RuleErrors};
+use crate::rules::unittest_file::{self, Expected, ExpectedAlerts, TestFile, TestGpu, Values};
 
 /// The time of the first sample of every test.
 pub const T0: TsMs = 1_700_000_000_000;
@@ -52,8 +52,8 @@ pub fn run_file(path: &Path) -> Result<Vec<String>, UnitTestError> {
     })?;
     let test = unittest_file::parse(path, &origin, &text).map_err(UnitTestError::Invalid)?;
     let rules = match &test.rule_files {
-        None => super::load_sources(&super::defaults()),
-        Some(files) => super::load_files(files),
+        None => crate::rules::load_sources(&crate::rules::defaults()),
+        Some(files) => crate::rules::load_files(files),
     }
     .map_err(UnitTestError::Invalid)?;
     let dir = tempfile::tempdir().map_err(|source| UnitTestError::TempDir {
