@@ -215,7 +215,10 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         history: config.rollup_retention,
         bell: outbox_bell.clone(),
         wall_clock: !ticker.simulated(),
-        analysis: config.analysis.clone(),
+        analyst: Some(Arc::new(crate::analysis::followup::Analyst::new(
+            config.database.clone(),
+            config.analysis.clone(),
+        ))),
     })
     .map_err(DaemonError::Thread)?;
 

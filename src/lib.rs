@@ -36,4 +36,5 @@ pub mod store;
 pub mod telemetry;
 pub mod text;
 pub mod training;
+pub mod transition;
 pub mod xid;

@@ -15,6 +15,49 @@ use crate::config::analysis::AnalysisConfig;
 use crate::notify::secret;
 use crate::store::analysis as sa;
 
+/// The incident analysis delivery uses (`notify::sender::Analyst`): every message's analysis
+/// line, and a follow-up for each firing alert a Slack receiver accepted when `[analysis]
+/// attach_to` names Slack.
+pub struct Analyst {
+    db: PathBuf,
+    /// `[analysis]`, when it attaches follow-ups to Slack receivers.
+    follow_ups: Option<AnalysisConfig>,
+}
+
+impl Analyst {
+    pub fn new(db: PathBuf, config: Option<AnalysisConfig>) -> Self {
+        Self {
+            db,
+            follow_ups: config.filter(|a| a.attach_to.iter().any(|k| k == "slack")),
+        }
+    }
+}
+
+impl crate::notify::sender::Analyst for Analyst {
+    fn message_line(&self, conn: &rusqlite::Connection, alert_id: i64) -> Option<String> {
+        super::message_line(conn, alert_id)
+    }
+
+    fn follow_up(
+        &self,
+        alert_id: i64,
+        webhook: &SecretSource,
+        receiver: &str,
+        post_timeout: std::time::Duration,
+    ) {
+        if let Some(config) = &self.follow_ups {
+            spawn(FollowUp {
+                db: self.db.clone(),
+                config: config.clone(),
+                alert_id,
+                webhook: webhook.clone(),
+                receiver: receiver.to_string(),
+                post_timeout,
+            });
+        }
+    }
+}
+
 /// Follow-ups running at once, at most.
 pub const MAX_IN_FLIGHT: usize = 4;
 

@@ -10,10 +10,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::alerts::engine::Transition;
 use crate::config::{GroupTiming, NotifyConfig, ReceiverKind};
 use crate::rules::rule::Scope;
 use crate::store::outbox::NewNotification;
+use crate::transition::Transition;
 
 use super::AlertMsg;
 use super::matcher::all_match;

@@ -62,9 +62,27 @@ pub struct SenderParts {
     /// Whether `now` is the wall clock (a simulated clock's times are approached in
     /// [`CYCLE`] steps).
     pub wall_clock: bool,
-    /// `[analysis]`: with `attach_to = ["slack"]`, a machine-written follow-up after each
-    /// firing alert a Slack receiver accepted (on its own thread: `analysis::followup`).
-    pub analysis: Option<crate::config::analysis::AnalysisConfig>,
+    /// Incident analysis: each message's analysis line, and the follow-ups `[analysis]
+    /// attach_to` asks for (the daemon hands in `analysis::Analyst`; `None`: neither).
+    pub analyst: Option<Arc<dyn Analyst>>,
+}
+
+/// What delivery takes from incident analysis, which sits above it in the house: the daemon
+/// hands in the implementation (`analysis::Analyst`), so delivery never imports it.
+pub trait Analyst: Send + Sync {
+    /// The one-line analysis of alert `alert_id` for its message; `None` when there is none
+    /// (a message is never held back for its analysis).
+    fn message_line(&self, conn: &rusqlite::Connection, alert_id: i64) -> Option<String>;
+    /// After a Slack receiver accepted a message: the machine-written follow-up of firing
+    /// alert `alert_id` to the same webhook, when `[analysis] attach_to` asks for one; on a
+    /// thread of its own, returning at once.
+    fn follow_up(
+        &self,
+        alert_id: i64,
+        webhook: &crate::config::SecretSource,
+        receiver: &str,
+        post_timeout: Duration,
+    );
 }
 
 /// When the sender has something to do next: a time on the daemon's clock (group timing,
@@ -150,10 +168,7 @@ async fn run(parts: SenderParts) {
     let mut s = Sender {
         outbox,
         db: parts.db.clone(),
-        analysis: parts
-            .analysis
-            .clone()
-            .filter(|a| a.attach_to.iter().any(|k| k == "slack")),
+        analyst: parts.analyst.clone(),
         cfg: parts.config.clone(),
         host: parts.host.clone(),
         history: parts.history,
@@ -264,8 +279,8 @@ fn nap(next: Next, now: TsMs, wall: TsMs, wall_clock: bool) -> Duration {
 pub(super) struct Sender {
     pub(super) outbox: Outbox,
     pub(super) db: PathBuf,
-    /// `[analysis]` when it attaches follow-ups to Slack receivers.
-    pub(super) analysis: Option<crate::config::analysis::AnalysisConfig>,
+    /// Incident analysis (message lines, follow-ups), when the daemon hands one in.
+    pub(super) analyst: Option<Arc<dyn Analyst>>,
     pub(super) cfg: NotifyConfig,
     pub(super) host: String,
     /// Delivery history older than this is pruned (rows of live alerts are kept).
@@ -520,7 +535,7 @@ impl Sender {
     /// receiver's message, when `[analysis] attach_to` asks for it. Each runs on its own
     /// thread; this returns at once.
     fn follow_up(&self, rc: &ReceiverConfig, n: &Notification) {
-        let (Some(ac), crate::config::ReceiverKind::Slack(slack)) = (&self.analysis, &rc.kind)
+        let (Some(an), crate::config::ReceiverKind::Slack(slack)) = (&self.analyst, &rc.kind)
         else {
             return;
         };
@@ -528,14 +543,7 @@ impl Sender {
             return;
         }
         for a in n.firing().filter(|a| a.id > 0) {
-            crate::analysis::followup::spawn(crate::analysis::followup::FollowUp {
-                db: self.db.clone(),
-                config: ac.clone(),
-                alert_id: a.id,
-                webhook: slack.webhook_url.clone(),
-                receiver: rc.name.clone(),
-                post_timeout: rc.timeout,
-            });
+            an.follow_up(a.id, &slack.webhook_url, &rc.name, rc.timeout);
         }
     }
 
@@ -573,10 +581,11 @@ impl Sender {
             .filter(|(_, m)| m.is_firing() && m.id > 0)
             .take(MAX_ANALYSED)
         {
+            let Some(an) = &self.analyst else { break };
             m.analysis = match self.analysis_lines.get(row) {
                 Some((_, line)) => line.clone(),
                 None => {
-                    let line = crate::analysis::message_line(self.outbox.conn(), m.id);
+                    let line = an.message_line(self.outbox.conn(), m.id);
                     self.analysis_lines.insert(*row, (clock, line.clone()));
                     line
                 }

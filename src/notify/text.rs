@@ -107,7 +107,7 @@ pub fn placement_words(labels: &std::collections::BTreeMap<String, String>) -> V
 
 /// "firing for 12m 3s since 2026-11-30 18:02:11 UTC" / "resolved after 40m".
 pub fn timing(a: &AlertMsg, now: TsMs) -> String {
-    let dur = crate::alerts::engine::human(a.active_for_ms(now));
+    let dur = crate::format::duration(a.active_for_ms(now));
     if a.is_firing() {
         format!("firing for {dur} (since {})", utc(a.starts_ms))
     } else {

@@ -27,8 +27,8 @@ use super::state::{AlertState, Change, Phase, Timing, Verdict};
 mod persist;
 mod subject;
 use crate::store::alerts::{SavedAlert, SavedSeverityChange};
+pub use crate::transition::{Subject, Transition};
 use persist::{removed, saved};
-pub use subject::Subject;
 use subject::subject_of;
 
 /// Which alert instance: a rule on a GPU (and a process, for process rules).
@@ -37,34 +37,6 @@ pub struct AlertKey {
     pub rule: Arc<str>,
     pub gpu_id: i64,
     pub process_id: Option<i64>,
-}
-
-/// A reported change of an alert.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Transition {
-    pub at: TsMs,
-    /// `firing` or `resolved`.
-    pub state: &'static str,
-    pub rule: String,
-    pub severity: Severity,
-    pub subject: Subject,
-    /// Identity labels: host, gpu, uuid (pid for process rules) and the rule's labels.
-    pub labels: BTreeMap<String, String>,
-    pub summary: String,
-    pub description: Option<String>,
-    /// When the condition started to hold.
-    pub active_since: Option<TsMs>,
-    /// When it was reported firing (this episode).
-    pub fired_at: Option<TsMs>,
-    /// The alert's identity in the store.
-    pub gpu_id: i64,
-    pub process_id: Option<i64>,
-    pub scope: Scope,
-    /// The first metric of the rule's condition (what a chart of the alert shows).
-    pub metric: Option<&'static str>,
-    /// `Some(previous)` when an alert already reported firing changed severity (`state` is
-    /// `firing`, `severity` the new one): a change, not a new alert.
-    pub severity_from: Option<Severity>,
 }
 
 #[derive(Debug, Clone)]

@@ -1,5 +1,6 @@
-//! Who an alert is about: the host, GPU and process of its target, and where that work runs
-//! (pod, namespace, container, Slurm job), which become the alert's labels.
+//! Who an alert is about ([`Subject`], in `crate::transition`): the host, GPU and process of
+//! its target, and where that work runs (pod, namespace, container, Slurm job), which become
+//! the alert's labels.
 //!
 //! Invariants: a placement label is present only when the evidence says it — the process's
 //! own placement, else (for a pod's process or a GPU) the kubelet's allocation of the GPU,
@@ -8,71 +9,7 @@
 
 use crate::rules::eval::expr::Target;
 use crate::rules::rule::Scope;
-
-/// Who an alert is about, for labels and templates.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Subject {
-    pub host: String,
-    pub gpu: Option<u32>,
-    pub uuid: Option<String>,
-    pub model: Option<String>,
-    pub pid: Option<u32>,
-    pub process: Option<String>,
-    pub user: Option<String>,
-    pub cmdline: Option<String>,
-    /// Where it runs: the process's placement, or for a GPU its holder (the kubelet's
-    /// allocation, else the one pod its processes belong to). Becomes labels.
-    pub pod: Option<String>,
-    pub namespace: Option<String>,
-    pub container: Option<String>,
-    pub container_id: Option<String>,
-    pub slurm_job: Option<u64>,
-}
-
-impl Subject {
-    /// An alert's labels: the rule's own, then `host`, `gpu`, `uuid`, `pid` and the known
-    /// placement labels (which win over a rule label of the same name).
-    pub fn labels(
-        &self,
-        rule_labels: &std::collections::BTreeMap<String, String>,
-    ) -> std::collections::BTreeMap<String, String> {
-        let mut labels = rule_labels.clone();
-        labels.insert("host".into(), self.host.clone());
-        if let Some(g) = self.gpu {
-            labels.insert("gpu".into(), g.to_string());
-        }
-        if let Some(u) = &self.uuid {
-            labels.insert("uuid".into(), u.clone());
-        }
-        if let Some(p) = self.pid {
-            labels.insert("pid".into(), p.to_string());
-        }
-        for (k, v) in self.placement_labels() {
-            labels.insert(k.into(), v);
-        }
-        labels
-    }
-
-    /// The placement labels that are known (`pod`, `namespace`, `container`,
-    /// `container_id`, `slurm_job`).
-    pub fn placement_labels(&self) -> Vec<(&'static str, String)> {
-        let mut out = Vec::new();
-        for (k, v) in [
-            ("pod", &self.pod),
-            ("namespace", &self.namespace),
-            ("container", &self.container),
-            ("container_id", &self.container_id),
-        ] {
-            if let Some(v) = v {
-                out.push((k, v.clone()));
-            }
-        }
-        if let Some(j) = self.slurm_job {
-            out.push(("slurm_job", j.to_string()));
-        }
-        out
-    }
-}
+use crate::transition::Subject;
 
 /// Who a target is, for labels and templates.
 pub(super) fn subject_of(target: Target<'_>, scope: Scope) -> Subject {
