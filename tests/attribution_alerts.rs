@@ -101,7 +101,7 @@ fn alerts_are_labelled_with_the_pod_of_the_gpu() {
     );
 
     // Routes and silences match these labels like any other.
-    use gpuwatch::notify::matcher::Matcher;
+    use gpuwatch::matcher::Matcher;
     let as_map = |v: &serde_json::Value| -> std::collections::BTreeMap<String, String> {
         v.as_object()
             .expect("labels")

@@ -4,8 +4,12 @@
 
 #[path = "attribution_support/mod.rs"]
 mod attribution_support;
+#[path = "browser_support/mod.rs"]
+mod browser_support;
 #[path = "http_support/mod.rs"]
 mod http_support;
+
+use browser_support::browse;
 
 use std::process::Command;
 use std::time::Duration;
@@ -379,41 +383,6 @@ fn beyond_loopback_every_route_but_health_needs_the_token() {
     let _p = public.start(&[("GPUWATCH_TEST_TOKEN", token)]);
     assert_eq!(public.get("/metrics", None).0, 200);
     assert_eq!(public.get("/api/v1/status", None).0, 401);
-}
-
-fn chromium() -> &'static str {
-    for c in ["chromium-headless-shell", "chromium"] {
-        if Command::new(c)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-        {
-            return c;
-        }
-    }
-    panic!(
-        "headless Chromium is needed (Debian: apt-get install chromium-headless-shell; scripts/test.sh installs it)"
-    );
-}
-
-/// The page in headless Chromium: `extra` flags (`--dump-dom`, `--screenshot=...`), stdout.
-fn browse(url: &str, profile: &std::path::Path, extra: &[&str]) -> String {
-    let o = Command::new(chromium())
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--hide-scrollbars",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(["--virtual-time-budget=10000", "--window-size=1200,900"])
-        .args(extra)
-        .arg(url)
-        .output()
-        .expect("chromium");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// The demo's page shows what only gpuwatch knows, beside each GPU: the job, its step, steps

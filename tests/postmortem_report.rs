@@ -6,6 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
+#[path = "browser_support/mod.rs"]
+mod browser_support;
+use browser_support::browse;
+
 use gpuwatch::store::postmortem::{self, AlertSpan};
 use gpuwatch::store::{history, open_read_only};
 
@@ -271,8 +275,9 @@ fn a_report_says_which_pod_or_job_held_each_gpu() {
     );
 }
 
-#[test]
-fn report_for_a_window_has_events_and_all_alerts() {
+/// The report of a window holding every alert of the demo (a minute either side): the
+/// alerts, the directory, the file and its text.
+fn window_report() -> Window {
     let alerts = all_alerts();
     let from = alerts.iter().map(|a| a.active_since_ms).min().unwrap() - 60_000;
     let to = alerts.iter().map(|a| a.end_ms()).max().unwrap() + 60_000;
@@ -293,6 +298,35 @@ fn report_for_a_window_has_events_and_all_alerts() {
         String::from_utf8_lossy(&out.stderr)
     );
     let html = std::fs::read_to_string(&file).unwrap();
+    Window {
+        alerts,
+        from,
+        to,
+        dir,
+        file,
+        html,
+    }
+}
+
+struct Window {
+    alerts: Vec<AlertSpan>,
+    from: i64,
+    to: i64,
+    dir: tempfile::TempDir,
+    file: PathBuf,
+    html: String,
+}
+
+#[test]
+fn report_for_a_window_has_events_and_all_alerts() {
+    let Window {
+        alerts,
+        from,
+        to,
+        dir,
+        html,
+        ..
+    } = window_report();
     check_common(&html);
     assert!(html.contains("<title>GPU report for demo-node"));
     assert!(!html.contains("class=\"focus\""), "no alert is singled out");
@@ -429,48 +463,18 @@ fn hostile_text_is_escaped_and_unknown_values_are_gaps() {
     assert_eq!(runs, 3, "{first_chart}");
 }
 
-/// Headless Chromium (Debian's `chromium-headless-shell` or `chromium`; scripts/test.sh
-/// installs it).
-fn chromium() -> &'static str {
-    for c in ["chromium-headless-shell", "chromium"] {
-        if Command::new(c)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-        {
-            return c;
-        }
-    }
-    panic!(
-        "headless Chromium is needed (Debian: apt-get install chromium-headless-shell; scripts/test.sh installs it)"
-    );
-}
-
 /// The window report as a browser lays it out (1200 px wide, as the live page's test): every
 /// alert's summary gets a wide row, not a narrow strip of very tall rows; every alert's band
 /// in the charts says which alert and GPU it is; a screenshot renders.
 #[test]
 fn the_report_lays_out_readably_in_chromium() {
-    let alerts = all_alerts();
-    let from = alerts.iter().map(|a| a.active_since_ms).min().unwrap() - 60_000;
-    let to = alerts.iter().map(|a| a.end_ms()).max().unwrap() + 60_000;
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("window.html");
-    let out = report(
-        &[
-            "--from",
-            &(from / 1000).to_string(),
-            "--to",
-            &(to / 1000).to_string(),
-        ],
-        &file,
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let html = std::fs::read_to_string(&file).unwrap();
+    let Window {
+        alerts,
+        dir,
+        file,
+        html,
+        ..
+    } = window_report();
     for a in &alerts {
         let gpu = a
             .gpu_index
@@ -498,27 +502,9 @@ fn the_report_lays_out_readably_in_chromium() {
         ),
     )
     .unwrap();
+    let profile = dir.path().join("profile");
     let browse = |extra: &[&str], page: &Path| {
-        let o = Command::new(chromium())
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-                "--hide-scrollbars",
-                "--allow-file-access-from-files",
-            ])
-            .arg(format!(
-                "--user-data-dir={}",
-                dir.path().join("profile").display()
-            ))
-            .args(["--virtual-time-budget=5000", "--window-size=1200,900"])
-            .args(extra)
-            .arg(format!("file://{}", page.display()))
-            .output()
-            .expect("chromium");
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).into_owned()
+        browse(&format!("file://{}", page.display()), &profile, extra)
     };
     let dom = browse(&["--dump-dom"], &probe);
     let layout = dom

@@ -89,10 +89,7 @@ fn alert_line(tr: &Transition, start_ms: TsMs) -> String {
         ),
         ("firing", None, _) => ("ALERT".to_string(), tr.severity.as_str().to_string()),
         (_, _, Some(since)) => (
-            format!(
-                "RESOLVED after {}",
-                crate::alerts::engine::human(tr.at - since)
-            ),
+            format!("RESOLVED after {}", crate::format::duration(tr.at - since)),
             tr.severity.as_str().to_string(),
         ),
         _ => ("RESOLVED".to_string(), tr.severity.as_str().to_string()),

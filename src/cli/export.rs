@@ -90,46 +90,36 @@ fn export_to(
     stop: &AtomicBool,
 ) -> Result<u64, ExportError> {
     match format {
-        Format::Table => {
-            let mut sink = TableSink::new(w);
-            let n = ex::samples(
-                conn,
-                filter,
-                &mut UntilCtrlC {
-                    inner: &mut sink,
-                    stop,
-                },
-            )?;
-            sink.finish()?;
-            Ok(n)
-        }
-        Format::Csv => {
-            let mut sink = CsvSink::new(w);
-            let n = ex::samples(
-                conn,
-                filter,
-                &mut UntilCtrlC {
-                    inner: &mut sink,
-                    stop,
-                },
-            )?;
-            sink.finish()?;
-            Ok(n)
-        }
-        Format::Jsonl => {
-            let mut sink = JsonLinesSink::new(w);
-            let n = ex::samples(
-                conn,
-                filter,
-                &mut UntilCtrlC {
-                    inner: &mut sink,
-                    stop,
-                },
-            )?;
-            sink.finish()?;
-            Ok(n)
-        }
+        Format::Table => through(conn, filter, stop, TableSink::new(w), TableSink::finish),
+        Format::Csv => through(conn, filter, stop, CsvSink::new(w), CsvSink::finish),
+        Format::Jsonl => through(
+            conn,
+            filter,
+            stop,
+            JsonLinesSink::new(w),
+            JsonLinesSink::finish,
+        ),
     }
+}
+
+/// The rows through `sink` (until Ctrl-C), then `finish` (the table's count, the flush).
+fn through<S: RowSink>(
+    conn: &rusqlite::Connection,
+    filter: &ExportFilter,
+    stop: &AtomicBool,
+    mut sink: S,
+    finish: impl FnOnce(&mut S) -> std::io::Result<()>,
+) -> Result<u64, ExportError> {
+    let n = ex::samples(
+        conn,
+        filter,
+        &mut UntilCtrlC {
+            inner: &mut sink,
+            stop,
+        },
+    )?;
+    finish(&mut sink)?;
+    Ok(n)
 }
 
 pub fn run(args: ExportArgs) -> Result<(), Failure> {
@@ -227,8 +217,8 @@ pub fn run(args: ExportArgs) -> Result<(), Failure> {
             exit::FAILURE,
             anyhow::anyhow!(
                 "no samples from {} to {}{}",
-                crate::notify::text::utc(from_ms),
-                crate::notify::text::utc(to_ms),
+                crate::format::utc_label(from_ms),
+                crate::format::utc_label(to_ms),
                 if filter.host.is_some() || filter.gpu.is_some() {
                     " for the selected host/GPU"
                 } else {

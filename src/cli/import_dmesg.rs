@@ -117,9 +117,9 @@ pub fn run(args: ImportDmesgArgs) -> Result<(), Failure> {
                 exit::FAILURE,
                 anyhow!(
                     "the XIDs start at {}, and events are kept for `rollup_retention` ({}) counted back from host {host}'s newest data ({}): they would be deleted right away; nothing was imported (use a config with a longer `rollup_retention`, or import into another --host)",
-                    crate::notify::text::utc(first),
+                    crate::format::utc_label(first),
                     humantime::format_duration(cfg.rollup_retention),
-                    crate::notify::text::utc(newest)
+                    crate::format::utc_label(newest)
                 ),
             ));
         }
@@ -192,8 +192,8 @@ pub fn run(args: ImportDmesgArgs) -> Result<(), Failure> {
     }
     println!(
         "time span: {} .. {}",
-        crate::notify::text::utc(first),
-        crate::notify::text::utc(last)
+        crate::format::utc_label(first),
+        crate::format::utc_label(last)
     );
     println!("skipped lines: {skipped}");
     Ok(())

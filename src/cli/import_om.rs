@@ -235,8 +235,8 @@ pub fn run(args: ImportOmArgs) -> Result<(), Failure> {
 
     println!(
         "imported {n_points} points of {n_series} series for host {host} ({} .. {}) from {}",
-        crate::notify::text::utc(first),
-        crate::notify::text::utc(last),
+        crate::format::utc_label(first),
+        crate::format::utc_label(last),
         formats.join(", ")
     );
     let gpus: Vec<GpuRef> = history::gpus(st.conn(), Some(&host))?
@@ -314,7 +314,7 @@ fn retention_guard(
     let keep = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
     let newest = host_span.map_or(last, |(_, l)| l.max(last));
     let cutoff = newest.saturating_sub(keep);
-    let utc = crate::notify::text::utc;
+    let utc = crate::format::utc_label;
     let what = if first < cutoff {
         format!("imported points before {}", utc(cutoff))
     } else if let Some((host_first, host_last)) = host_span

@@ -188,7 +188,7 @@ fn add(a: AddArgs) -> Result<(), Failure> {
     println!(
         "silence {id} added: {text} for {} (until {})",
         humantime::format_duration(a.duration),
-        crate::notify::text::utc(now + a.duration.as_millis() as i64)
+        crate::format::utc_label(now + a.duration.as_millis() as i64)
     );
     Ok(())
 }

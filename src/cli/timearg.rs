@@ -52,7 +52,7 @@ pub fn no_data_hint(
     to: TsMs,
     raw_only: bool,
 ) -> Result<Option<String>, crate::store::StoreError> {
-    use crate::notify::text::utc;
+    use crate::format::utc_label as utc;
     let of = host.map_or(String::new(), |h| format!(" of host {h}"));
     let Some((first, last)) = crate::store::history::data_span(conn, host)? else {
         return Ok(Some(format!(
@@ -99,8 +99,8 @@ impl RangeArgs {
         if from >= to {
             return Err(format!(
                 "the range is empty: --from {} is not before --to {}",
-                crate::notify::text::utc(from),
-                crate::notify::text::utc(to)
+                crate::format::utc_label(from),
+                crate::format::utc_label(to)
             ));
         }
         Ok((from, to))

@@ -3,7 +3,7 @@
 //! is lost and how old the sample is. `gpuwatch status` (the table and `--format json`, hence
 //! `/api/v1/status`), `/metrics` (`gpuwatch_gpu_health`, `gpuwatch_gpu_health_reason`,
 //! `gpuwatch_gpu_clock_event_reason`) and the live page show it. (Not to be confused with
-//! `http::health`, the daemon's own `/healthz`.)
+//! `telemetry::Health`, the daemon's own `/healthz`.)
 //!
 //! Each reason is a stable code ([`CODES`]; docs/HEALTH.md lists them, a test checks), a
 //! severity, a text with the values behind it and a fix, worded like the doctor's checks and

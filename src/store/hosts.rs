@@ -150,6 +150,89 @@ fn end_live_alerts(conn: &Connection, host_id: i64) -> Result<usize, StoreError>
     Ok(deleted + resolved)
 }
 
+/// A kind of row a host owns, which other tables refer to by id.
+struct Owned {
+    table: &'static str,
+    /// When a row `o` of the merged host is the target's row `t`.
+    same: &'static str,
+    /// The column other tables refer to it by.
+    by: &'static str,
+    /// How the target's row takes in a joined one's times (`?1` the joined row's id).
+    seen: &'static str,
+}
+
+/// GPUs by UUID, processes by pid and start time, training series by name and labels.
+const OWNED: [Owned; 3] = [
+    Owned {
+        table: "gpus",
+        same: "t.uuid = o.uuid",
+        by: "gpu_id",
+        seen: "first_seen_ms = min(first_seen_ms, (SELECT first_seen_ms FROM gpus WHERE id = ?1)),
+               last_seen_ms = max(last_seen_ms, (SELECT last_seen_ms FROM gpus WHERE id = ?1)),
+               last_sample_ms = max(
+                 coalesce(last_sample_ms, (SELECT last_sample_ms FROM gpus WHERE id = ?1)),
+                 coalesce((SELECT last_sample_ms FROM gpus WHERE id = ?1), last_sample_ms))",
+    },
+    Owned {
+        table: "processes",
+        same: "t.pid = o.pid AND t.start_time_ms = o.start_time_ms",
+        by: "process_id",
+        seen: "first_seen_ms = min(first_seen_ms, (SELECT first_seen_ms FROM processes WHERE id = ?1)),
+               last_seen_ms = max(last_seen_ms, (SELECT last_seen_ms FROM processes WHERE id = ?1))",
+    },
+    Owned {
+        table: "training_series",
+        same: "t.name = o.name AND t.labels_json = o.labels_json",
+        by: "series_id",
+        seen: "first_seen_ms = min(first_seen_ms,
+                 (SELECT first_seen_ms FROM training_series WHERE id = ?1))",
+    },
+];
+
+/// Moves host `from`'s rows of `kind` to `into`: one the target already has (the same key)
+/// becomes the target's (its references re-keyed in `refs`, its times taken in, the row
+/// deleted), any other changes host. Returns (moved, joined, (rows re-keyed, duplicates)).
+fn move_owned(
+    tx: &Connection,
+    kind: &Owned,
+    refs: &[String],
+    from: i64,
+    into: i64,
+) -> Result<(usize, usize, (u64, u64)), StoreError> {
+    let t = kind.table;
+    let pairs: Vec<(i64, Option<i64>)> = tx
+        .prepare(&format!(
+            "SELECT o.id, (SELECT t.id FROM {t} t WHERE t.host_id = ?2 AND {})
+             FROM {t} o WHERE o.host_id = ?1",
+            kind.same
+        ))?
+        .query_map(params![from, into], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let (mut moved, mut joined, mut rows) = (0, 0, (0, 0));
+    for (old, same) in pairs {
+        match same {
+            None => {
+                tx.execute(
+                    &format!("UPDATE {t} SET host_id = ?2 WHERE id = ?1"),
+                    params![old, into],
+                )?;
+                moved += 1;
+            }
+            Some(new) => {
+                let (m, d) = rekey(tx, refs, kind.by, old, new)?;
+                rows = (rows.0 + m, rows.1 + d);
+                tx.execute(
+                    &format!("UPDATE {t} SET {} WHERE id = ?2", kind.seen),
+                    params![old, new],
+                )?;
+                tx.execute(&format!("DELETE FROM {t} WHERE id = ?1"), params![old])?;
+                joined += 1;
+            }
+        }
+    }
+    Ok((moved, joined, rows))
+}
+
 /// Merges the hosts `from` into `into` (created when the database does not have it).
 pub fn merge(
     conn: &mut Connection,
@@ -166,10 +249,12 @@ pub fn merge(
         tx.query_row("SELECT id FROM hosts WHERE name = ?1", params![into], |r| {
             r.get(0)
         })?;
-    let gpu_tables = tables_with(&tx, "gpu_id", &[])?;
-    let process_tables = tables_with(&tx, "process_id", &[])?;
-    let series_tables = tables_with(&tx, "series_id", &[])?;
-    let host_tables = tables_with(&tx, "host_id", &["gpus", "processes", "training_series"])?;
+    let mut owned = Vec::new();
+    for kind in &OWNED {
+        owned.push((kind, tables_with(&tx, kind.by, &[])?));
+    }
+    let owners: Vec<&str> = OWNED.iter().map(|k| k.table).collect();
+    let host_tables = tables_with(&tx, "host_id", &owners)?;
     let mut count = |(m, d): (u64, u64)| {
         report.rows_moved += m;
         report.duplicates_dropped += d;
@@ -191,91 +276,12 @@ pub fn merge(
             });
         };
         report.alerts_closed += end_live_alerts(&tx, from_id)?;
-        // GPUs: one row per UUID on the target.
-        let gpus: Vec<(i64, Option<i64>)> = tx
-            .prepare(
-                "SELECT g.id, (SELECT t.id FROM gpus t WHERE t.host_id = ?2 AND t.uuid = g.uuid)
-                 FROM gpus g WHERE g.host_id = ?1",
-            )?
-            .query_map(params![from_id, into_id], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<Result<_, _>>()?;
-        for (old, same) in gpus {
-            match same {
-                None => {
-                    tx.execute(
-                        "UPDATE gpus SET host_id = ?2 WHERE id = ?1",
-                        params![old, into_id],
-                    )?;
-                    report.gpus_moved += 1;
-                }
-                Some(new) => {
-                    count(rekey(&tx, &gpu_tables, "gpu_id", old, new)?);
-                    tx.execute(
-                        "UPDATE gpus SET
-                           first_seen_ms = min(first_seen_ms, (SELECT first_seen_ms FROM gpus WHERE id = ?1)),
-                           last_seen_ms = max(last_seen_ms, (SELECT last_seen_ms FROM gpus WHERE id = ?1)),
-                           last_sample_ms = max(
-                             coalesce(last_sample_ms, (SELECT last_sample_ms FROM gpus WHERE id = ?1)),
-                             coalesce((SELECT last_sample_ms FROM gpus WHERE id = ?1), last_sample_ms))
-                         WHERE id = ?2",
-                        params![old, new],
-                    )?;
-                    tx.execute("DELETE FROM gpus WHERE id = ?1", params![old])?;
-                    report.gpus_joined += 1;
-                }
-            }
-        }
-        // Processes: one row per (pid, start time) on the target.
-        let procs: Vec<(i64, Option<i64>)> = tx
-            .prepare(
-                "SELECT p.id, (SELECT t.id FROM processes t WHERE t.host_id = ?2 AND t.pid = p.pid
-                                 AND t.start_time_ms = p.start_time_ms)
-                 FROM processes p WHERE p.host_id = ?1",
-            )?
-            .query_map(params![from_id, into_id], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<Result<_, _>>()?;
-        for (old, same) in procs {
-            match same {
-                None => {
-                    tx.execute(
-                        "UPDATE processes SET host_id = ?2 WHERE id = ?1",
-                        params![old, into_id],
-                    )?;
-                }
-                Some(new) => {
-                    count(rekey(&tx, &process_tables, "process_id", old, new)?);
-                    tx.execute(
-                        "UPDATE processes SET
-                           first_seen_ms = min(first_seen_ms, (SELECT first_seen_ms FROM processes WHERE id = ?1)),
-                           last_seen_ms = max(last_seen_ms, (SELECT last_seen_ms FROM processes WHERE id = ?1))
-                         WHERE id = ?2",
-                        params![old, new],
-                    )?;
-                    tx.execute("DELETE FROM processes WHERE id = ?1", params![old])?;
-                }
-            }
-        }
-        // Training series: one row per (name, labels) on the target.
-        let series: Vec<(i64, Option<i64>)> = tx
-            .prepare(
-                "SELECT s.id, (SELECT t.id FROM training_series t WHERE t.host_id = ?2
-                                 AND t.name = s.name AND t.labels_json = s.labels_json)
-                 FROM training_series s WHERE s.host_id = ?1",
-            )?
-            .query_map(params![from_id, into_id], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<Result<_, _>>()?;
-        for (old, same) in series {
-            match same {
-                None => {
-                    tx.execute(
-                        "UPDATE training_series SET host_id = ?2 WHERE id = ?1",
-                        params![old, into_id],
-                    )?;
-                }
-                Some(new) => {
-                    count(rekey(&tx, &series_tables, "series_id", old, new)?);
-                    tx.execute("DELETE FROM training_series WHERE id = ?1", params![old])?;
-                }
+        for (kind, refs) in &owned {
+            let (moved, joined, rows) = move_owned(&tx, kind, refs, from_id, into_id)?;
+            count(rows);
+            if kind.table == "gpus" {
+                report.gpus_moved += moved;
+                report.gpus_joined += joined;
             }
         }
         // The rollup progress: the older of the two, so that the merged host's minutes not

@@ -18,19 +18,7 @@ pub fn training_latest(
     series: &[i64],
     since_ms: TsMs,
 ) -> Result<HashMap<i64, (TsMs, f64)>, StoreError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT ts_ms, value FROM training_samples
-         WHERE series_id = ?1 AND ts_ms >= ?2 AND value IS NOT NULL
-         ORDER BY ts_ms DESC LIMIT 1",
-    )?;
-    let mut out = HashMap::new();
-    for &id in series {
-        let mut rows = stmt.query(params![id, since_ms])?;
-        if let Some(r) = rows.next()? {
-            out.insert(id, (r.get(0)?, r.get(1)?));
-        }
-    }
-    Ok(out)
+    training_end(conn, series, since_ms, "DESC")
 }
 
 /// The oldest point at or after `since_ms` of each of `series` (with [`training_latest`]: a
@@ -40,11 +28,21 @@ pub fn training_earliest(
     series: &[i64],
     since_ms: TsMs,
 ) -> Result<HashMap<i64, (TsMs, f64)>, StoreError> {
-    let mut stmt = conn.prepare_cached(
+    training_end(conn, series, since_ms, "ASC")
+}
+
+/// One end (`order`: `ASC` the oldest, `DESC` the newest) of each series since `since_ms`.
+fn training_end(
+    conn: &Connection,
+    series: &[i64],
+    since_ms: TsMs,
+    order: &str,
+) -> Result<HashMap<i64, (TsMs, f64)>, StoreError> {
+    let mut stmt = conn.prepare_cached(&format!(
         "SELECT ts_ms, value FROM training_samples
          WHERE series_id = ?1 AND ts_ms >= ?2 AND value IS NOT NULL
-         ORDER BY ts_ms ASC LIMIT 1",
-    )?;
+         ORDER BY ts_ms {order} LIMIT 1"
+    ))?;
     let mut out = HashMap::new();
     for &id in series {
         let mut rows = stmt.query(params![id, since_ms])?;

@@ -2,7 +2,7 @@
 //! the daemon's sender at every cycle, so a new silence applies at once.
 //!
 //! Invariants: a silence is never deleted (expiring sets `expired_ms`, so `silence list
-//! --all` shows history); matchers are stored as text in the `notify::matcher` syntax and
+//! --all` shows history); matchers are stored as text in the `matcher` syntax and
 //! checked before they are stored.
 
 use rusqlite::{Connection, params};

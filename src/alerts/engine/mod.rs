@@ -505,11 +505,11 @@ impl Engine {
                 "severity" => Some(TemplateValue::Text(severity.as_str().into())),
                 "rule" => Some(TemplateValue::Text(rule.name.clone())),
                 "for" => Some(since.map_or(TemplateValue::NoData, |a| {
-                    TemplateValue::Text(human((t - a).max(0)))
+                    TemplateValue::Text(crate::format::duration(t - a))
                 })),
                 "active" => Some(since.map_or(TemplateValue::NoData, |a| {
                     let window = rule.condition.longest_window().as_millis() as i64;
-                    TemplateValue::Text(human((t - a).max(0) + window))
+                    TemplateValue::Text(crate::format::duration((t - a).max(0) + window))
                 })),
                 "pid" => Some(s.pid.map_or(TemplateValue::NoData, |p| {
                     TemplateValue::Text(p.to_string())
@@ -662,6 +662,3 @@ fn targets<'a>(
     }
     out
 }
-
-/// Durations in alert texts: the one form (`crate::format::duration`).
-pub use crate::format::duration as human;
