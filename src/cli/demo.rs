@@ -67,7 +67,7 @@ fn stamp(ts: TsMs, start_ms: TsMs) -> String {
     let s = (ts - start_ms).max(0) / 1000;
     format!(
         "{} +{:02}:{:02}:{:02}",
-        super::alerts::short(ts),
+        crate::format::utc_seconds(ts),
         s / 3600,
         s / 60 % 60,
         s % 60

@@ -178,19 +178,29 @@ impl AlertDb {
                 }
             };
             if let Some(id) = id {
-                for c in &a.severity_changes {
-                    tx.prepare_cached(
-                        "INSERT INTO alert_severity_changes (alert_id, at_ms, from_severity, to_severity, summary)
-                         VALUES (?1, ?2, ?3, ?4, ?5)",
-                    )?
-                    .execute(params![id, c.at_ms, c.from, c.to, c.summary])?;
-                }
+                insert_changes(&tx, id, &a.severity_changes)?;
             }
         }
         super::outbox::insert(&tx, outbox)?;
         tx.commit()?;
         Ok(())
     }
+}
+
+/// Records alert `id`'s changes of severity.
+fn insert_changes(
+    conn: &Connection,
+    id: i64,
+    changes: &[SavedSeverityChange],
+) -> Result<(), StoreError> {
+    for c in changes {
+        conn.prepare_cached(
+            "INSERT INTO alert_severity_changes (alert_id, at_ms, from_severity, to_severity, summary)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?
+        .execute(params![id, c.at_ms, c.from, c.to, c.summary])?;
+    }
+    Ok(())
 }
 
 /// One episode `gpuwatch replay --save` found over stored history.
@@ -269,13 +279,7 @@ pub fn save_replayed(
                 ],
                 |r| r.get(0),
             )?;
-        for c in &e.severity_changes {
-            tx.prepare_cached(
-                "INSERT INTO alert_severity_changes (alert_id, at_ms, from_severity, to_severity, summary)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-            )?
-            .execute(params![id, c.at_ms, c.from, c.to, c.summary])?;
-        }
+        insert_changes(&tx, id, &e.severity_changes)?;
     }
     tx.commit()?;
     Ok((replaced, episodes.len()))
