@@ -103,8 +103,8 @@ for p in sorted(glob.glob(f"{SHARED}/nvidia-smi-captures-multiformat/*.metrics")
         add("openmetrics", c + "# EOF\n")
 
 # --- Prometheus JSON answers: the test fixtures ---
-for p in ["tests/training_fetch_errors.rs", "src/training/response.rs"] + sorted(
-    glob.glob("tests/training_support/*.rs")
+for p in ["tests/gpuwatch/training_fetch_errors.rs", "src/training/response.rs"] + sorted(
+    glob.glob("tests/gpuwatch/training_support/*.rs")
 ):
     if os.path.exists(p):
         for m in re.finditer(r'r#"(\{.*?)"#', read(p).decode(), re.S):
@@ -145,7 +145,7 @@ for p in kernel:
 
 # --- the SQL guard of `gpuwatch query` ---
 sql = []
-for p in ["tests/postmortem_query.rs", "src/store/query.rs"]:
+for p in ["tests/gpuwatch/postmortem_query.rs", "src/store/query.rs"]:
     for m in re.finditer(r'"((?:SELECT|PRAGMA|WITH|INSERT|UPDATE|DELETE|ATTACH|VACUUM|CREATE|DROP|--|/\*)(?:[^"\\]|\\.)*)"', read(p).decode()):
         sql.append(m.group(1).replace("\\n", "\n").replace('\\"', '"').replace("\\\n", " "))
 for p in sorted(glob.glob("docs/*.md")) + ["README.md"]:

@@ -2,6 +2,7 @@
 //! Debug, even when the server echoes the request's `Authorization` header. Alone in its test
 //! binary because it sets an environment variable (unsound while other threads read it).
 
+#[path = "gpuwatch/training_support/mod.rs"]
 mod training_support;
 
 use gpuwatch::config::{PrometheusAuth, SecretSource};

@@ -5,19 +5,15 @@
 //! untouched; read-only commands report damage and move nothing; two daemons on one database:
 //! the second is refused naming the first's pid, and kill -9 leaves no stale lock.
 
-#[path = "notify_support/slack_server.rs"]
-mod slack_server;
-
-#[path = "notify_support/daemon_rig.rs"]
-mod daemon_rig;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use daemon_rig::{Rig, gpuwatch, slack_toml, wait_for};
 use gpuwatch::store::{self, LATEST_VERSION, StoreConfig, synth::TickGen};
-use slack_server::SlackServer;
+
+use crate::notify_support::daemon_rig;
+use crate::notify_support::daemon_rig::{Rig, gpuwatch, slack_toml, wait_for};
+use crate::notify_support::slack_server::SlackServer;
 
 /// The moved-aside databases beside `db` (without their -wal / -shm).
 fn moved(db: &Path) -> Vec<PathBuf> {

@@ -5,17 +5,16 @@
 //! labelled with the pod, and not on the GPU of the pod that keeps stepping. `status` says
 //! which series each GPU's rules read and why.
 
-mod attribution_support;
-mod training_support;
-
 use std::time::Duration;
 
-use attribution_support::UUIDS;
 use gpuwatch::attribution::kubelet::server;
 use gpuwatch::config::Kubelet;
 use gpuwatch::sim::{SimGpus, find_fake_library};
 use gpuwatch::training::TrainingFetcher;
-use training_support::{
+
+use crate::attribution_support;
+use crate::attribution_support::UUIDS;
+use crate::training_support::{
     HOST, Prometheus, backfill, config, replay_jsonl, require_tools, sample_on_sim_clock,
     sim_daemon_config, store_training,
 };

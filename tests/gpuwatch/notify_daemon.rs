@@ -2,15 +2,10 @@
 //! grouping, resolved messages, silences, retries in order, the backlog self alert, secrets
 //! kept out of logs and `status`, and kill -9 at every point of the delivery path.
 
-#[path = "notify_support/daemon_rig.rs"]
-mod daemon_rig;
-#[path = "notify_support/slack_server.rs"]
-mod slack_server;
-
 use std::time::{Duration, Instant};
 
-use daemon_rig::{delivered, slack_toml, tempdir_rig, wait_for};
-use slack_server::{Reply, SlackServer};
+use crate::notify_support::daemon_rig::{delivered, slack_toml, tempdir_rig, wait_for};
+use crate::notify_support::slack_server::{Reply, SlackServer};
 
 #[test]
 fn alerts_reach_slack_grouped_and_resolved() {

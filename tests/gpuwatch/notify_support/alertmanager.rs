@@ -4,7 +4,7 @@
 //! to a webhook receiver (`send_resolved: true`) served by a capture server of the harness.
 //!
 //! Use it from any test file:
-//! `#[path = "notify_support/alertmanager.rs"] mod alertmanager;` then
+//! `use crate::notify_support::alertmanager;` then
 //! `let am = alertmanager::Alertmanager::start();` and post to `am.url()`.
 //!
 //! Invariants:

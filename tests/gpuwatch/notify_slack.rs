@@ -2,9 +2,6 @@
 //! and limits, the classification of every kind of failure, `min_interval` spacing, secret
 //! rotation, and that the webhook URL's token never shows in errors, Debug output or logs.
 
-#[path = "notify_support/slack_server.rs"]
-mod slack_server;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -13,7 +10,8 @@ use std::time::{Duration, Instant};
 use gpuwatch::config::Config;
 use gpuwatch::notify::{AlertMsg, BuildCtx, Notification, Receiver, SendError};
 use serde_json::Value;
-use slack_server::{Reply, SlackServer};
+
+use crate::notify_support::slack_server::{Reply, SlackServer};
 
 const T0: i64 = 1_764_525_600_000; // 2025-11-30 18:00:00 UTC
 

@@ -1,8 +1,8 @@
 //! A `gpuwatch run` daemon on the simulated NVML library for delivery tests: two GPUs busy
 //! for a while then idle, one rule (`busy`), a config with the receivers a test gives.
 //!
-//! Include with `#[path = "notify_support/daemon_rig.rs"] mod daemon_rig;` next to
-//! `slack_server` (it uses `super::slack_server`).
+//! Use it as `crate::notify_support::daemon_rig`; it uses its sibling `slack_server`
+//! (`super::slack_server`).
 
 #![allow(dead_code)]
 

@@ -2,21 +2,13 @@
 //! Slack-like endpoint and a real SMTP server (aiosmtpd), a failing SMTP login that must not
 //! leak the password, and several gpuwatch instances forwarding to a real Alertmanager.
 
-#[path = "notify_support/alertmanager.rs"]
-mod alertmanager;
-#[path = "notify_support/daemon_rig.rs"]
-mod daemon_rig;
-#[path = "notify_support/slack_server.rs"]
-mod slack_server;
-#[path = "notify_support/smtp.rs"]
-mod smtp;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use daemon_rig::{Rig, wait_for};
-use slack_server::SlackServer;
-use smtp::{Options, SmtpServer};
+use crate::notify_support::daemon_rig::{Rig, wait_for};
+use crate::notify_support::slack_server::SlackServer;
+use crate::notify_support::smtp::{Options, SmtpServer};
+use crate::notify_support::{alertmanager, daemon_rig, smtp};
 
 #[test]
 fn a_demo_alert_reaches_slack_and_a_real_smtp_server() {

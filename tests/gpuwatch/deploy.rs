@@ -2,7 +2,7 @@
 //! `systemd-analyze verify` and `security` for the unit, `kubernetes-validate` for the
 //! manifests (and the ConfigMap's gpuwatch.toml loads), `promtool` for the scrape config
 //! and rules, `amtool` for the Alertmanager route, hadolint for the Dockerfile. (The Grafana
-//! dashboard's queries run against a real Prometheus in tests/fleet.rs.)
+//! dashboard's queries run against a real Prometheus in `fleet.rs`.)
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

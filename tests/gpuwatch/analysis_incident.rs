@@ -2,10 +2,9 @@
 //! across 8 GPUs, each played through the whole daemon on a fixed simulated clock: golden
 //! files of the "Analysis" section (tests/golden/analysis/), and the JSON form's facts.
 
-mod analysis_support;
-
-use analysis_support::{START_MS, analysis_section, golden, gpuwatch, ok_stdout, play};
 use serde_json::Value;
+
+use crate::analysis_support::{START_MS, analysis_section, golden, gpuwatch, ok_stdout, play};
 
 fn incident_json(db: &std::path::Path, id: i64) -> Value {
     let o = gpuwatch(&["incident", &id.to_string(), "--format", "json", "--db"])

@@ -4,15 +4,14 @@
 //! what reaches the store (never a bad value, always a status row). Then secrets: a token from
 //! a file never shows in an error's Display or Debug (env secrets: `training_env_secret.rs`).
 
-mod training_support;
-
 use std::time::{Duration, Instant};
 
 use gpuwatch::config::{PrometheusAuth, QueryMethod, SecretSource};
 use gpuwatch::model::TrainingWrite;
 use gpuwatch::store::read;
 use gpuwatch::training::{FetchError, Role, TrainingFetcher};
-use training_support::{Canned, CannedServer, HOST, config, count, open_store};
+
+use crate::training_support::{Canned, CannedServer, HOST, config, count, open_store};
 
 const T: i64 = 1_750_000_000_000;
 const PROM_500: &str =

@@ -4,13 +4,11 @@
 //! objects, the `status` table names the reasons with their fixes, and `/metrics` exports the
 //! verdicts, the reasons and the decoded clock-event reasons, lint-clean.
 
-#[path = "http_support/mod.rs"]
-mod http_support;
-
 use std::time::Duration;
 
-use http_support::{Node, promtool_lint, series_value, wait_for};
 use serde_json::Value;
+
+use crate::http_support::{Node, promtool_lint, series_value, wait_for};
 
 /// GPUs 2.. after the node's two (0: busy and hot but healthy, 1: idle).
 const GPUS: &str = r#"

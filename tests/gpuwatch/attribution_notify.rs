@@ -3,17 +3,13 @@
 //! names the pod; a silence on one namespace (`silence add --match namespace=research`) keeps
 //! that pod's GPU out of Slack while the other pod's alert goes out; `status` shows the pods.
 
-mod attribution_support;
-#[path = "notify_support/daemon_rig.rs"]
-mod daemon_rig;
-#[path = "notify_support/slack_server.rs"]
-mod slack_server;
-
 use std::time::Duration;
 
-use daemon_rig::{slack_toml, tempdir_rig, wait_for};
 use gpuwatch::attribution::kubelet::server;
-use slack_server::SlackServer;
+
+use crate::attribution_support;
+use crate::notify_support::daemon_rig::{slack_toml, tempdir_rig, wait_for};
+use crate::notify_support::slack_server::SlackServer;
 
 /// The rig's rule, held for a few seconds (the kubelet's first answer comes after the first
 /// tick: the sampler never waits for it).

@@ -2,20 +2,16 @@
 //! dcgm-exporter's names (checked by promtool) and in gpuwatch's, the JSON API against the
 //! CLI's `--format json`, the token beyond loopback, and the live page in headless Chromium.
 
-#[path = "attribution_support/mod.rs"]
-mod attribution_support;
-#[path = "browser_support/mod.rs"]
-mod browser_support;
-#[path = "http_support/mod.rs"]
-mod http_support;
-
-use browser_support::browse;
-
 use std::process::Command;
 use std::time::Duration;
 
-use http_support::{Node, promtool_lint, series_value, wait_for};
 use serde_json::Value;
+
+use crate::attribution_support;
+use crate::browser_support::browse;
+use crate::http_support;
+use crate::http_support::{Node, promtool_lint, series_value, wait_for};
+use crate::training_support;
 
 /// Scrapes until the hot GPU's alert fires (the rules thread has evaluated).
 fn scrape_when_firing(node: &Node, token: Option<&str>) -> String {
@@ -562,9 +558,6 @@ fn the_demo_serves_fresh_gpus_on_its_own_clock() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
-
-#[path = "training_support/mod.rs"]
-mod training_support;
 
 #[test]
 fn the_listener_serves_https_with_its_certificate() {

@@ -5,14 +5,13 @@
 //! stopped: the fetcher records the failure and the live engine reports
 //! `training_metrics_unavailable`, not a hang.
 
-mod training_support;
-
 use gpuwatch::alerts::engine::{Engine, EngineOptions};
 use gpuwatch::model::TrainingWrite;
 use gpuwatch::sim::{SimGpus, find_fake_library};
 use gpuwatch::store;
 use gpuwatch::training::TrainingFetcher;
-use training_support::{
+
+use crate::training_support::{
     HOST, Prometheus, backfill, config, replay_jsonl, require_tools, sample_on_sim_clock,
     sim_daemon_config, store_training,
 };

@@ -5,18 +5,14 @@
 //! through its own queries; fleet PromQL over gpuwatch's series must give the right answer;
 //! Alertmanager must send one grouped notification.
 
-#[path = "notify_support/alertmanager.rs"]
-mod alertmanager;
-#[path = "http_support/mod.rs"]
-mod http_support;
-#[path = "training_support/mod.rs"]
-mod training_support;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use http_support::{Node, http_get, url_encode as encode, wait_for};
 use serde_json::Value;
+
+use crate::http_support::{Node, http_get, url_encode as encode, wait_for};
+use crate::notify_support::alertmanager;
+use crate::training_support;
 
 const HOSTS: [&str; 3] = ["gpu-a", "gpu-b", "gpu-c"];
 

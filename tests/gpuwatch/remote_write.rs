@@ -3,16 +3,14 @@
 //! nothing lost; and against a scripted receiver that decodes every request (snappy +
 //! protobuf): retries on 503 and 429, a 400 refused for good, order kept, auth sent.
 
-#[path = "http_support/mod.rs"]
-mod http_support;
-#[path = "training_support/mod.rs"]
-mod training_support;
-
 use std::time::Duration;
 
-use http_support::{Node, http_get, url_encode as encode, wait_for};
 use prost::Message;
 use serde_json::Value;
+
+use crate::http_support;
+use crate::http_support::{Node, http_get, url_encode as encode, wait_for};
+use crate::training_support;
 
 /// The timestamps (ms) Prometheus holds for `series` over the last `range`.
 fn stored_times(prom: &training_support::Prometheus, series: &str, range: &str) -> Vec<i64> {
@@ -116,7 +114,7 @@ fn an_outage_and_a_restart_lose_nothing() {
 
 #[test]
 fn retries_5xx_and_429_refuses_4xx_and_keeps_order() {
-    use training_support::Canned;
+    use crate::training_support::Canned;
     let recv = training_support::CannedServer::start(vec![
         Canned::Headers(503, ""),
         Canned::Headers(429, "Retry-After: 1\r\n"),

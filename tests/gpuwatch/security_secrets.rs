@@ -11,8 +11,6 @@
 //!
 //! Also: the database, its `-wal` and `-shm` files and the lock are not readable by others.
 
-mod http_support;
-
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
@@ -20,7 +18,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http_support::{Node, free_port, wait_for};
+use crate::http_support::{Node, free_port, wait_for};
 
 const HTTP_TOKEN: &str = "tok-http-7Hq2";
 const SLACK_SECRET: &str = "slackpath-9Kx4";

@@ -2,9 +2,6 @@
 //! HMAC signature (recomputed here), 4xx vs 5xx classification, and a URL read from a file
 //! whose token never shows in errors.
 
-#[path = "notify_support/slack_server.rs"]
-mod slack_server;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
@@ -14,7 +11,8 @@ use gpuwatch::notify::{AlertMsg, BuildCtx, Notification, Receiver, SendError};
 use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
-use slack_server::{Reply, SlackServer};
+
+use crate::notify_support::slack_server::{Reply, SlackServer};
 
 const T0: i64 = 1_764_525_600_000; // 2025-11-30T18:00:00Z
 

@@ -2,9 +2,6 @@
 //! `notify_support/alertmanager.rs`): fleet merging and grouping, resolution, HA with a member
 //! down, the heartbeat, and the classification of refusals (a canned server).
 
-#[path = "notify_support/alertmanager.rs"]
-mod alertmanager;
-
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -12,11 +9,13 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use alertmanager::Alertmanager;
 use gpuwatch::config::Config;
 use gpuwatch::notify::alertmanager::AlertmanagerReceiver;
 use gpuwatch::notify::{AlertMsg, BuildCtx, Notification, Receiver, SendError};
 use serde_json::Value;
+
+use crate::notify_support::alertmanager;
+use crate::notify_support::alertmanager::Alertmanager;
 
 const WAIT: Duration = Duration::from_secs(20);
 

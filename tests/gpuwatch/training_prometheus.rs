@@ -5,15 +5,14 @@
 //! data (the fetcher recovers). Then the same over HTTPS: a test CA from the openssl CLI, the
 //! `ca_file` and `insecure_skip_verify` keys, and an untrusted certificate refused.
 
-mod training_support;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use gpuwatch::model::TrainingPoint;
 use gpuwatch::store::{self, WriterHandle, read};
 use gpuwatch::training::{GpuRef, Join, Role, TrainingFetcher, gpus_for_series};
-use training_support::{
+
+use crate::training_support::{
     HOST, Prometheus, backfill, config, count, make_certs, open_store, require_tools,
 };
 

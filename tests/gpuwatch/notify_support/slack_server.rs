@@ -1,7 +1,7 @@
 //! A local HTTP server that answers like a Slack incoming webhook, for tests of the Slack
 //! receiver and of the daemon's notification path (the generic webhook tests use it too).
 //!
-//! Include it with `#[path = "notify_support/slack_server.rs"] mod slack_server;`.
+//! Use it as `crate::notify_support::slack_server`.
 //!
 //! ```ignore
 //! let slack = SlackServer::start();            // 127.0.0.1:<free port>, own thread + runtime

@@ -6,12 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-#[path = "browser_support/mod.rs"]
-mod browser_support;
-use browser_support::browse;
-
 use gpuwatch::store::postmortem::{self, AlertSpan};
 use gpuwatch::store::{history, open_read_only};
+
+use crate::browser_support::browse;
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_gpuwatch"))

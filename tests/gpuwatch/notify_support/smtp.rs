@@ -3,7 +3,7 @@
 //! made by the `openssl` CLI), killed on drop.
 //!
 //! Use it from any test file with
-//! `#[path = "notify_support/smtp.rs"] mod smtp;`:
+//! `use crate::notify_support::smtp;`:
 //!
 //! ```ignore
 //! let server = smtp::SmtpServer::start();                  // plain, no AUTH
@@ -137,8 +137,8 @@ impl SmtpServer {
         let dir = tempfile::tempdir().expect("tempdir");
         let mail = dir.path().join("mail");
         std::fs::create_dir(&mail).expect("mkdir mail");
-        let script =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/notify_support/smtp_auth.py");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/gpuwatch/notify_support/smtp_auth.py");
         let mut cmd = Command::new(PYTHON);
         cmd.arg(&script).arg("--dir").arg(&mail);
         let mut ca = None;

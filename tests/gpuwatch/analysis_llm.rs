@@ -5,15 +5,15 @@
 //! give one note line while the rule-based analysis is still printed. Also the `[analysis]`
 //! section's errors.
 
-mod analysis_support;
-
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use analysis_support::{Mode, gpuwatch, ok_stdout, play, stub};
 use serde_json::Value;
+
+use crate::analysis_support;
+use crate::analysis_support::{Mode, gpuwatch, ok_stdout, play, stub};
 
 /// The demo's database, made once for the tests of this file.
 fn demo_db() -> &'static Path {

@@ -4,9 +4,6 @@
 //! with a test CA, and how each failure is classified — with the password never in an error,
 //! its `Debug` or the logs.
 
-#[path = "notify_support/smtp.rs"]
-mod smtp;
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -17,7 +14,8 @@ use gpuwatch::model::{GpuSample, SampleStatus, TickBatch};
 use gpuwatch::notify::email::EmailReceiver;
 use gpuwatch::notify::{AlertMsg, BuildCtx, Notification, SendError, text};
 use gpuwatch::store::{self, StoreConfig, synth::TickGen};
-use smtp::{Options, ServerTls, SmtpServer};
+
+use crate::notify_support::smtp::{Options, ServerTls, SmtpServer};
 
 const HOST: &str = "node-7";
 /// 2025-06-15 15:00:00 UTC.
@@ -303,8 +301,10 @@ async fn resolved_message_looks_resolved_and_charts_degrade_to_notes() {
     assert!(!m.text("text/html").contains("No chart"));
 }
 
-/// Everything logged by any test of this binary: a global subscriber (a scoped one would
-/// miss events whose callsites other test threads registered first).
+/// Everything the email path logs (gpuwatch's notify module and lettre, every level) in any
+/// test of this binary: a global subscriber (a scoped one would miss events whose callsites
+/// other test threads registered first), filtered to those targets so the other modules'
+/// tests log nothing into it.
 fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
     static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
     LOGS.get_or_init(|| {
@@ -322,7 +322,9 @@ fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
         let buf = Arc::new(Mutex::new(Vec::new()));
         let w = W(buf.clone());
         let sub = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                "gpuwatch::notify=trace,lettre=trace",
+            ))
             .with_ansi(false)
             .with_writer(move || w.clone())
             .finish();

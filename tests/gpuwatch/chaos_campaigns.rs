@@ -7,7 +7,8 @@
 //! slice mounts a tmpfs, so it runs as root as CI does) on loopback and prints `... : PASS`
 //! only when nothing was lost, order was kept and duplicates stayed within the promise. Each
 //! slice stays under a minute on 2 cores. The slices run one at a time (each times ticks and
-//! deadlines; three rigs at once on 2 cores would measure the machine). The full campaigns
+//! deadlines; three rigs at once on 2 cores would measure the machine), and scripts/test.sh
+//! runs them after the rest of the suite (`--skip chaos_campaigns::`, then alone). The full campaigns
 //! (50 trials, ...) run from the command line only.
 
 use std::path::PathBuf;
