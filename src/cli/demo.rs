@@ -20,8 +20,8 @@ use crate::sampler::nvml;
 use crate::sim::{SimGpus, find_fake_library};
 use crate::store::{self, read::GpuProcessRow, read::GpuStatusRow};
 
-use super::format;
 use super::{Failure, exit, fail};
+use crate::views::gpus as format;
 
 /// The scenario played when none is given.
 const DEMO_SCENARIO: &str = include_str!("../../scenarios/demo.toml");

@@ -4,8 +4,8 @@
 
 use crate::store::{self, hosts};
 
-use super::alerts::short;
 use super::{ConfigArgs, Failure, exit, fail};
+use crate::views::alerts::short;
 
 #[derive(Debug, clap::Args)]
 pub struct HostsArgs {
@@ -91,7 +91,7 @@ fn list(a: ListArgs) -> Result<(), Failure> {
             when(h.last_seen_ms),
         ]);
     }
-    print!("{}", super::alerts::render(&cells));
+    print!("{}", crate::views::alerts::render(&cells));
     Ok(())
 }
 
@@ -111,7 +111,7 @@ fn merge(a: MergeArgs) -> Result<(), Failure> {
                     anyhow::anyhow!(
                         "host {:?} wrote data {} ago: a daemon may still be writing under that name; stop it first, or pass --force",
                         h.name,
-                        super::alerts::dur(now - h.last_seen_ms.unwrap_or(now))
+                        crate::views::alerts::dur(now - h.last_seen_ms.unwrap_or(now))
                     ),
                 ));
             }

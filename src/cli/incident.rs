@@ -23,8 +23,8 @@ use crate::store::{self, incident as q, window};
 mod explain;
 mod text;
 
-use super::alerts::{alert_json, durations, rfc3339};
 use super::{ConfigArgs, Failure, exit, fail};
+use crate::views::alerts::{alert_json, durations, rfc3339};
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum, Default)]
 pub enum Format {
@@ -229,7 +229,7 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
                         "first_seen": rfc3339(p.first_ms), "last_seen": rfc3339(p.last_ms),
                         "max_mem_mib": p.max_mem_bytes.map(|b| b as f64 / 1_048_576.0),
                     });
-                    super::format::add_placement(&mut v, p.placement.as_ref());
+                    crate::views::gpus::add_placement(&mut v, p.placement.as_ref());
                     v
                 }).collect::<Vec<_>>(),
                 // Who the kubelet said held the GPU during the window.

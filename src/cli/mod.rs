@@ -6,10 +6,8 @@
 
 mod alerts;
 mod demo;
-pub mod docs;
 mod doctor;
 mod export;
-mod format;
 mod gpu;
 mod gpu_audit;
 mod history;
@@ -28,8 +26,7 @@ mod rules_test;
 mod run;
 mod silence;
 mod status;
-mod status_training;
-pub mod timearg;
+pub use crate::views::timearg;
 
 use std::path::PathBuf;
 
@@ -171,6 +168,16 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
             error: e.into(),
         }
     }
+}
+
+/// A view's error as the command's: a usage error exits 2, a failure 1.
+pub fn view(e: crate::views::ViewError) -> Failure {
+    let code = if e.is_usage() {
+        exit::USAGE
+    } else {
+        exit::FAILURE
+    };
+    fail(code, e.into_error())
 }
 
 pub fn fail(code: i32, error: impl Into<anyhow::Error>) -> Failure {

@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 
-use super::history::select_gpus;
 use super::timearg::RangeArgs;
 use super::{ConfigArgs, Failure, exit, fail};
 use crate::report::{self, ReportError};
 use crate::store;
+use crate::views::history::select_gpus;
 
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {

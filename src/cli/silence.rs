@@ -8,8 +8,8 @@ use crate::clock::now_ms;
 use crate::matcher::Matcher;
 use crate::store;
 
-use super::format::age;
 use super::{ConfigArgs, Failure, exit, fail};
+use crate::views::gpus::age;
 
 #[derive(Debug, clap::Args)]
 pub struct SilenceArgs {

@@ -1,7 +1,7 @@
 //! The HTTP listener: `/healthz`, `/metrics` (dcgm-exporter-compatible, see [`metrics`]),
 //! the read-only JSON API (`/api/v1/status`, `/api/v1/alerts`, `/api/v1/history`,
 //! `/api/v1/gpu/audit`: the CLI's `--format json` documents, rendered by the same functions,
-//! [`crate::cli::docs`]) and the live page at `/`.
+//! [`crate::views`]) and the live page at `/`.
 //!
 //! Invariants: binds 127.0.0.1 unless configured otherwise, and beyond loopback the config
 //! refuses to load without a token; with a token every route but `/healthz` and the page's
@@ -31,6 +31,7 @@ pub use crate::telemetry::Health;
 use crate::clock::now_ms;
 use crate::config::{Config, SecretSource};
 use crate::notify::secret;
+use crate::views::ViewError;
 
 /// Everything the routes share.
 pub struct Api {
@@ -97,14 +98,11 @@ impl Api {
     /// argument, so that the next request starts clean).
     fn with_reader<T>(
         &self,
-        f: impl FnOnce(&Connection) -> Result<T, crate::cli::Failure>,
-    ) -> Result<T, crate::cli::Failure> {
+        f: impl FnOnce(&Connection) -> Result<T, ViewError>,
+    ) -> Result<T, ViewError> {
         let mut s = self.scraper.lock().unwrap_or_else(|p| p.into_inner());
         let out = f(s.conn(&self.cfg.database)?);
-        if out
-            .as_ref()
-            .is_err_and(|e| e.code != crate::cli::exit::USAGE)
-        {
+        if out.as_ref().is_err_and(|e| !e.is_usage()) {
             s.reset();
         }
         out
@@ -158,7 +156,7 @@ async fn scrape(State(api): State<Arc<Api>>, headers: HeaderMap) -> Response {
 async fn document(
     api: Arc<Api>,
     headers: HeaderMap,
-    render: impl FnOnce(&Api, &Connection) -> Result<String, crate::cli::Failure> + Send + 'static,
+    render: impl FnOnce(&Api, &Connection) -> Result<String, ViewError> + Send + 'static,
 ) -> Response {
     if let Some(r) = api.denial(&headers) {
         return r;
@@ -169,12 +167,12 @@ async fn document(
     match answer {
         Ok(Ok(text)) => (json_type, text).into_response(),
         Ok(Err(f)) => {
-            let code = if f.code == crate::cli::exit::USAGE {
+            let code = if f.is_usage() {
                 StatusCode::BAD_REQUEST
             } else {
                 StatusCode::INTERNAL_SERVER_ERROR
             };
-            let body = json!({ "error": format!("{:#}", f.error) });
+            let body = json!({ "error": f.to_string() });
             (code, Json(body)).into_response()
         }
         Err(e) => (
@@ -187,7 +185,7 @@ async fn document(
 
 async fn status(State(api): State<Arc<Api>>, headers: HeaderMap) -> Response {
     document(api, headers, |a, c| {
-        let v = crate::cli::docs::status(c, &a.cfg, Some(&a.cfg.host), a.health.sample_now())?;
+        let v = crate::views::api::status(c, &a.cfg, Some(&a.cfg.host), a.health.sample_now())?;
         Ok(v.to_string())
     })
     .await
@@ -199,7 +197,7 @@ async fn alerts(
     Query(q): Query<Vec<(String, String)>>,
 ) -> Response {
     document(api, headers, move |a, c| {
-        crate::cli::docs::alerts(&q, c, a.health.sample_now())
+        crate::views::api::alerts(&q, c, a.health.sample_now())
     })
     .await
 }
@@ -210,7 +208,7 @@ async fn history(
     Query(q): Query<Vec<(String, String)>>,
 ) -> Response {
     document(api, headers, move |a, c| {
-        crate::cli::docs::history(&q, c, a.health.sample_now())
+        crate::views::api::history(&q, c, a.health.sample_now())
     })
     .await
 }
@@ -221,7 +219,7 @@ async fn gpu_audit(
     Query(q): Query<Vec<(String, String)>>,
 ) -> Response {
     document(api, headers, move |a, c| {
-        crate::cli::docs::gpu_audit(&q, c, a.health.sample_now())
+        crate::views::api::gpu_audit(&q, c, a.health.sample_now())
     })
     .await
 }

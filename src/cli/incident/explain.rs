@@ -11,12 +11,12 @@ use anyhow::anyhow;
 use rusqlite::Connection;
 use serde_json::{Value, json};
 
-use super::super::alerts::rfc3339;
 use super::super::{Failure, exit, fail};
 use super::Format;
 use crate::analysis::{Analysis, llm, prompt, redact};
 use crate::config::Config;
 use crate::store::{self, analysis as sa, incident::AlertRow};
+use crate::views::alerts::rfc3339;
 
 /// What `--explain` got.
 pub struct Explanation {

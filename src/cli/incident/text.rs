@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use super::super::alerts::{dur, durations, render as table, short, subject};
 use super::{Stats, Training};
 use crate::model::TsMs;
 use crate::store::incident as q;
+use crate::views::alerts::{dur, durations, render as table, short, subject};
 
 impl Stats {
     pub(super) fn text(&self) -> String {

@@ -35,7 +35,7 @@ const TRAINING_FRESH_MS: i64 = 5 * 60_000;
 struct Reads {
     rows: Vec<store::read::GpuStatusRow>,
     xids: Vec<store::scrape::Xid>,
-    joins: crate::cli::docs::Joins,
+    joins: crate::views::Joins,
     latest: HashMap<i64, (i64, f64)>,
     alerts: Vec<store::scrape::LiveAlert>,
     errors: Vec<store::read::MetricErrorRow>,
@@ -53,7 +53,7 @@ impl Reads {
         now_ms: i64,
     ) -> Result<Reads, StoreError> {
         let rows = store::read::latest_per_gpu(conn, Some(host), now_ms)?;
-        let joins = crate::cli::docs::Joins::read(conn, &rows)?;
+        let joins = crate::views::Joins::read(conn, &rows)?;
         let chosen: Vec<i64> = rows
             .iter()
             .flat_map(|r| {

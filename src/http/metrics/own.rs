@@ -8,7 +8,6 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::expo::{Family, Kind, Label, Labels, label_name};
 use super::gpus::{Gpu, fresh_sample, id_label_names};
-use crate::cli::docs::Joins;
 use crate::config::Config;
 use crate::model::TsMs;
 use crate::store::outbox::ReceiverBacklog;
@@ -16,6 +15,7 @@ use crate::store::read::{MetricErrorRow, TrainingSourceRow};
 use crate::store::scrape::LiveAlert;
 use crate::telemetry::Health;
 use crate::telemetry::{BOUNDS, Histogram};
+use crate::views::Joins;
 
 pub struct Ctx<'a> {
     pub cfg: &'a Config,

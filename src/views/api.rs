@@ -1,19 +1,18 @@
-//! The documents that `status`, `alerts`, `history` and `gpu audit` print with `--format
-//! json`, for the HTTP API (`/api/v1/status`, `/api/v1/alerts`, `/api/v1/history`,
-//! `/api/v1/gpu/audit`): the same functions
-//! render both, and a query string is parsed by the commands' own argument parser, so a
-//! parameter means exactly what its flag means.
+//! The HTTP API's entry to the views (`/api/v1/status`, `/api/v1/alerts`, `/api/v1/history`,
+//! `/api/v1/gpu/audit`): the documents `status`, `alerts`, `history` and `gpu audit` print
+//! with `--format json`, rendered by the same functions; a query string is parsed by the
+//! commands' own argument parser (their flags but `--config`), so a parameter means exactly
+//! what its flag means.
 //!
 //! Invariant: only the listed parameters are accepted (`?config=` or `?format=` cannot
 //! reach the parser); a bad one is a usage error naming it.
 
 use clap::Parser;
 
-use super::{Failure, exit, fail};
+use super::{ViewError, usage as usage_error};
 use crate::model::TsMs;
 
 pub use super::status::document as status;
-pub use super::status_training::Joins;
 
 /// The parameters `/api/v1/alerts` takes (the flags of `gpuwatch alerts`).
 pub const ALERTS_PARAMS: &[&str] = &["since", "from", "to", "rule", "state", "host"];
@@ -27,34 +26,34 @@ pub const GPU_AUDIT_PARAMS: &[&str] = &["since", "from", "to", "gpu", "host"];
 
 #[derive(Parser)]
 #[command(no_binary_name = true)]
-struct GpuAuditQuery {
+struct GpuAuditParams {
     #[command(flatten)]
-    args: super::gpu_audit::AuditArgs,
+    args: super::gpu_audit::AuditQuery,
 }
 
 #[derive(Parser)]
 #[command(no_binary_name = true)]
-struct AlertsQuery {
+struct AlertsParams {
     #[command(flatten)]
-    args: super::alerts::AlertsArgs,
+    args: super::alerts::AlertsQuery,
 }
 
 #[derive(Parser)]
 #[command(no_binary_name = true)]
-struct HistoryQuery {
+struct HistoryParams {
     #[command(flatten)]
-    args: super::history::HistoryArgs,
+    args: super::history::HistoryQuery,
 }
 
 /// `--name=value` flags from query pairs, refusing parameters outside `known`.
-fn argv(query: &[(String, String)], known: &[&str]) -> Result<Vec<String>, Failure> {
+fn argv(query: &[(String, String)], known: &[&str]) -> Result<Vec<String>, ViewError> {
     let mut out = Vec::with_capacity(query.len() + 2);
     for (k, v) in query {
         if !known.contains(&k.as_str()) {
-            return Err(fail(
-                exit::USAGE,
-                anyhow::anyhow!("unknown parameter {k:?} (known: {})", known.join(", ")),
-            ));
+            return Err(usage_error(anyhow::anyhow!(
+                "unknown parameter {k:?} (known: {})",
+                known.join(", ")
+            )));
         }
         out.push(format!("--{k}={v}"));
     }
@@ -62,7 +61,7 @@ fn argv(query: &[(String, String)], known: &[&str]) -> Result<Vec<String>, Failu
     Ok(out)
 }
 
-fn usage(e: clap::Error) -> Failure {
+fn usage(e: clap::Error) -> ViewError {
     // clap's message names the flag; the API's callers know it as a parameter.
     let text = e.kind().to_string();
     let detail = e.to_string();
@@ -71,7 +70,7 @@ fn usage(e: clap::Error) -> Failure {
         .next()
         .unwrap_or(&text)
         .trim_start_matches("error: ");
-    fail(exit::USAGE, anyhow::anyhow!("{}", first.replace("--", "")))
+    usage_error(anyhow::anyhow!("{}", first.replace("--", "")))
 }
 
 /// `gpuwatch alerts --format json` with the query's flags.
@@ -79,8 +78,8 @@ pub fn alerts(
     query: &[(String, String)],
     conn: &rusqlite::Connection,
     now: TsMs,
-) -> Result<String, Failure> {
-    let q = AlertsQuery::try_parse_from(argv(query, ALERTS_PARAMS)?).map_err(usage)?;
+) -> Result<String, ViewError> {
+    let q = AlertsParams::try_parse_from(argv(query, ALERTS_PARAMS)?).map_err(usage)?;
     super::alerts::output(&q.args, conn, now)
 }
 
@@ -89,8 +88,8 @@ pub fn history(
     query: &[(String, String)],
     conn: &rusqlite::Connection,
     now: TsMs,
-) -> Result<String, Failure> {
-    let q = HistoryQuery::try_parse_from(argv(query, HISTORY_PARAMS)?).map_err(usage)?;
+) -> Result<String, ViewError> {
+    let q = HistoryParams::try_parse_from(argv(query, HISTORY_PARAMS)?).map_err(usage)?;
     super::history::output(&q.args, conn, now)
 }
 
@@ -99,8 +98,8 @@ pub fn gpu_audit(
     query: &[(String, String)],
     conn: &rusqlite::Connection,
     now: TsMs,
-) -> Result<String, Failure> {
-    let q = GpuAuditQuery::try_parse_from(argv(query, GPU_AUDIT_PARAMS)?).map_err(usage)?;
+) -> Result<String, ViewError> {
+    let q = GpuAuditParams::try_parse_from(argv(query, GPU_AUDIT_PARAMS)?).map_err(usage)?;
     super::gpu_audit::output(&q.args, conn, now)
 }
 
@@ -119,19 +118,18 @@ mod tests {
     fn only_the_commands_flags_pass() {
         let conn = rusqlite::Connection::open_in_memory().unwrap();
         let e = alerts(&q(&[("config", "/etc/passwd")]), &conn, 0).unwrap_err();
-        assert_eq!(e.code, exit::USAGE);
+        assert!(e.is_usage());
         assert!(
-            e.error.to_string().contains("unknown parameter \"config\""),
-            "{}",
-            e.error
+            e.to_string().contains("unknown parameter \"config\""),
+            "{e}"
         );
         let e = alerts(&q(&[("state", "burning")]), &conn, 0).unwrap_err();
-        assert_eq!(e.code, exit::USAGE);
-        assert!(e.error.to_string().contains("burning"), "{}", e.error);
+        assert!(e.is_usage());
+        assert!(e.to_string().contains("burning"), "{e}");
         let e = history(&q(&[("step", "soon")]), &conn, 0).unwrap_err();
-        assert_eq!(e.code, exit::USAGE, "{}", e.error);
+        assert!(e.is_usage(), "{e}");
         let e = gpu_audit(&q(&[("db", "/tmp/x.db")]), &conn, 0).unwrap_err();
-        assert_eq!(e.code, exit::USAGE);
+        assert!(e.is_usage());
     }
 
     #[test]
