@@ -177,9 +177,9 @@ impl Live {
         if upto <= self.engine.world().fed_to {
             return;
         }
-        let tx = match store::CachedTx::deferred(conn) {
+        let tx = match conn.unchecked_transaction() {
             Ok(tx) => tx,
-            Err(e) => return log_failure(&mut self.failures, &e),
+            Err(e) => return log_failure(&mut self.failures, &e.into()),
         };
         if self
             .sources_read

@@ -60,7 +60,6 @@ pub mod silences;
 mod size;
 pub mod synth;
 mod training;
-mod tx;
 pub mod window;
 mod write;
 mod writer;
@@ -78,7 +77,6 @@ pub use lock::DaemonLock;
 pub use migrate::{LATEST_VERSION, MIGRATION_COUNT, migrate_to, schema_version};
 pub use recover::Recovered;
 pub use rows::labels_json;
-pub use tx::CachedTx;
 pub use write::WriteStats;
 pub use writer::{
     AfterCommit, AfterCommitStart, Committed, SendTickError, TrainingSender, WRITER_QUEUE_CAPACITY,

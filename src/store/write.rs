@@ -187,7 +187,9 @@ impl Store {
         sources: &[TrainingSourceUpdate],
     ) -> Result<usize, StoreError> {
         let host_id = self.host_id;
-        let tx = super::CachedTx::immediate(&self.conn)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let mut w = TickWriter::new(&tx, host_id, &mut self.caches);
         for batch in batches {
             w.batch(batch)?;
