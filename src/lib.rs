@@ -1,10 +1,16 @@
-//! gpuwatch: watches NVIDIA GPUs, keeps a bounded history in SQLite and (later) alerts.
+//! gpuwatch: watches NVIDIA GPUs, keeps a bounded history in SQLite, evaluates alert rules
+//! over it and delivers the alerts.
 //!
 //! The pipeline, one module per stage: [`sampler`] (NVML → [`model::TickBatch`]) →
-//! [`store`] (SQLite ring buffer) → rules → alerts → notify; plus [`config`], [`http`],
+//! [`store`] (SQLite ring buffer) → [`rules`] and [`alerts`] (evaluated after each commit) →
+//! [`notify`] (delivery from the outbox). Beside it: [`kmsg`] (kernel-log XIDs),
+//! [`attribution`] (the container, pod and Slurm job holding each GPU), [`training`]
+//! (training metrics from Prometheus), [`http`] and [`remote_write`]. Also [`config`],
 //! [`daemon`] (wiring, threads, shutdown), [`doctor`] (diagnosing the GPU stack and the
-//! setup), [`manage`] (`gpu set`: GPU settings changed through NVML, audited), [`clock`] (time as a parameter), [`sim`] (simulated GPUs for the demo and tests)
-//! and [`cli`]. See ARCHITECTURE.md.
+//! setup), [`manage`] (`gpu set`: GPU settings changed through NVML, audited), [`import`]
+//! (logs recorded elsewhere), [`analysis`] and [`report`] (post-mortems), [`clock`] (time as a
+//! parameter), [`sim`] (simulated GPUs for the demo and tests) and [`cli`]. See
+//! ARCHITECTURE.md, whose "Layers" section orders the modules.
 
 pub mod alerts;
 pub mod analysis;
@@ -23,6 +29,7 @@ pub mod import;
 pub mod kmsg;
 pub mod manage;
 pub mod matcher;
+pub mod metric;
 pub mod model;
 pub mod notify;
 pub mod remote_write;
@@ -37,4 +44,5 @@ pub mod telemetry;
 pub mod text;
 pub mod training;
 pub mod transition;
+pub mod views;
 pub mod xid;

@@ -271,3 +271,16 @@ fn docs_health_md_lists_every_code_with_its_severity() {
         assert!(doc.contains(&row), "docs/HEALTH.md lacks {row}");
     }
 }
+
+#[test]
+fn the_metric_registrys_throttle_flags_are_these_bits() {
+    use super::clock_events::*;
+    assert_eq!(
+        crate::metric::THERMAL_BITS,
+        SW_THERMAL_SLOWDOWN | HW_THERMAL_SLOWDOWN
+    );
+    assert_eq!(
+        crate::metric::HW_SLOWDOWN_BITS,
+        HW_SLOWDOWN | HW_POWER_BRAKE_SLOWDOWN
+    );
+}

@@ -21,7 +21,7 @@ use crate::model::TsMs;
 use crate::store::StoreError;
 use crate::store::history::{self, GpuRow, HolderRow};
 use crate::store::postmortem::{self, AlertSpan, EventSpan, ProcessSpan, TrainingLine};
-use crate::store::window::{self, Series, Source, WindowMetric};
+use crate::store::window::{self, SampleMetric, Series, Source};
 
 /// The most points per line.
 pub const MAX_POINTS: i64 = 600;
@@ -109,7 +109,7 @@ pub fn report_step(from_ms: TsMs, to_ms: TsMs) -> (i64, Source) {
     (step, Source::auto(from_ms, to_ms, step))
 }
 
-fn chart_metrics() -> Vec<WindowMetric> {
+fn chart_metrics() -> Vec<SampleMetric> {
     CHART_METRICS
         .iter()
         .filter_map(|n| window::window_metric(n))

@@ -8,63 +8,14 @@
 
 use std::time::Duration;
 
+pub use crate::metric::SampleId;
+
 /// A series the evaluator can read for one GPU (or one process, or the host).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Metric {
-    // --- per-GPU samples (units as the rule author sees them) ---
-    /// GPU utilisation, percent.
-    UtilGpu,
-    /// Memory-controller utilisation, percent.
-    UtilMem,
-    /// Memory used, MiB.
-    MemUsed,
-    /// Memory free, MiB.
-    MemFree,
-    /// Memory total, MiB.
-    MemTotal,
-    /// Memory used / total, 0..1.
-    MemUsedRatio,
-    /// GPU temperature, °C.
-    Temp,
-    /// Fan speed, percent.
-    Fan,
-    /// SM clock, MHz.
-    ClockSm,
-    /// Memory clock, MHz.
-    ClockMem,
-    /// Power draw, W.
-    Power,
-    /// Enforced power limit, W.
-    PowerLimit,
-    /// Performance state number (0 = P0).
-    Pstate,
-    /// PCIe TX/RX throughput, MB/s.
-    PcieTx,
-    PcieRx,
-    /// Current PCIe generation and width.
-    PcieGen,
-    PcieWidth,
-    /// 1 when a thermal clock-event reason (SW or HW thermal slowdown) is active, else 0.
-    ThermalThrottle,
-    /// 1 when HW slowdown or power brake is active, else 0.
-    HwSlowdown,
-    /// Volatile ECC error counters.
-    EccCorrected,
-    EccUncorrected,
-    /// Retired pages (pre-Ampere) and remapped rows (Ampere+).
-    RetiredPages,
-    RemappedRowsUncorrectable,
-    /// 1 while a row remap is pending (needs a GPU reset), else 0.
-    RemapPending,
-    /// 1 when the sample says the GPU is lost (fallen off the bus), else 0.
-    Lost,
-    /// 1 when the GPU missed the tick's deadline (a gap), else 0.
-    Gap,
-    /// Compute processes on the GPU at that tick.
-    ProcessCount,
-    /// Percent of the time any tensor pipe was active since the previous sample (GPM,
-    /// Hopper and later; no data elsewhere).
-    TensorActive,
+    /// A per-GPU sample series of the metric registry (`crate::metric`), in the units the
+    /// rule author sees.
+    Sample(SampleId),
     /// Critical XIDs reported at that tick (0 when none); `count`/`sum` over a window.
     XidCritical,
     /// The number of the last XID seen at that tick (no data when none).
@@ -374,5 +325,13 @@ impl Expr {
                 rhs.metrics(out);
             }
         }
+    }
+}
+
+impl Metric {
+    /// The registry's sample metric named `name`, for code and tests that name one (a
+    /// compile-time error in a `const`, a panic elsewhere, when there is none).
+    pub const fn sample(name: &str) -> Metric {
+        Metric::Sample(SampleId::named(name))
     }
 }

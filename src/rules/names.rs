@@ -7,43 +7,14 @@
 
 use std::time::Duration;
 
-use super::ast::{Metric, Static};
+use super::ast::{Metric, SampleId, Static};
 use super::functions::{function_names, is_function, usage};
 use super::lex::ExprError;
+use crate::metric::{Axis, SampleMetric};
 
-/// Per-GPU (and per-process) series, by their names in the language.
-pub const METRICS: &[(&str, Metric)] = &[
-    ("util_gpu", Metric::UtilGpu),
-    ("util_mem", Metric::UtilMem),
-    ("mem_used", Metric::MemUsed),
-    ("mem_free", Metric::MemFree),
-    ("mem_total", Metric::MemTotal),
-    ("mem_used_ratio", Metric::MemUsedRatio),
-    ("temp", Metric::Temp),
-    ("fan", Metric::Fan),
-    ("clock_sm", Metric::ClockSm),
-    ("clock_mem", Metric::ClockMem),
-    ("power", Metric::Power),
-    ("power_limit", Metric::PowerLimit),
-    ("pstate", Metric::Pstate),
-    ("pcie_tx", Metric::PcieTx),
-    ("pcie_rx", Metric::PcieRx),
-    ("pcie_gen", Metric::PcieGen),
-    ("pcie_width", Metric::PcieWidth),
-    ("thermal_throttle", Metric::ThermalThrottle),
-    ("hw_slowdown", Metric::HwSlowdown),
-    ("ecc_corrected", Metric::EccCorrected),
-    ("ecc_uncorrected", Metric::EccUncorrected),
-    ("retired_pages", Metric::RetiredPages),
-    (
-        "remapped_rows_uncorrectable",
-        Metric::RemappedRowsUncorrectable,
-    ),
-    ("remap_pending", Metric::RemapPending),
-    ("lost", Metric::Lost),
-    ("gap", Metric::Gap),
-    ("process_count", Metric::ProcessCount),
-    ("tensor_active", Metric::TensorActive),
+/// The series that are not per-GPU samples (those are the metric registry's rows,
+/// `crate::metric::SAMPLE_METRICS`), by their names in the language.
+const OTHER_METRICS: &[(&str, Metric)] = &[
     ("xid_critical", Metric::XidCritical),
     ("xid", Metric::Xid),
     ("process_mem", Metric::ProcessMem),
@@ -51,6 +22,13 @@ pub const METRICS: &[(&str, Metric)] = &[
     ("training_loss", Metric::TrainingLoss),
     ("training_source_failing", Metric::TrainingSourceFailing),
 ];
+
+/// Every metric of the language with its name: the registry's sample metrics, then the rest.
+pub fn metrics() -> impl Iterator<Item = (&'static str, Metric)> {
+    SampleId::all()
+        .map(|id| (id.def().name, Metric::Sample(id)))
+        .chain(OTHER_METRICS.iter().copied())
+}
 
 /// Inventory constants, by their names in the language.
 pub const STATICS: &[(&str, Static)] = &[
@@ -79,19 +57,43 @@ const METRIC_ALIASES: &[(&str, &str)] = &[
 ];
 
 pub fn metric_by_name(name: &str) -> Option<Metric> {
-    METRICS.iter().find(|(n, _)| *n == name).map(|(_, m)| *m)
+    SampleId::by_name(name).map(Metric::Sample).or_else(|| {
+        OTHER_METRICS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, m)| *m)
+    })
 }
 
 pub fn static_by_name(name: &str) -> Option<Static> {
     STATICS.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
 }
 
-/// The language's name for a metric (`Metric::UtilGpu` → `util_gpu`).
+/// The language's name for a metric (the registry's row for a sample metric).
 pub fn metric_name(m: Metric) -> &'static str {
-    METRICS
-        .iter()
-        .find(|(_, x)| *x == m)
-        .map_or("?", |(n, _)| n)
+    match m {
+        Metric::Sample(id) => id.def().name,
+        m => OTHER_METRICS
+            .iter()
+            .find(|(_, x)| *x == m)
+            .map_or("?", |(n, _)| n),
+    }
+}
+
+/// The registry's row of a metric; `None` for metrics that are not per-GPU sample series
+/// (XIDs, process and training metrics).
+pub fn metric_of(m: Metric) -> Option<&'static SampleMetric> {
+    match m {
+        Metric::Sample(id) => Some(id.def()),
+        _ => None,
+    }
+}
+
+/// The metric named `name` (or by one of the registry's aliases that stands for one metric,
+/// e.g. `util`) when it is a per-GPU sample series; `None` for process, XID and training
+/// metrics and for unknown names.
+pub fn sample_metric(name: &str) -> Option<Metric> {
+    crate::metric::by_name_or_alias(name).map(Metric::Sample)
 }
 
 pub fn static_name(s: Static) -> &'static str {
@@ -103,15 +105,10 @@ pub fn static_name(s: Static) -> &'static str {
 
 /// 0/1 series: usable directly as conditions (`lost`, `max(thermal_throttle[1m])`).
 pub fn is_flag(m: Metric) -> bool {
-    matches!(
-        m,
-        Metric::ThermalThrottle
-            | Metric::HwSlowdown
-            | Metric::RemapPending
-            | Metric::Lost
-            | Metric::Gap
-            | Metric::TrainingSourceFailing
-    )
+    match m {
+        Metric::Sample(id) => id.def().axis == Axis::Flag,
+        m => m == Metric::TrainingSourceFailing,
+    }
 }
 
 /// Levenshtein distance (characters).
@@ -166,9 +163,8 @@ pub fn unknown_name(name: &str, at: usize) -> ExprError {
         .iter()
         .find(|(a, _)| *a == name)
         .map(|(_, m)| *m);
-    let names = METRICS
-        .iter()
-        .map(|(n, _)| *n)
+    let names = metrics()
+        .map(|(n, _)| n)
         .chain(STATICS.iter().map(|(n, _)| *n));
     match alias.or_else(|| closest(name, names)) {
         Some(m) => e.hint(format!("did you mean `{m}`?")),
@@ -237,21 +233,22 @@ mod tests {
 
     #[test]
     fn every_metric_and_constant_has_one_name() {
-        for (name, m) in METRICS {
-            assert_eq!(metric_name(*m), *name);
-            assert_eq!(metric_by_name(name), Some(*m));
+        for (name, m) in metrics() {
+            assert_eq!(metric_name(m), name);
+            assert_eq!(metric_by_name(name), Some(m));
             assert!(static_by_name(name).is_none(), "{name} is both");
         }
         for (name, s) in STATICS {
             assert_eq!(static_name(*s), *name);
         }
-        assert_eq!(METRICS.len(), 34);
+        // 34, and the test build's probe row (`crate::metric`).
+        assert_eq!(metrics().count(), 35);
         assert_eq!(STATICS.len(), 10);
     }
 
     #[test]
     fn suggestions() {
-        let names = || METRICS.iter().map(|(n, _)| *n);
+        let names = || metrics().map(|(n, _)| n);
         assert_eq!(closest("gpu_util", names()), Some("util_gpu"));
         assert_eq!(closest("clock", names()), Some("clock_sm"));
         assert_eq!(closest("banana", names()), None);

@@ -178,7 +178,7 @@ mod tests {
     #[test]
     fn parentheses_only_where_needed() {
         let (a, b, c) = (
-            Expr::Current(Metric::Temp),
+            Expr::Current(Metric::sample("temp")),
             Expr::Number(2.0),
             Expr::Seconds(90.0),
         );

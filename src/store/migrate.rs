@@ -120,6 +120,16 @@ const MIGRATIONS: &[Migration] = &[
         name: "alert_history",
         sql: include_str!("../../migrations/0019_alert_history.sql"),
     },
+    // The unit-test build's metric registry has one more rollup row (`crate::metric`'s
+    // `test_probe`): its columns, always after the last real migration.
+    #[cfg(test)]
+    Migration {
+        version: 20,
+        name: "test_probe",
+        sql: "ALTER TABLE rollups_1m ADD COLUMN test_probe_min INTEGER;
+              ALTER TABLE rollups_1m ADD COLUMN test_probe_max INTEGER;
+              ALTER TABLE rollups_1m ADD COLUMN test_probe_avg REAL;",
+    },
 ];
 
 /// The schema version this binary writes and reads: the highest migration's.

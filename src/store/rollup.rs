@@ -1,9 +1,11 @@
 //! 1-minute rollups of `samples` into `rollups_1m`, and the per-host rollup progress.
 //!
 //! Invariants:
-//! - One mechanism: [`rollup_host`] recomputes whole minutes from the raw rows that exist and
-//!   upserts them. Live writes, catch-up after an upgrade, imports ([`Store::rollup_range`])
-//!   and "roll up before deleting raw data" all go through it; it is idempotent.
+//! - One accumulator ([`Acc`]: a minute of one GPU) and one upsert of its row, fed two ways:
+//!   [`rollup_host`] recomputes whole minutes from the raw rows that exist (live writes,
+//!   catch-up after an upgrade, [`Store::rollup_range`], "roll up before deleting raw data";
+//!   idempotent), and an import adds its rows as it parses them (`import/fused.rs`), used only
+//!   where the result equals what `rollup_host` would compute after the publish.
 //! - It never deletes a rollup: a minute whose raw rows are gone keeps its rollup.
 //! - `rollup_state.done_ms` per host: every minute starting before it has been rolled up.
 //!   The live path advances it to the start of the host's newest (incomplete) minute, at most
@@ -32,19 +34,10 @@ pub(super) fn ceil_minute(ts_ms: TsMs) -> TsMs {
     floor_minute(ts_ms + MINUTE_MS - 1)
 }
 
-/// Metrics with min/max/avg, in `rollups_1m` column order: (rollup prefix, samples column).
-const METRICS: [(&str, &str); 10] = [
-    ("util_gpu", "util_gpu_pct"),
-    ("util_mem", "util_mem_pct"),
-    ("mem_used", "mem_used_bytes"),
-    ("temp", "temp_c"),
-    ("power", "power_mw"),
-    ("clock_sm", "clock_sm_mhz"),
-    ("clock_mem", "clock_mem_mhz"),
-    ("fan", "fan_pct"),
-    ("pcie_tx", "pcie_tx_kbs"),
-    ("pcie_rx", "pcie_rx_kbs"),
-];
+/// How many metrics `rollups_1m` holds as min/max/avg: the metric registry's rows with a
+/// rollup ([`crate::metric::ROLLED_METRICS`]), named `{name}_min`, `_max`, `_avg`, of their `sql`
+/// column.
+const METRICS: usize = crate::metric::ROLLED;
 /// Extra columns: (rollup column, samples column), aggregated as noted in the module doc.
 const EXTRAS: [(&str, &str); 4] = [
     ("ecc_corrected_max", "ecc_corrected"),
@@ -54,7 +47,11 @@ const EXTRAS: [(&str, &str); 4] = [
 ];
 
 static SELECT_SQL: LazyLock<String> = LazyLock::new(|| {
-    let cols: Vec<&str> = METRICS.iter().chain(EXTRAS.iter()).map(|m| m.1).collect();
+    let cols: Vec<&str> = crate::metric::ROLLED_METRICS
+        .iter()
+        .map(|m| m.sql)
+        .chain(EXTRAS.iter().map(|m| m.1))
+        .collect();
     format!(
         "SELECT ts_ms, gpu_id, status, {} FROM samples
          WHERE ts_ms >= ?1 AND ts_ms < ?2 AND gpu_id IN (SELECT id FROM gpus WHERE host_id = ?3)
@@ -69,9 +66,9 @@ pub(super) static COLUMNS: LazyLock<Vec<String>> = LazyLock::new(|| {
         .into_iter()
         .map(String::from)
         .collect::<Vec<_>>();
-    for (prefix, _) in METRICS {
+    for m in crate::metric::ROLLED_METRICS.iter() {
         for suffix in ["min", "max", "avg"] {
-            cols.push(format!("{prefix}_{suffix}"));
+            cols.push(format!("{}_{suffix}", m.name));
         }
     }
     cols.extend(EXTRAS.iter().map(|e| e.0.to_string()));
@@ -104,28 +101,22 @@ static INSERT_SQL: LazyLock<String> =
     LazyLock::new(|| insert_with("rollups_1m", "uuid_id, ", &format!("{UUID_ID_OF_GPU_2}, ")));
 
 /// The values a rollup aggregates, in [`METRICS`] then [`EXTRAS`] order.
-pub(super) const VALUES: usize = METRICS.len() + EXTRAS.len();
+pub(super) const VALUES: usize = METRICS + EXTRAS.len();
 
 /// The rollup values of a sample, exactly as `samples` stores them
 /// (`store::rows::sample_params`).
 pub(super) fn sample_values(s: &GpuSample) -> [Option<i64>; VALUES] {
-    let n = |v: Option<u32>| v.map(i64::from);
-    [
-        n(s.util_gpu_pct),
-        n(s.util_mem_pct),
-        sat(s.mem_used_bytes),
-        n(s.temp_c),
-        n(s.power_mw),
-        n(s.clock_sm_mhz),
-        n(s.clock_mem_mhz),
-        n(s.fan_pct),
-        n(s.pcie_tx_kbs),
-        n(s.pcie_rx_kbs),
+    let mut out = [None; VALUES];
+    for (slot, m) in out.iter_mut().zip(crate::metric::ROLLED_METRICS.iter()) {
+        *slot = m.rollup.and_then(|stored| stored(s));
+    }
+    out[METRICS..].copy_from_slice(&[
         sat(s.ecc_corrected),
         sat(s.ecc_uncorrected),
         s.throttle_reasons.map(|v| v as i64),
         sat(s.energy_mj),
-    ]
+    ]);
+    out
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -158,7 +149,7 @@ pub(super) struct Acc {
     n: i64,
     n_missed: i64,
     n_lost: i64,
-    metrics: [MetricAcc; METRICS.len()],
+    metrics: [MetricAcc; METRICS],
     ecc_corrected: Option<i64>,
     ecc_uncorrected: Option<i64>,
     throttle: Option<i64>,
@@ -179,7 +170,7 @@ impl Acc {
             n: 0,
             n_missed: 0,
             n_lost: 0,
-            metrics: [MetricAcc::default(); METRICS.len()],
+            metrics: [MetricAcc::default(); METRICS],
             ecc_corrected: None,
             ecc_uncorrected: None,
             throttle: None,
@@ -199,7 +190,7 @@ impl Acc {
         for (m, v) in self.metrics.iter_mut().zip(v) {
             m.add(*v);
         }
-        let base = METRICS.len();
+        let base = METRICS;
         self.ecc_corrected = opt_max(self.ecc_corrected, v[base]);
         self.ecc_uncorrected = opt_max(self.ecc_uncorrected, v[base + 1]);
         if let Some(t) = v[base + 2] {
@@ -448,7 +439,9 @@ mod tests {
 
     #[test]
     fn insert_sql_has_one_mark_per_column() {
-        assert!(INSERT_SQL.contains("?39)"));
-        assert!(!INSERT_SQL.contains("?40"));
+        // 5 + 3 per rolled metric (10, and the test build's probe) + 4 extras.
+        assert_eq!(COLUMNS.len(), 5 + 3 * 11 + 4);
+        assert!(INSERT_SQL.contains("?42)"));
+        assert!(!INSERT_SQL.contains("?43"));
     }
 }

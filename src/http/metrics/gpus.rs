@@ -19,6 +19,7 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// One exported GPU reading: both names, its kind, what it is, and how to read it (in
 /// dcgm-exporter's unit, `dcgm_unit`; `to_base` converts to gpuwatch's base unit, which its
 /// name carries).
+#[derive(Clone, Copy)]
 struct Reading {
     dcgm: &'static str,
     ours: &'static str,
@@ -85,47 +86,9 @@ const fn counter(
     }
 }
 
-const READINGS: &[Reading] = &[
-    gauge(
-        "DCGM_FI_DEV_SM_CLOCK",
-        "gpuwatch_gpu_sm_clock_hertz",
-        "SM clock frequency",
-        Some("MHz"),
-        |s| f(s.clock_sm_mhz),
-        1e6,
-    ),
-    gauge(
-        "DCGM_FI_DEV_MEM_CLOCK",
-        "gpuwatch_gpu_memory_clock_hertz",
-        "Memory clock frequency",
-        Some("MHz"),
-        |s| f(s.clock_mem_mhz),
-        1e6,
-    ),
-    gauge(
-        "DCGM_FI_DEV_GPU_TEMP",
-        "gpuwatch_gpu_temperature_celsius",
-        "GPU temperature",
-        Some("C"),
-        |s| f(s.temp_c),
-        1.0,
-    ),
-    gauge(
-        "DCGM_FI_DEV_POWER_USAGE",
-        "gpuwatch_gpu_power_watts",
-        "Power draw",
-        Some("W"),
-        |s| s.power_mw.map(|p| p as f64 / 1000.0),
-        1.0,
-    ),
-    gauge(
-        "DCGM_FI_DEV_POWER_MGMT_LIMIT",
-        "gpuwatch_gpu_power_limit_watts",
-        "Power management limit",
-        Some("W"),
-        |s| s.power_limit_mw.map(|p| p as f64 / 1000.0),
-        1.0,
-    ),
+/// The readings that are not rule-language metrics; the others come from the metric
+/// registry's exports ([`crate::metric::Export`]).
+const EXTRA_READINGS: &[Reading] = &[
     counter(
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
         "gpuwatch_gpu_energy_joules",
@@ -133,48 +96,6 @@ const READINGS: &[Reading] = &[
         Some("mJ"),
         |s| s.energy_mj.map(|e| e as f64),
         1e-3,
-    ),
-    gauge(
-        "DCGM_FI_DEV_GPU_UTIL",
-        "gpuwatch_gpu_utilization_ratio",
-        "GPU utilization",
-        Some("%"),
-        |s| f(s.util_gpu_pct),
-        0.01,
-    ),
-    gauge(
-        "DCGM_FI_DEV_MEM_COPY_UTIL",
-        "gpuwatch_gpu_memory_copy_utilization_ratio",
-        "Memory utilization",
-        Some("%"),
-        |s| f(s.util_mem_pct),
-        0.01,
-    ),
-    // NVML GPM's ANY_TENSOR_UTIL (%, over the interval since the previous sample): the
-    // tensor-pipe activity DCGM's profiling module serves under this name, as a ratio.
-    gauge(
-        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-        "gpuwatch_gpu_tensor_active_ratio",
-        "Ratio of cycles the tensor (HMMA) pipe is active",
-        None,
-        |s| s.tensor_active_pct.map(|p| p / 100.0),
-        1.0,
-    ),
-    gauge(
-        "DCGM_FI_DEV_FB_FREE",
-        "gpuwatch_gpu_memory_free_bytes",
-        "Framebuffer memory free",
-        Some("MiB"),
-        |s| s.mem_free_bytes.map(|b| b as f64 / MIB),
-        MIB,
-    ),
-    gauge(
-        "DCGM_FI_DEV_FB_USED",
-        "gpuwatch_gpu_memory_used_bytes",
-        "Framebuffer memory used",
-        Some("MiB"),
-        |s| s.mem_used_bytes.map(|b| b as f64 / MIB),
-        MIB,
     ),
     gauge(
         "DCGM_FI_DEV_FB_RESERVED",
@@ -188,83 +109,11 @@ const READINGS: &[Reading] = &[
         MIB,
     ),
     gauge(
-        "DCGM_FI_DEV_FAN_SPEED",
-        "gpuwatch_gpu_fan_speed_ratio",
-        "Fan speed",
-        Some("%"),
-        |s| f(s.fan_pct),
-        0.01,
-    ),
-    gauge(
-        "DCGM_FI_DEV_PSTATE",
-        "gpuwatch_gpu_performance_state",
-        "Performance state (0 = P0, fastest)",
-        None,
-        |s| f(s.pstate),
-        1.0,
-    ),
-    gauge(
-        "DCGM_FI_DEV_PCIE_LINK_GEN",
-        "gpuwatch_gpu_pcie_link_generation",
-        "PCIe link generation",
-        None,
-        |s| f(s.pcie_gen),
-        1.0,
-    ),
-    gauge(
-        "DCGM_FI_DEV_PCIE_LINK_WIDTH",
-        "gpuwatch_gpu_pcie_link_width",
-        "PCIe link width (lanes)",
-        None,
-        |s| f(s.pcie_width),
-        1.0,
-    ),
-    gauge(
-        "DCGM_FI_PROF_PCIE_TX_BYTES",
-        "gpuwatch_gpu_pcie_transmit_bytes_per_second",
-        "The rate of data transmitted over the PCIe bus, in bytes per second",
-        None,
-        |s| s.pcie_tx_kbs.map(|k| k as f64 * 1024.0),
-        1.0,
-    ),
-    gauge(
-        "DCGM_FI_PROF_PCIE_RX_BYTES",
-        "gpuwatch_gpu_pcie_receive_bytes_per_second",
-        "The rate of data received over the PCIe bus, in bytes per second",
-        None,
-        |s| s.pcie_rx_kbs.map(|k| k as f64 * 1024.0),
-        1.0,
-    ),
-    gauge(
         "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
         "gpuwatch_gpu_clock_event_reasons",
         "Current clock throttle reasons (NVML's bitmask)",
         None,
         |s| s.throttle_reasons.map(|r| r as f64),
-        1.0,
-    ),
-    counter(
-        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-        "gpuwatch_gpu_ecc_corrected_errors",
-        "Total number of single-bit volatile ECC errors",
-        None,
-        |s| s.ecc_corrected.map(|e| e as f64),
-        1.0,
-    ),
-    counter(
-        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-        "gpuwatch_gpu_ecc_uncorrected_errors",
-        "Total number of double-bit volatile ECC errors",
-        None,
-        |s| s.ecc_uncorrected.map(|e| e as f64),
-        1.0,
-    ),
-    counter(
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-        "gpuwatch_gpu_remapped_rows_uncorrectable",
-        "Number of remapped rows for uncorrectable errors",
-        None,
-        |s| f(s.remapped_rows_uncorrectable),
         1.0,
     ),
     counter(
@@ -283,15 +132,28 @@ const READINGS: &[Reading] = &[
         |s| s.remap_failure.map(|b| if b { 1.0 } else { 0.0 }),
         1.0,
     ),
-    gauge(
-        "DCGM_FI_DEV_ROW_REMAP_PENDING",
-        "gpuwatch_gpu_row_remap_pending",
-        "Whether remapping of rows is pending (a GPU reset is needed)",
-        None,
-        |s| s.remap_pending.map(|b| if b { 1.0 } else { 0.0 }),
-        1.0,
-    ),
 ];
+
+/// Every exported reading: the registry's, then the extras.
+fn readings() -> impl Iterator<Item = Reading> {
+    crate::metric::SAMPLE_METRICS
+        .iter()
+        .filter_map(|m| m.export)
+        .map(|e| Reading {
+            dcgm: e.dcgm,
+            ours: e.ours,
+            kind: if e.counter {
+                Kind::Counter { total: false }
+            } else {
+                Kind::Gauge
+            },
+            what: e.what,
+            dcgm_unit: e.dcgm_unit,
+            value: e.value,
+            to_base: e.to_base,
+        })
+        .chain(EXTRA_READINGS.iter().copied())
+}
 
 /// `pod`, `namespace` and `container` when attribution knows who holds the GPU.
 fn push_pod(l: &mut Vec<Label>, row: &GpuStatusRow) {
@@ -352,8 +214,8 @@ pub fn fresh_sample(row: &GpuStatusRow, stale_after_ms: i64) -> Option<&GpuSampl
 
 /// The readings of every GPU, one family per metric, plus the last XID of each GPU.
 pub fn families(gpus: &[Gpu], stale_after_ms: i64, names: MetricNames) -> Vec<Family> {
-    let mut out = Vec::with_capacity(READINGS.len() + 1);
-    for r in READINGS {
+    let mut out = Vec::new();
+    for r in readings() {
         let (name, kind): (Cow<'static, str>, Kind) = match names {
             MetricNames::Dcgm => (r.dcgm.into(), r.kind),
             MetricNames::Gpuwatch => match r.kind {

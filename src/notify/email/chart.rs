@@ -17,10 +17,9 @@ use std::path::Path;
 use plotters::backend::RGBPixel;
 use plotters::prelude::*;
 
+use crate::metric::{Axis, SampleMetric};
 use crate::model::TsMs;
 use crate::notify::{AlertMsg, Notification};
-use crate::rules::ast::Metric;
-use crate::rules::names::metric_name;
 use crate::store::open_read_only;
 use crate::store::window::{self, Point, Source};
 
@@ -46,7 +45,7 @@ pub struct Spec {
     /// Index of the alert in `Notification::alerts`.
     pub alert: usize,
     pub gpu_id: i64,
-    pub metric: Metric,
+    pub metric: &'static SampleMetric,
     /// The shaded span: the alert's start and (resolved alerts) end.
     pub starts_ms: TsMs,
     pub ends_ms: Option<TsMs>,
@@ -95,7 +94,7 @@ pub fn wanted(n: &Notification) -> Vec<Spec> {
 }
 
 fn spec(i: usize, a: &AlertMsg) -> Option<Spec> {
-    let metric = window::sample_metric(a.metric.as_deref()?)?;
+    let metric = crate::metric::by_name_or_alias(a.metric.as_deref()?)?.def();
     Some(Spec {
         alert: i,
         gpu_id: a.gpu_id?,
@@ -124,10 +123,7 @@ pub fn render(db: &Path, specs: &[Spec], now_ms: TsMs) -> Vec<Outcome> {
     specs
         .iter()
         .map(|s| {
-            let name = metric_name(s.metric);
-            let Some(metric) = window::metric_of(s.metric) else {
-                return Outcome::Note(format!("No chart: {name} is not a GPU sample metric."));
-            };
+            let (name, metric) = (s.metric.name, *s.metric);
             // `now_ms` is the newest sample drawn: the range ends just after it.
             let read = window::series(
                 &conn,
@@ -165,7 +161,7 @@ fn draw_one(
     from: TsMs,
     to: TsMs,
 ) -> Outcome {
-    let name = metric_name(s.metric);
+    let name = s.metric.name;
     let values: Vec<(&Point, (f64, f64, f64))> =
         points.iter().filter_map(|p| Some((p, value(p)?))).collect();
     let (Some(first), Some(last)) = (values.first(), values.last()) else {
@@ -194,16 +190,12 @@ fn draw_one(
     }
 }
 
-fn y_range(m: Metric, min: f64, max: f64) -> (f64, f64) {
-    match m {
-        Metric::UtilGpu | Metric::UtilMem | Metric::Fan => (0.0, max.max(100.0)),
-        Metric::MemUsedRatio => (0.0, max.max(1.0)),
-        Metric::ThermalThrottle
-        | Metric::HwSlowdown
-        | Metric::RemapPending
-        | Metric::Lost
-        | Metric::Gap => (-0.05, 1.05),
-        _ => {
+fn y_range(m: &SampleMetric, min: f64, max: f64) -> (f64, f64) {
+    match m.axis {
+        Axis::Percent => (0.0, max.max(100.0)),
+        Axis::Ratio => (0.0, max.max(1.0)),
+        Axis::Flag => (-0.05, 1.05),
+        Axis::Fit => {
             let pad = if max > min {
                 (max - min) * 0.1
             } else {

@@ -67,6 +67,27 @@ pub struct EvalCtx<'a> {
     /// A GPU metric older than this is no data for an instant reference (at least; a GPU
     /// sampled less often gets 3 of its own intervals, see [`EvalCtx::stale_after`]).
     pub staleness_ms: i64,
+    /// The peer functions' inner values at `t` (one memo per evaluation time).
+    pub peers: &'a PeerMemo,
+}
+
+/// Each GPU's value of a peer function's inner expression, computed once per evaluation time
+/// and shared by all its peers: without it a peer rule costs GPUs² window scans per tick.
+/// Keyed by the expression's address, so a memo must not outlive the rules it was filled
+/// from (the engine makes one per evaluation).
+#[derive(Debug, Default)]
+pub struct PeerMemo(std::cell::RefCell<std::collections::HashMap<(usize, i64), Option<f64>>>);
+
+impl PeerMemo {
+    fn get_or(&self, e: &Expr, gpu_id: i64, f: impl FnOnce() -> Outcome) -> Outcome {
+        let key = (std::ptr::from_ref(e) as usize, gpu_id);
+        if let Some(v) = self.0.borrow().get(&key) {
+            return Ok(*v);
+        }
+        let v = f()?;
+        self.0.borrow_mut().insert(key, v);
+        Ok(v)
+    }
 }
 
 /// Prometheus's lookback: a training metric older than this is no data.
@@ -95,7 +116,10 @@ impl<'a> EvalCtx<'a> {
         match m {
             Metric::ProcessMem => Ok(match target.proc {
                 Some(p) => Some(&p.mem),
-                None if target.whole_gpu => target.gpu.series.get(&Metric::MemUsed),
+                None if target.whole_gpu => target
+                    .gpu
+                    .series
+                    .get(&Metric::Sample(crate::metric::MEM_USED)),
                 None => None,
             }),
             Metric::TrainingStep | Metric::TrainingLoss => {
@@ -261,7 +285,11 @@ impl<'a> EvalCtx<'a> {
     /// `expr` for this GPU against its peers (see [`EvalCtx::is_peer`]); processes use the
     /// GPU-level value.
     fn peer(&self, func: PeerFn, expr: &Expr, target: Target<'a>) -> Outcome {
-        let Some(me) = self.eval(expr, Target::gpu(target.gpu))? else {
+        let value = |g: &'a Gpu| {
+            self.peers
+                .get_or(expr, g.gpu_id, || self.eval(expr, Target::gpu(g)))
+        };
+        let Some(me) = value(target.gpu)? else {
             return Ok(None);
         };
         let mut others = Vec::new();
@@ -272,7 +300,7 @@ impl<'a> EvalCtx<'a> {
             .values()
             .filter(|g| self.is_peer(target.gpu, job, g))
         {
-            if let Some(v) = self.eval(expr, Target::gpu(g))? {
+            if let Some(v) = value(g)? {
                 others.push(v);
             }
         }
@@ -327,7 +355,7 @@ impl EvalCtx<'_> {
     fn in_use(&self, g: &Gpu) -> bool {
         let baseline = static_source(Static::MemFreeBaseline, g).map_or(0.0, |(v, _)| v);
         g.series
-            .get(&Metric::MemUsed)
+            .get(&Metric::Sample(crate::metric::MEM_USED))
             .and_then(|tr| tr.series.last())
             .is_some_and(|(ts, v)| self.t - ts <= self.stale_after(g) && v > baseline + 1024.0)
     }

@@ -61,7 +61,7 @@ pub fn add(needs: &mut Needs, e: &Expr, slack_ms: i64, gpu_fallback: bool) {
         };
         note(m);
         if gpu_fallback && m == Metric::ProcessMem {
-            note(Metric::MemUsed);
+            note(Metric::Sample(crate::metric::MEM_USED));
         }
     }
 }
@@ -132,8 +132,8 @@ mod tests {
             "max(util_gpu[30m]) > 50 and unchanged_for(training_step[6h]) > 60 and temp > 80",
             false,
         );
-        assert_eq!(n[&Metric::UtilGpu].keep_ms, 1_800_000 + 1000);
-        assert_eq!(n[&Metric::UtilGpu].stats, Stats::MAX);
+        assert_eq!(n[&Metric::sample("util_gpu")].keep_ms, 1_800_000 + 1000);
+        assert_eq!(n[&Metric::sample("util_gpu")].stats, Stats::MAX);
         let step = n[&Metric::TrainingStep];
         assert_eq!(step.keep_ms, 1000, "unchanged_for reads the change summary");
         assert_eq!(step.summary_ms, 21_600_000 + 1000);
@@ -142,8 +142,8 @@ mod tests {
             Stats::NONE,
             "the newest change needs no per-point array"
         );
-        assert_eq!(n[&Metric::Temp].keep_ms, 1000);
-        assert_eq!(n[&Metric::Temp].stats, Stats::NONE);
+        assert_eq!(n[&Metric::sample("temp")].keep_ms, 1000);
+        assert_eq!(n[&Metric::sample("temp")].stats, Stats::NONE);
     }
 
     #[test]
@@ -169,7 +169,7 @@ mod tests {
         let p = n[&Metric::ProcessMem];
         assert_eq!(p.keep_ms, 600_000 + 1000);
         assert_eq!(p.stats, Stats::SUM.union(Stats::FIT));
-        let m = n[&Metric::MemUsed];
+        let m = n[&Metric::sample("mem_used")];
         assert_eq!(m.keep_ms, 1_200_000 + 1000, "its own 20 m window is longer");
         assert_eq!(m.stats, Stats::FIT);
     }

@@ -13,9 +13,8 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use rusqlite::Connection;
 
-use crate::gpu_health::clock_events;
-use crate::model::{GpuHolder, GpuInventory, GpuSample, Placement, SampleStatus, TsMs};
-use crate::rules::ast::Metric;
+use crate::model::{GpuHolder, GpuInventory, GpuSample, Placement, TsMs};
+use crate::rules::ast::{Metric, SampleId};
 use crate::store::{StoreError, history};
 use crate::training::join::{GpuRef, SeriesRef, choose};
 
@@ -23,11 +22,6 @@ use super::needs::{Need, Needs};
 use super::series::Series;
 use super::window::TrendCache;
 
-const MIB: f64 = 1024.0 * 1024.0;
-/// Thermal clock-event reasons: SW thermal slowdown, HW thermal slowdown.
-const THERMAL_BITS: u64 = clock_events::SW_THERMAL_SLOWDOWN | clock_events::HW_THERMAL_SLOWDOWN;
-/// HW slowdown and HW power brake.
-const HW_SLOWDOWN_BITS: u64 = clock_events::HW_SLOWDOWN | clock_events::HW_POWER_BRAKE_SLOWDOWN;
 /// How far back training points are read again on every fetch (they are written by the
 /// Prometheus fetcher after the fact).
 const TRAINING_OVERLAP_MS: i64 = 5 * 60_000;
@@ -171,7 +165,7 @@ pub struct World {
     pending: Pending,
     fetch_ahead_ms: i64,
     /// The per-sample metrics some rule reads, with their history (from `needs`).
-    sample_metrics: Vec<(Metric, Need)>,
+    sample_metrics: Vec<(SampleId, Need)>,
     /// Placements read for processes not fed yet (by process id).
     placements: HashMap<i64, Option<Placement>>,
     /// A GPU's pod may have changed (a holder, a placed process): training series are
@@ -192,20 +186,12 @@ struct Pending {
 impl World {
     pub fn new(needs: Needs, start_after: TsMs) -> Self {
         let longest = needs.values().map(Need::longest).max().unwrap_or(0);
-        let mut sample_metrics: Vec<(Metric, Need)> = needs
+        let mut sample_metrics: Vec<(SampleId, Need)> = needs
             .iter()
-            .filter(|(m, _)| {
-                !matches!(
-                    m,
-                    Metric::ProcessMem
-                        | Metric::TrainingStep
-                        | Metric::TrainingLoss
-                        | Metric::TrainingSourceFailing
-                        | Metric::Xid
-                        | Metric::XidCritical
-                )
+            .filter_map(|(m, k)| match m {
+                Metric::Sample(id) => Some((*id, *k)),
+                _ => None,
             })
-            .map(|(m, k)| (*m, *k))
             .collect();
         sample_metrics.sort_by_key(|(m, _)| *m);
         Self {
@@ -437,19 +423,10 @@ impl World {
             g.interval.observe(s.ts_ms - last);
         }
         g.last_ts = Some(s.ts_ms);
-        let ok = s.status == SampleStatus::Ok;
-        for &(m, need) in &self.sample_metrics {
-            let v = match m {
-                Metric::Lost => Some(f64::from(u8::from(s.status == SampleStatus::Lost))),
-                Metric::Gap => Some(f64::from(u8::from(
-                    s.status == SampleStatus::DeadlineMissed,
-                ))),
-                _ if ok => sample_value(m, s),
-                _ => None,
-            };
-            if let Some(v) = v {
+        for &(id, need) in &self.sample_metrics {
+            if let Some(v) = id.def().of(s) {
                 g.series
-                    .entry(m)
+                    .entry(Metric::Sample(id))
                     .or_insert_with(|| Tracked::new(need))
                     .series
                     .push(s.ts_ms, v);
@@ -480,7 +457,7 @@ impl World {
         }
         proc.last_seen = p.ts_ms;
         if let Some(b) = p.used_mem_bytes {
-            proc.mem.series.push(p.ts_ms, b as f64 / MIB);
+            proc.mem.series.push(p.ts_ms, b as f64 / 1_048_576.0);
         }
     }
 
@@ -577,49 +554,4 @@ fn push(g: &mut Gpu, m: Metric, ts: TsMs, v: f64, needs: &Needs) {
         .or_insert_with(|| Tracked::new(need))
         .series
         .push(ts, v);
-}
-
-/// A per-GPU metric from one sample, in rule units.
-pub fn sample_value(m: Metric, s: &GpuSample) -> Option<f64> {
-    let f = |v: Option<u32>| v.map(f64::from);
-    let mib = |v: Option<u64>| v.map(|b| b as f64 / MIB);
-    match m {
-        Metric::UtilGpu => f(s.util_gpu_pct),
-        Metric::UtilMem => f(s.util_mem_pct),
-        Metric::MemUsed => mib(s.mem_used_bytes),
-        Metric::MemFree => mib(s.mem_free_bytes),
-        Metric::MemTotal => mib(s.mem_total_bytes),
-        Metric::MemUsedRatio => match (s.mem_used_bytes, s.mem_total_bytes) {
-            (Some(u), Some(t)) if t > 0 => Some(u as f64 / t as f64),
-            _ => None,
-        },
-        Metric::Temp => f(s.temp_c),
-        Metric::Fan => f(s.fan_pct),
-        Metric::ClockSm => f(s.clock_sm_mhz),
-        Metric::ClockMem => f(s.clock_mem_mhz),
-        Metric::Power => s.power_mw.map(|w| f64::from(w) / 1000.0),
-        Metric::PowerLimit => s.power_limit_mw.map(|w| f64::from(w) / 1000.0),
-        Metric::Pstate => f(s.pstate),
-        Metric::PcieTx => s.pcie_tx_kbs.map(|k| f64::from(k) / 1024.0),
-        Metric::PcieRx => s.pcie_rx_kbs.map(|k| f64::from(k) / 1024.0),
-        Metric::PcieGen => f(s.pcie_gen),
-        Metric::PcieWidth => f(s.pcie_width),
-        Metric::ThermalThrottle => s
-            .throttle_reasons
-            .map(|b| f64::from(u8::from(b & THERMAL_BITS != 0))),
-        Metric::HwSlowdown => s
-            .throttle_reasons
-            .map(|b| f64::from(u8::from(b & HW_SLOWDOWN_BITS != 0))),
-        Metric::EccCorrected => s.ecc_corrected.map(|v| v as f64),
-        Metric::EccUncorrected => s.ecc_uncorrected.map(|v| v as f64),
-        Metric::RetiredPages => f(s.retired_pages),
-        Metric::RemappedRowsUncorrectable => f(s.remapped_rows_uncorrectable),
-        Metric::RemapPending => s.remap_pending.map(|b| f64::from(u8::from(b))),
-        // Unknown (not observed) stays no data: never "no processes".
-        Metric::ProcessCount => s.process_count.map(f64::from),
-        Metric::TensorActive => s.tensor_active_pct,
-        Metric::Lost | Metric::Gap | Metric::XidCritical | Metric::Xid => None,
-        Metric::ProcessMem | Metric::TrainingStep | Metric::TrainingLoss => None,
-        Metric::TrainingSourceFailing => None,
-    }
 }

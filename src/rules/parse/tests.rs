@@ -42,31 +42,36 @@ fn cur(m: Metric) -> Expr {
 
 #[test]
 fn precedence_and_associativity() {
-    use Metric::*;
+    let (lost, gap, temp, fan) = (
+        Metric::sample("lost"),
+        Metric::sample("gap"),
+        Metric::sample("temp"),
+        Metric::sample("fan"),
+    );
     let n = Expr::Number;
     assert_eq!(
         gpu("lost or gap and temp > 3"),
         bin(
             BinOp::Or,
-            cur(Lost),
-            bin(BinOp::And, cur(Gap), bin(BinOp::Gt, cur(Temp), n(3.0)))
+            cur(lost),
+            bin(BinOp::And, cur(gap), bin(BinOp::Gt, cur(temp), n(3.0)))
         )
     );
     let not_lt = Expr::Unary {
         op: UnOp::Not,
-        expr: Box::new(bin(BinOp::Lt, cur(Temp), n(1.0))),
+        expr: Box::new(bin(BinOp::Lt, cur(temp), n(1.0))),
     };
     assert_eq!(gpu("not temp < 1"), not_lt);
     let neg = Expr::Unary {
         op: UnOp::Neg,
-        expr: Box::new(cur(Fan)),
+        expr: Box::new(cur(fan)),
     };
     assert_eq!(
         val("-fan * 2 - 1 - temp", Scope::Gpu),
         bin(
             BinOp::Sub,
             bin(BinOp::Sub, bin(BinOp::Mul, neg, n(2.0)), n(1.0)),
-            cur(Temp)
+            cur(temp)
         )
     );
     assert_eq!(
@@ -96,7 +101,7 @@ fn literals_names_and_calls() {
         gpu("temp >= temp_shutdown - 3"),
         bin(
             BinOp::Ge,
-            cur(Metric::Temp),
+            cur(Metric::sample("temp")),
             bin(
                 BinOp::Sub,
                 Expr::Static(Static::TempShutdown),
@@ -106,20 +111,20 @@ fn literals_names_and_calls() {
     );
     assert_eq!(
         val("min(util_gpu[25m])", Scope::Gpu),
-        w(WindowFn::Min, Metric::UtilGpu, 1500)
+        w(WindowFn::Min, Metric::sample("util_gpu"), 1500)
     );
     assert_eq!(
         val("max(temp, 3)", Scope::Gpu),
         Expr::Scalar {
             func: ScalarFn::Max2,
-            args: vec![cur(Metric::Temp), Expr::Number(3.0)]
+            args: vec![cur(Metric::sample("temp")), Expr::Number(3.0)]
         }
     );
     assert_eq!(
         val("quantile(0.9, temp[10m])", Scope::Gpu),
         Expr::Quantile {
             q: 0.9,
-            metric: Metric::Temp,
+            metric: Metric::sample("temp"),
             window: Duration::from_secs(600)
         }
     );
@@ -136,7 +141,7 @@ fn literals_names_and_calls() {
         val("peer_ratio(avg(power[5m]))", Scope::Gpu),
         Expr::Peer {
             func: PeerFn::RatioToMedian,
-            expr: Box::new(w(WindowFn::Avg, Metric::Power, 300))
+            expr: Box::new(w(WindowFn::Avg, Metric::sample("power"), 300))
         }
     );
 }

@@ -26,10 +26,7 @@ mod metrics;
 #[cfg(test)]
 mod tests;
 
-pub use metrics::{
-    WINDOW_ALIASES, WINDOW_METRICS, WindowMetric, is_sample_metric, metric_of, resolve_metrics,
-    sample_metric, window_metric,
-};
+pub use metrics::{SampleMetric, WINDOW_ALIASES, WINDOW_METRICS, resolve_metrics, window_metric};
 
 /// Ranges longer than this (with a step of whole minutes) are read from the rollups.
 pub const RAW_MAX_RANGE_MS: i64 = 6 * 3600 * 1000;
@@ -121,7 +118,7 @@ pub struct Point {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {
     pub gpu_id: i64,
-    pub metric: WindowMetric,
+    pub metric: SampleMetric,
     pub points: Vec<Point>,
 }
 
@@ -136,11 +133,11 @@ pub fn buckets(from_ms: TsMs, to_ms: TsMs, step_ms: i64) -> (TsMs, usize) {
 /// Per GPU (in the order of `gpu_ids`) and per metric (in the order of `metrics`), the
 /// average, min and max per step over `from_ms <= ts_ms < to_ms`. The rollup path reads
 /// the minutes that start in the range (a minute is in the bucket of its start); a metric
-/// without a rollup column ([`WindowMetric::has_rollup`]) has no data there, not 0.
+/// without a rollup column ([`SampleMetric::has_rollup`]) has no data there, not 0.
 pub fn series(
     conn: &Connection,
     gpu_ids: &[i64],
-    metrics: &[WindowMetric],
+    metrics: &[SampleMetric],
     from_ms: TsMs,
     to_ms: TsMs,
     step_ms: i64,
@@ -212,12 +209,12 @@ pub fn series(
 }
 
 /// The `, avg, min, max, n` select columns of one metric of [`series`].
-fn columns(m: &WindowMetric, source: Source, per_row: bool) -> String {
-    let s = m.scale();
-    match (source, m.rollup_col()) {
+fn columns(m: &SampleMetric, source: Source, per_row: bool) -> String {
+    let s = m.scale;
+    match (source, m.has_rollup().then_some(m.name)) {
         (Source::Raw, _) => format!(
             ", avg({e}) / {s:?}, min({e}) / {s:?}, max({e}) / {s:?}, count({e})",
-            e = m.raw_sql()
+            e = m.value_sql()
         ),
         // Not in the rollups: no data, not 0.
         (Source::Rollups, None) => ", NULL, NULL, NULL, 0".into(),
@@ -237,7 +234,7 @@ fn columns(m: &WindowMetric, source: Source, per_row: bool) -> String {
 /// One metric of one GPU over a range of raw samples.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Aggregate {
-    pub metric: WindowMetric,
+    pub metric: SampleMetric,
     /// Sample rows of the GPU in the range (any status).
     pub samples: u64,
     /// Of those, the rows without a value (NULL, or not an ok row).
@@ -253,7 +250,7 @@ pub struct Aggregate {
 pub fn aggregate(
     conn: &Connection,
     gpu_id: i64,
-    metrics: &[WindowMetric],
+    metrics: &[SampleMetric],
     from_ms: TsMs,
     to_ms: TsMs,
 ) -> Result<Vec<Aggregate>, StoreError> {
@@ -261,8 +258,8 @@ pub fn aggregate(
     for m in metrics {
         cols.push_str(&format!(
             ", count({e}), min({e}) / {s:?}, avg({e}) / {s:?}, max({e}) / {s:?}",
-            e = m.raw_sql(),
-            s = m.scale()
+            e = m.value_sql(),
+            s = m.scale
         ));
     }
     let sql = format!(

@@ -6,7 +6,7 @@ fn spec() -> Spec {
     Spec {
         alert: 0,
         gpu_id: 1,
-        metric: Metric::UtilGpu,
+        metric: crate::metric::SampleId::named("util_gpu").def(),
         starts_ms: 2_400_000,
         ends_ms: None,
         firing: true,
