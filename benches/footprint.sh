@@ -28,6 +28,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-600}
 scenario=${FOOTPRINT_SCENARIO:-scenarios/healthy-8gpu.toml}
 gw=${GPUWATCH:-target/release/gpuwatch}
+gpus=$(grep -c '^\[\[gpu\]\]' "$scenario")
 python3 -c 'import pynvml' 2>/dev/null || python3 -m pip install --quiet nvidia-ml-py
 work=$(mktemp -d /tmp/gpuwatch-footprint.XXXXXX)
 gw_pid=; py_pid=; sink_pid=; scrape_pid=
@@ -114,13 +115,13 @@ kill $py_pid 2>/dev/null; wait $py_pid 2>/dev/null || true
 gw_ticks=$(sqlite3 "$work/gw.db" "SELECT count(DISTINCT ts_ms) FROM samples" 2>/dev/null || echo "$secs")
 py_ticks=$(sqlite3 "$work/py.db" "SELECT count(DISTINCT ts) FROM samples" 2>/dev/null || echo "$secs")
 firing=$(sqlite3 "$work/gw.db" "SELECT count(*) FROM alerts WHERE state = 'firing'" 2>/dev/null || echo "?")
-awk -v s="$secs" -v gc="$gw_cpu" -v gr="$gw_rss" -v gh="$gw_hwm" -v pc="$py_cpu" -v pr="$py_rss" -v gt="$gw_ticks" -v pt="$py_ticks" 'BEGIN {
-  printf "wall time             %d s, 8 simulated GPUs x 4 processes, 1 s interval\n", s
+awk -v s="$secs" -v n="$gpus" -v gc="$gw_cpu" -v gr="$gw_rss" -v gh="$gw_hwm" -v pc="$py_cpu" -v pr="$py_rss" -v gt="$gw_ticks" -v pt="$py_ticks" 'BEGIN {
+  printf "wall time             %d s, %d simulated GPUs, 1 s interval\n", s, n
   printf "                      %12s %12s %8s\n", "gpuwatch", "pynvml+sqlite3", "ratio"
   printf "ticks stored          %12d %12d\n", gt, pt
   printf "CPU time (s)          %12.2f %12.2f %8.3f\n", gc, pc, gc/pc
   printf "CPU %% of one core     %12.3f %12.3f\n", 100*gc/s, 100*pc/s
-  printf "CPU per GPU-sample us %12.1f %12.1f %8.3f\n", 1e6*gc/(gt*8), 1e6*pc/(pt*8), (gc/(gt*8))/(pc/(pt*8))
+  printf "CPU per GPU-sample us %12.1f %12.1f %8.3f\n", 1e6*gc/(gt*n), 1e6*pc/(pt*n), (gc/(gt*n))/(pc/(pt*n))
   printf "RSS now (MiB)         %12.1f %12.1f %8.3f\n", gr/1024, pr/1024, gr/pr
   printf "gpuwatch peak RSS     %12.1f MiB\n", gh/1024
 }'
@@ -136,8 +137,8 @@ awk -v e="$early" -v s="$secs" -v a="$gw_rss_early" -v b="$gw_rss" 'BEGIN {
 # Steady state: from the early snapshot to the end, per tick of that stretch (start-up, which
 # fills the rule windows and opens everything, is outside it).
 steady=$(( secs - early ))
-awk -v s="$steady" -v e="$early" 'NR == FNR {cpu0[$1] = $3; next} {t += $3 - cpu0[$1]}
-  END {printf "steady CPU per tick   %12.1f us (%.1f us per GPU-sample; from %d s to the end, all threads)\n", t/1e3/s, t/1e3/s/8, e}' \
+awk -v s="$steady" -v e="$early" -v n="$gpus" 'NR == FNR {cpu0[$1] = $3; next} {t += $3 - cpu0[$1]}
+  END {printf "steady CPU per tick   %12.1f us (%.1f us per GPU-sample; from %d s to the end, all threads)\n", t/1e3/s, t/1e3/s/n, e}' \
   "$work/threads.early" "$work/threads.end"
 awk -v s="$steady" 'NR == FNR {cpu0[$1] = $3; cs0[$1] = $4; next}
   {name = $2; cpu[name] += ($3 - cpu0[$1]) / 1e9; cs[name] += $4 - cs0[$1]; n[name]++}

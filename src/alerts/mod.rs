@@ -1,5 +1,6 @@
 //! Alerts: the lifecycle of each (rule, target) instance, inhibition between rules, and (for
-//! the live daemon) persistence. Notification delivery lives in `notify` (a later issue).
+//! the live daemon) persistence. Notification delivery lives in `notify`, which takes the
+//! engine's reports as `transition::Transition`.
 //!
 //! Invariants: identity = rule + labels; values live in annotations (the summary), never in
 //! labels, so a changing value never makes a new alert.

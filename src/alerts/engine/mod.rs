@@ -15,7 +15,7 @@ use rusqlite::Connection;
 
 use crate::model::TsMs;
 use crate::rules::ast::Expr;
-use crate::rules::eval::expr::{EvalCtx, Outcome, Target};
+use crate::rules::eval::expr::{EvalCtx, Outcome, PeerMemo, Target};
 use crate::rules::eval::needs::{self, Needs};
 use crate::rules::eval::world::World;
 use crate::rules::rule::{Missing, Rule, Scope, Severity};
@@ -253,10 +253,12 @@ impl Engine {
             }
         }
         self.last_eval = Some(t);
+        let peers = PeerMemo::default();
         let ctx = EvalCtx {
             world: &self.world,
             t,
             staleness_ms: self.opts.staleness_ms,
+            peers: &peers,
         };
         let mut changes: Vec<(AlertKey, Change)> = Vec::new();
         for (rule, name) in self
@@ -468,10 +470,12 @@ impl Engine {
             proc,
             whole_gpu: rule.scope == Scope::Process && key.process_id.is_none(),
         };
+        let peers = PeerMemo::default();
         let ctx = EvalCtx {
             world: &self.world,
             t,
             staleness_ms: self.opts.staleness_ms,
+            peers: &peers,
         };
         let values: Vec<(String, Outcome)> = rule
             .values
