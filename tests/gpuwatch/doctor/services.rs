@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use crate::fixture::*;
+use super::fixture::*;
 
 #[test]
 fn rules_that_do_not_load_and_a_kubelet_socket_that_refuses_fail() {

@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use crate::fixture::*;
+use super::fixture::*;
 
 #[test]
 fn no_library_a_broken_chain_and_a_missing_configured_file_fail() {

@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use crate::fixture::*;
+use super::fixture::*;
 
 #[test]
 fn setup_failures_config_database_attribution_kubelet_prometheus_receivers() {

@@ -1,6 +1,6 @@
 //! The kernel module, the device nodes and the GPU nodes against NVML's GPUs.
 
-use crate::fixture::*;
+use super::fixture::*;
 
 #[test]
 fn a_healthy_host_is_all_ok_in_order_and_exits_0() {
