@@ -7,7 +7,8 @@
 #   cargo build --release --workspace && benches/per_gpu.sh [SECONDS]   # default 300
 #
 # Environment: FOOTPRINT_RULES=0 (no rules: the sampling and storage path alone),
-# GPUWATCH=path/to/gpuwatch, SMALL= / LARGE= other scenarios.
+# GPUWATCH=path/to/gpuwatch, SMALL= / LARGE= other scenarios, GPUWATCH_SMALL= / GPUWATCH_LARGE=
+# another binary for one side (two builds side by side on the same scenario).
 # Prints each daemon's steady CPU per tick (all threads, from half-way to the end, so the rule
 # windows are filling in both), per thread, and per GPU-sample, and the ratio large/small.
 set -euo pipefail
@@ -33,7 +34,8 @@ max_db_size = "2GiB"
 listen = "127.0.0.1:$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 CFG
   [ "${FOOTPRINT_RULES:-1}" = 0 ] && printf '[rules]\ndefault_rules = false\n' >> "$d/gpuwatch.toml"
-  "$gw" run --config "$d/gpuwatch.toml" --log warn > "$d/log" 2>&1 &
+  bin_var="GPUWATCH_${who^^}"
+  "$(realpath "${!bin_var:-$gw}")" run --config "$d/gpuwatch.toml" --log warn > "$d/log" 2>&1 &
   pids+=($!)
 done
 # Per thread: name (numbered lanes and GPU threads folded) and CPU ns (schedstat, exact).

@@ -8,8 +8,12 @@
 //!   on the event thread's channel;
 //! - the **store writer thread** (in [`crate::store`]) owns the write connection and runs
 //!   the rule evaluation ([`crate::alerts::evaluator`]) after each committed tick;
-//! - a small **tokio runtime** serves HTTP;
-//! - the **sender thread** (in [`crate::notify::sender`]) that delivers the outbox.
+//! - a small **tokio runtime** serves HTTP and polls the training metrics
+//!   ([`crate::training`]);
+//! - the **sender thread** (in [`crate::notify::sender`]) that delivers the outbox;
+//! - the **remote-write thread** ([`crate::remote_write`]), the **kubelet watcher** on
+//!   Kubernetes nodes ([`crate::attribution`]) and, for `run` and `demo`, the **signal
+//!   thread** ([`crate::clock`]).
 //!
 //! Invariants: one daemon per database (`run` holds the store's [`store::DaemonLock`] from
 //! before it opens the database until it returns; a second one is refused at once); stopping

@@ -1,4 +1,4 @@
-//! Fuzz target `kernel_log`: the harness body is `gpuwatch::fuzzing` (shared with tests/fuzz_corpus.rs).
+//! Fuzz target `kernel_log`: the harness body is `gpuwatch::fuzzing` (shared with tests/gpuwatch/fuzz_corpus.rs).
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {

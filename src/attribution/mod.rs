@@ -1,6 +1,6 @@
 //! Who holds a GPU beyond its PIDs: the container, Kubernetes pod and Slurm job of each
-//! process, from what the node itself says (`/proc/PID/cgroup` now; the kubelet's
-//! pod-resources API and Slurm's environment build on it).
+//! process, from what the node itself says: `/proc/PID/cgroup`, the kubelet's pod-resources
+//! API, the kubelet's pod log directories (pod names) and a Slurm job's environment.
 //!
 //! Invariants: attribution only adds what the evidence shows — a path shape it does not
 //! know yields no container, never a guessed one; nothing here runs on a tick's deadline

@@ -2,7 +2,7 @@
 //! calling the parser the daemon and the CLI use (nothing here re-implements a parser).
 //!
 //! This module owns only the harness bodies: `fuzz/fuzz_targets/<name>.rs` (cargo-fuzz,
-//! nightly) calls [`run`] with its target's name, and `tests/fuzz_corpus.rs` (stable, CI)
+//! nightly) calls [`run`] with its target's name, and `tests/gpuwatch/fuzz_corpus.rs` (stable, CI)
 //! replays every file of `fuzz/corpus/<name>/` and `fuzz/regressions/<name>/` through the same
 //! call. A harness panics when the parser panics or when a checked property fails (e.g. a rule
 //! expression printed and parsed again is not the same expression); that panic is the
