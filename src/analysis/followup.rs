@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::config::SecretSource;
 use crate::config::analysis::AnalysisConfig;
-use crate::notify::secret;
+use crate::secret;
 use crate::store::analysis as sa;
 
 /// The incident analysis delivery uses (`notify::sender::Analyst`): every message's analysis
@@ -158,26 +158,12 @@ fn run(f: &FollowUp) -> Result<(), String> {
         alert.alert_id,
         crate::notify::slack::blocks::fit(&crate::notify::slack::blocks::esc(&answer), 3000),
     );
-    let url = secret::read("Slack webhook URL", &f.webhook)?;
-    let client = reqwest::Client::builder()
-        .timeout(f.post_timeout)
-        .build()
-        .map_err(|e| format!("HTTP client: {e}"))?;
-    let status = rt
-        .block_on(async {
-            client
-                .post(url.expose())
-                .json(&serde_json::json!({ "text": text }))
-                .send()
-                .await
-        })
-        .map_err(|e| format!("Slack did not take the follow-up: {}", e.without_url()))?
-        .status();
-    if !status.is_success() {
-        return Err(format!(
-            "Slack answered HTTP {} to the follow-up",
-            status.as_u16()
-        ));
-    }
+    // The receivers' own Slack post: their client policy and Slack's verdict on the answer.
+    rt.block_on(crate::notify::slack::post_text(
+        &f.webhook,
+        f.post_timeout,
+        &text,
+    ))
+    .map_err(|e| format!("Slack did not take the follow-up: {e}"))?;
     Ok(())
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::config::analysis::AnalysisConfig;
-use crate::notify::secret::Secret;
+use crate::secret::Secret;
 
 /// Why no answer came.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -45,7 +45,7 @@ pub fn endpoint(cfg: &AnalysisConfig) -> String {
 pub fn api_key(cfg: &AnalysisConfig) -> Result<Option<Secret>, LlmError> {
     cfg.api_key
         .as_ref()
-        .map(|s| crate::notify::secret::read("analysis API key", s))
+        .map(|s| crate::secret::read("analysis API key", s))
         .transpose()
         .map_err(LlmError::Key)
 }
@@ -56,9 +56,7 @@ pub async fn complete(
     key: Option<&Secret>,
     body: String,
 ) -> Result<String, LlmError> {
-    let client = reqwest::Client::builder()
-        .timeout(cfg.timeout)
-        .connect_timeout(cfg.timeout)
+    let client = crate::outbound::builder(cfg.timeout)
         .build()
         .map_err(|e| LlmError::Unreachable(format!("HTTP client: {e}")))?;
     let url = endpoint(cfg);
@@ -104,7 +102,7 @@ pub async fn complete(
 fn excerpt(s: &str) -> String {
     let one: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
     let cut: String = one.chars().take(120).collect();
-    crate::notify::secret::scrub(&cut)
+    crate::secret::scrub(&cut)
 }
 
 /// `choices[0].message.content` of a completion.

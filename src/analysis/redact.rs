@@ -20,7 +20,7 @@ pub fn redact(text: &str, rules: &[Redaction], secrets: &[&str]) -> String {
     for s in secrets {
         out = out.replace(s, REDACTED);
     }
-    out = crate::notify::secret::scrub(&out);
+    out = crate::secret::scrub(&out);
     for r in rules {
         out = match r {
             Redaction::Literal(s) => out.replace(s.as_str(), REDACTED),

@@ -5,7 +5,8 @@
 use std::time::Instant;
 
 use crate::clock::now_ms;
-use crate::notify::{AlertMsg, BuildCtx, Notification, Receiver, SendError, secret};
+use crate::notify::{AlertMsg, BuildCtx, Notification, Receiver, SendError};
+use crate::secret;
 
 use super::{ConfigArgs, Failure, exit, fail};
 

@@ -41,7 +41,7 @@ fn reach(
     timeout: Duration,
     fix: &str,
 ) -> Check {
-    let scrub = crate::notify::secret::scrub;
+    let scrub = crate::secret::scrub;
     let target = url.and_then(|u| host_port(&u));
     match target {
         Err(e) => Check::fail(name, scrub(&format!("{what}: {e}")), fix),
@@ -73,7 +73,7 @@ pub(super) fn prometheus(cfg: &Config, timeout: Duration) -> Check {
 }
 
 fn secret_url(what: &str, s: &SecretSource) -> Result<String, String> {
-    crate::notify::secret::read(what, s).map(|v| v.expose().to_string())
+    crate::secret::read(what, s).map(|v| v.expose().to_string())
 }
 
 pub(super) fn receiver(r: &crate::config::ReceiverConfig, timeout: Duration) -> Check {

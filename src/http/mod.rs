@@ -30,7 +30,7 @@ pub use crate::telemetry::Health;
 
 use crate::clock::now_ms;
 use crate::config::{Config, SecretSource};
-use crate::notify::secret;
+use crate::secret;
 use crate::views::ViewError;
 
 /// Everything the routes share.

@@ -15,7 +15,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::{SendError, secret};
+use super::SendError;
+use crate::secret;
 pub use crate::text::error_chain;
 
 /// How much of a body is kept (receivers' answers are short).
@@ -23,16 +24,11 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// How much of a body an error message quotes.
 pub const EXCERPT_CHARS: usize = 200;
 
-/// A client whose every request (connection included) ends within `timeout`; redirects are
-/// not followed (a webhook URL answering 3xx is a configuration problem, and following it
-/// could carry a secret path elsewhere).
+/// A client of the outbound policy ([`crate::outbound`]: every request, connection included,
+/// ends within `timeout`; redirects are not followed — a webhook URL answering 3xx is a
+/// configuration problem, and following it could carry a secret path elsewhere).
 pub fn client(timeout: Duration) -> Result<reqwest::Client, String> {
-    reqwest::Client::builder()
-        .use_rustls_tls()
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("gpuwatch/", env!("CARGO_PKG_VERSION")))
+    crate::outbound::builder(timeout)
         .build()
         .map_err(|e| secret::scrub(&format!("HTTP client: {}", error_chain(&e.without_url()))))
 }

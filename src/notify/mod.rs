@@ -23,7 +23,7 @@ pub mod http;
 pub use crate::matcher;
 pub mod recovered;
 pub mod route;
-pub mod secret;
+
 mod self_alert;
 pub mod sender;
 pub mod slack;

@@ -34,7 +34,8 @@ use crate::store::outbox::{Outbox, PendingRow};
 use crate::store::{self, StoreError};
 
 use super::matcher::{Matcher, all_match};
-use super::{AlertMsg, BuildCtx, Notification, Receiver, SendError, secret};
+use super::{AlertMsg, BuildCtx, Notification, Receiver, SendError};
+use crate::secret;
 
 /// The longest sleep towards a time on a simulated clock (the demo), and between passes
 /// while flushing at shutdown.

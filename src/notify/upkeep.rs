@@ -14,7 +14,8 @@ use crate::store::StoreError;
 use crate::store::outbox::{NewNotification, PendingRow};
 
 use super::sender::{BACKLOG_RULE, HOUSEKEEPING, Next, Sender, Slot};
-use super::{AlertMsg, Notification, Receiver, secret, self_alert};
+use super::{AlertMsg, Notification, Receiver, self_alert};
+use crate::secret;
 
 impl Sender {
     /// Reminders, Alertmanager re-sends and the backlog self alert. Returns when the next

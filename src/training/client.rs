@@ -2,7 +2,7 @@
 //! (rustls), with a timeout, bearer or basic auth, and an optional CA file.
 //!
 //! Invariants:
-//! - Secrets live only in [`Secret`] values (whose `Debug` prints `***`) and in the request's
+//! - Secrets live only in [`Secret`] values (the one secret type, `crate::secret`) (whose `Debug` prints `***`) and in the request's
 //!   `Authorization` header (marked sensitive by reqwest). An env secret is read once, at
 //!   [`PromClient::new`]; a file secret at every request, so rotated tokens are picked up.
 //! - Every error goes through [`FetchError::scrub`] with the secrets of the request, and no
@@ -17,26 +17,11 @@ use super::error::FetchError;
 use super::response::{Matrix, parse_query_range};
 use crate::config::{PrometheusAuth, PrometheusConfig, QueryMethod, SecretSource};
 use crate::model::TsMs;
+use crate::secret::Secret;
 use crate::text::error_chain;
 
 /// The largest answer accepted (a query over far too many series is refused, not buffered).
 pub const MAX_BODY_BYTES: usize = 64 << 20;
-
-/// A secret value. Never printed.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
 
 /// Where a secret comes from at request time.
 #[derive(Debug, Clone)]
@@ -64,7 +49,7 @@ impl SecretReader {
                 if value.is_empty() {
                     return Err(fail("it is empty"));
                 }
-                Ok(Self::Value(Secret(value.to_string())))
+                Ok(Self::Value(Secret::remembered(value.to_string())))
             }
         }
     }
@@ -83,7 +68,7 @@ impl SecretReader {
                 if value.is_empty() {
                     return Err(fail("it is empty".into()));
                 }
-                Ok(Secret(value.to_string()))
+                Ok(Secret::remembered(value.to_string()))
             }
         }
     }
@@ -132,7 +117,7 @@ impl Credentials {
                 let pw = password.read("password")?;
                 let req = req.basic_auth(username, Some(pw.expose()));
                 let encoded = base64(format!("{username}:{}", pw.expose()).as_bytes());
-                (req, vec![pw, Secret(encoded)])
+                (req, vec![pw, Secret::remembered(encoded)])
             }
         })
     }
@@ -146,12 +131,7 @@ pub fn http_client(
     insecure_skip_verify: bool,
     url: &str,
 ) -> Result<reqwest::Client, FetchError> {
-    let mut builder = reqwest::Client::builder()
-        .use_rustls_tls()
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("gpuwatch/", env!("CARGO_PKG_VERSION")));
+    let mut builder = crate::outbound::builder(timeout);
     if let Some(path) = ca_file {
         let setup = |m: String| FetchError::Setup(format!("CA file {}: {m}", path.display()));
         let pem = std::fs::read(path).map_err(|e| setup(e.to_string()))?;
@@ -370,7 +350,7 @@ mod tests {
 
     #[test]
     fn secret_debug_is_redacted() {
-        let s = Secret("hunter2".into());
+        let s = Secret::remembered("hunter2".into());
         assert_eq!(format!("{s:?}"), "Secret(***)");
         let r = SecretReader::Value(s);
         assert!(!format!("{r:?}").contains("hunter2"));

@@ -23,7 +23,7 @@ pub mod join;
 pub mod openmetrics;
 mod response;
 
-pub use client::{MAX_BODY_BYTES, PromClient, Secret};
+pub use client::{MAX_BODY_BYTES, PromClient};
 pub use error::FetchError;
 pub use fetcher::{MAX_POINTS_PER_QUERY, RoleFetch, TrainingFetcher};
 pub use join::{GpuRef, Join, gpus_for_series};

@@ -32,7 +32,8 @@ use tokio::task::JoinSet;
 
 use crate::config::{AlertmanagerConfig, ReceiverConfig, SecretSource};
 use crate::model::TsMs;
-use crate::notify::{BuildCtx, Notification, SendError, http, secret};
+use crate::notify::{BuildCtx, Notification, SendError, http};
+use crate::secret;
 
 /// One Alertmanager of the cluster.
 #[derive(Debug, Clone)]

@@ -21,7 +21,8 @@ use std::error::Error as StdError;
 
 use lettre::transport::smtp::Error as SmtpError;
 
-use crate::notify::{SendError, secret};
+use crate::notify::SendError;
+use crate::secret;
 
 /// Classifies a lettre SMTP error for `server` (`host:port`).
 pub fn classify(server: &str, e: &SmtpError) -> SendError {

@@ -34,7 +34,8 @@ use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 
 use crate::config::{EmailConfig, ReceiverConfig, SecretSource, SmtpTls};
-use crate::notify::{BuildCtx, Notification, SendError, secret, text};
+use crate::notify::{BuildCtx, Notification, SendError, text};
+use crate::secret;
 use chart::Outcome;
 use html::ChartRef;
 

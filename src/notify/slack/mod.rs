@@ -24,7 +24,8 @@ use tokio::time::Instant;
 
 use crate::config::{ReceiverConfig, SecretSource, SlackConfig};
 use crate::notify::http::{self, HttpReply};
-use crate::notify::{Notification, SendError, secret};
+use crate::notify::{Notification, SendError};
+use crate::secret;
 
 /// How errors name this receiver kind.
 const WHAT: &str = "Slack";
@@ -105,6 +106,28 @@ impl SlackReceiver {
         }
         result
     }
+}
+
+/// Posts one plain-text message to an incoming webhook outside the outbox (the analysis
+/// follow-up), with the receivers' client policy and Slack's verdict on the answer.
+pub async fn post_text(
+    webhook: &SecretSource,
+    timeout: Duration,
+    text: &str,
+) -> Result<(), SendError> {
+    let url = secret::read("Slack webhook URL", webhook)
+        .map_err(|e| SendError::transient(secret::scrub(&format!("{WHAT}: {e}"))))?;
+    let url = http::parse_url(url.expose()).map_err(|e| {
+        SendError::Permanent(secret::scrub(&format!("{WHAT}: the webhook URL {e}")))
+    })?;
+    let client = http::client(timeout).map_err(SendError::Permanent)?;
+    let body = serde_json::to_vec(&serde_json::json!({ "text": text }))
+        .map_err(|e| SendError::Permanent(format!("{WHAT}: cannot encode the message: {e}")))?;
+    let request = client
+        .post(url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body);
+    classify(&http::send(WHAT, request).await?)
 }
 
 /// Slack's verdict on one answer (see the module doc).

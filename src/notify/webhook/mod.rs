@@ -27,7 +27,8 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use crate::config::{ReceiverConfig, SecretSource, UrlSource, WebhookConfig};
-use crate::notify::{BuildCtx, Notification, SendError, http, secret};
+use crate::notify::{BuildCtx, Notification, SendError, http};
+use crate::secret;
 
 /// The signature header (`sha256=<hex>`).
 pub const SIGNATURE_HEADER: &str = "X-Gpuwatch-Signature";

@@ -18,6 +18,14 @@ impl Secret {
     pub fn expose(&self) -> &str {
         &self.0
     }
+
+    /// A value a caller read with its own error wording (the Prometheus client's, or a value
+    /// derived from a secret, such as a basic-auth header): remembered for [`scrub`] like
+    /// every value [`read`] returns.
+    pub fn remembered(value: String) -> Secret {
+        remember(&value);
+        Secret(value)
+    }
 }
 
 impl std::fmt::Debug for Secret {
