@@ -38,7 +38,7 @@ pub enum Axis {
 }
 
 /// A `/metrics` family of a metric: dcgm-exporter's name and unit, gpuwatch's own name in base
-/// units, and the value in dcgm-exporter's unit.
+/// units, and how the row's value converts to dcgm-exporter's unit.
 #[derive(Debug, Clone, Copy)]
 pub struct Export {
     pub dcgm: &'static str,
@@ -48,8 +48,10 @@ pub struct Export {
     pub dcgm_unit: Option<&'static str>,
     /// A counter: dcgm-exporter's names have no `_total`, gpuwatch's end with it.
     pub counter: bool,
-    /// The value in dcgm-exporter's unit.
-    pub value: fn(&GpuSample) -> Option<f64>,
+    /// dcgm-exporter's unit from the rule language's: the row's value divided by this (1, or
+    /// 100 for a percentage exported as a ratio, 2^-20 for MiB/s exported as bytes/s: exact
+    /// in floating point).
+    pub dcgm_div: f64,
     /// From dcgm-exporter's unit to gpuwatch's base unit.
     pub to_base: f64,
 }
@@ -220,7 +222,7 @@ impl SampleMetric {
         what: &'static str,
         dcgm_unit: Option<&'static str>,
         counter: bool,
-        value: fn(&GpuSample) -> Option<f64>,
+        dcgm_div: f64,
         to_base: f64,
     ) -> Self {
         Self {
@@ -230,7 +232,7 @@ impl SampleMetric {
                 what,
                 dcgm_unit,
                 counter,
-                value,
+                dcgm_div,
                 to_base,
             }),
             ..self
@@ -265,7 +267,7 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         "GPU utilization",
         Some("%"),
         false,
-        |s| f(s.util_gpu_pct),
+        1.0,
         0.01,
     ),
     row(
@@ -284,7 +286,7 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         "Memory utilization",
         Some("%"),
         false,
-        |s| f(s.util_mem_pct),
+        1.0,
         0.01,
     ),
     row(
@@ -303,7 +305,7 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         "Framebuffer memory used",
         Some("MiB"),
         false,
-        |s| mib(s.mem_used_bytes),
+        1.0,
         MIB,
     ),
     row(
@@ -322,7 +324,7 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         "GPU temperature",
         Some("C"),
         false,
-        |s| f(s.temp_c),
+        1.0,
         1.0,
     ),
     row(
@@ -341,7 +343,7 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         "Power draw",
         Some("W"),
         false,
-        |s| s.power_mw.map(|p| f64::from(p) / 1000.0),
+        1.0,
         1.0,
     ),
     row(
@@ -360,7 +362,7 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         "SM clock frequency",
         Some("MHz"),
         false,
-        |s| f(s.clock_sm_mhz),
+        1.0,
         1e6,
     ),
     row(
@@ -379,7 +381,7 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         "Memory clock frequency",
         Some("MHz"),
         false,
-        |s| f(s.clock_mem_mhz),
+        1.0,
         1e6,
     ),
     row(
@@ -398,7 +400,7 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         "Fan speed",
         Some("%"),
         false,
-        |s| f(s.fan_pct),
+        1.0,
         0.01,
     ),
     row(
@@ -417,7 +419,7 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         "The rate of data transmitted over the PCIe bus, in bytes per second",
         None,
         false,
-        |s| s.pcie_tx_kbs.map(|k| f64::from(k) * 1024.0),
+        1.0 / MIB,
         1.0,
     ),
     row(
@@ -436,7 +438,7 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         "The rate of data received over the PCIe bus, in bytes per second",
         None,
         false,
-        |s| s.pcie_rx_kbs.map(|k| f64::from(k) * 1024.0),
+        1.0 / MIB,
         1.0,
     ),
     // A row of the unit-test build only (with the test migration that adds its rollup
@@ -459,7 +461,7 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         "A test build's probe",
         Some("C"),
         false,
-        |s| f(s.temp_c),
+        1.0,
         1.0,
     ),
     row(
@@ -477,7 +479,7 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         "Framebuffer memory free",
         Some("MiB"),
         false,
-        |s| mib(s.mem_free_bytes),
+        1.0,
         MIB,
     ),
     row(
@@ -516,7 +518,7 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         "Power management limit",
         Some("W"),
         false,
-        |s| s.power_limit_mw.map(|p| f64::from(p) / 1000.0),
+        1.0,
         1.0,
     ),
     row(
@@ -534,7 +536,7 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         "Performance state (0 = P0, fastest)",
         None,
         false,
-        |s| f(s.pstate),
+        1.0,
         1.0,
     ),
     row(
@@ -552,7 +554,7 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         "PCIe link generation",
         None,
         false,
-        |s| f(s.pcie_gen),
+        1.0,
         1.0,
     ),
     row(
@@ -570,7 +572,7 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         "PCIe link width (lanes)",
         None,
         false,
-        |s| f(s.pcie_width),
+        1.0,
         1.0,
     ),
     // Thermal: SW (0x20) or HW (0x40) thermal slowdown.
@@ -611,7 +613,7 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         "Total number of single-bit volatile ECC errors",
         None,
         true,
-        |s| s.ecc_corrected.map(|e| e as f64),
+        1.0,
         1.0,
     ),
     row(
@@ -629,7 +631,7 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         "Total number of double-bit volatile ECC errors",
         None,
         true,
-        |s| s.ecc_uncorrected.map(|e| e as f64),
+        1.0,
         1.0,
     ),
     row(
@@ -656,7 +658,7 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         "Number of remapped rows for uncorrectable errors",
         None,
         true,
-        |s| f(s.remapped_rows_uncorrectable),
+        1.0,
         1.0,
     ),
     row(
@@ -674,7 +676,7 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         "Whether remapping of rows is pending (a GPU reset is needed)",
         None,
         false,
-        |s| s.remap_pending.and_then(flag),
+        1.0,
         1.0,
     ),
     // Unknown (not observed) stays no data: never "no processes".
@@ -704,7 +706,7 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         "Ratio of cycles the tensor (HMMA) pipe is active",
         None,
         false,
-        |s| s.tensor_active_pct.map(|p| p / 100.0),
+        100.0,
         1.0,
     ),
     row(
@@ -803,6 +805,40 @@ mod tests {
         // Rollup rows come first, in rollups_1m's column order.
         assert!(ROLLED_METRICS.iter().all(SampleMetric::has_rollup));
         assert_eq!(ROLLED_METRICS.len(), ROLLED);
+    }
+
+    #[test]
+    fn exports_are_in_dcgm_exporters_units() {
+        let mut s = GpuSample::empty(0, "GPU-x", SampleStatus::Ok);
+        s.util_gpu_pct = Some(93);
+        s.mem_used_bytes = Some(2 << 30);
+        s.power_mw = Some(71_500);
+        s.pcie_tx_kbs = Some(3);
+        s.pcie_gen = Some(4);
+        s.pcie_width = Some(16);
+        s.tensor_active_pct = Some(45.0);
+        let dcgm = |name: &str| {
+            let m = SampleId::named(name).def();
+            let e = m.export.expect("exported");
+            (e.dcgm, (m.value)(&s).map(|v| v / e.dcgm_div))
+        };
+        assert_eq!(dcgm("util_gpu"), ("DCGM_FI_DEV_GPU_UTIL", Some(93.0)));
+        assert_eq!(dcgm("mem_used"), ("DCGM_FI_DEV_FB_USED", Some(2048.0)));
+        assert_eq!(dcgm("power"), ("DCGM_FI_DEV_POWER_USAGE", Some(71.5)));
+        assert_eq!(
+            dcgm("pcie_tx"),
+            ("DCGM_FI_PROF_PCIE_TX_BYTES", Some(3072.0))
+        );
+        assert_eq!(dcgm("pcie_gen"), ("DCGM_FI_DEV_PCIE_LINK_GEN", Some(4.0)));
+        assert_eq!(
+            dcgm("pcie_width"),
+            ("DCGM_FI_DEV_PCIE_LINK_WIDTH", Some(16.0))
+        );
+        assert_eq!(
+            dcgm("tensor_active"),
+            ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", Some(0.45))
+        );
+        assert_eq!(dcgm("pcie_rx"), ("DCGM_FI_PROF_PCIE_RX_BYTES", None));
     }
 
     #[test]

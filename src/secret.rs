@@ -38,6 +38,7 @@ static KNOWN: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 fn remember(value: &str) {
     let mut known = KNOWN.lock().unwrap_or_else(|p| p.into_inner());
+    let before = known.len();
     let mut add = |v: &str| {
         if v.len() >= 4 && !known.iter().any(|k| k == v) {
             known.push(v.to_string());
@@ -54,7 +55,9 @@ fn remember(value: &str) {
         }
     }
     // Longest first, so that a secret containing another is replaced whole.
-    known.sort_by_key(|k| std::cmp::Reverse(k.len()));
+    if known.len() > before {
+        known.sort_by_key(|k| std::cmp::Reverse(k.len()));
+    }
 }
 
 /// Reads a secret; `what` names it in errors ("Slack webhook URL"). Errors name the source

@@ -7,8 +7,6 @@
 //! durations come from the `alerts` view: a live episode's count to the newest stored sample
 //! of its host and are marked ongoing.
 
-use std::time::Duration;
-
 use anyhow::Context;
 use serde_json::{Value, json};
 
@@ -61,15 +59,10 @@ pub fn output(
     conn: &rusqlite::Connection,
     now: TsMs,
 ) -> Result<String, ViewError> {
-    let r = &args.range;
-    let range = if r.since.is_none() && r.from.is_none() && r.to.is_none() {
-        None
-    } else {
-        Some(
-            r.resolve(now, Duration::from_secs(86_400))
-                .map_err(|e| usage(anyhow::anyhow!(e)))?,
-        )
-    };
+    let range = args
+        .range
+        .resolve_given(now)
+        .map_err(|e| usage(anyhow::anyhow!(e)))?;
     let filter = AlertFilter {
         range,
         rule: args.rule.clone(),

@@ -6,8 +6,6 @@
 //! null), never as a value; `--format json` is an array of the view's rows with RFC 3339
 //! times beside the epoch ones.
 
-use std::time::Duration;
-
 use anyhow::Context;
 use serde_json::{Value, json};
 
@@ -52,15 +50,10 @@ pub fn output(
     conn: &rusqlite::Connection,
     now: TsMs,
 ) -> Result<String, ViewError> {
-    let r = &args.range;
-    let range = if r.since.is_none() && r.from.is_none() && r.to.is_none() {
-        None
-    } else {
-        Some(
-            r.resolve(now, Duration::from_secs(86_400))
-                .map_err(|e| usage(anyhow::anyhow!(e)))?,
-        )
-    };
+    let range = args
+        .range
+        .resolve_given(now)
+        .map_err(|e| usage(anyhow::anyhow!(e)))?;
     let filter = AuditFilter {
         // `--to` (default now) includes its own millisecond.
         range: range.map(|(from, to)| (from, to.saturating_add(1))),

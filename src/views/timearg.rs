@@ -105,6 +105,15 @@ impl RangeArgs {
         }
         Ok((from, to))
     }
+
+    /// [`RangeArgs::resolve`] when a range was given (`--since`, `--from` or `--to`), `None`
+    /// for "everything stored"; the default span is a day.
+    pub fn resolve_given(&self, now: TsMs) -> Result<Option<(TsMs, TsMs)>, String> {
+        if self.since.is_none() && self.from.is_none() && self.to.is_none() {
+            return Ok(None);
+        }
+        self.resolve(now, Duration::from_secs(86_400)).map(Some)
+    }
 }
 
 #[cfg(test)]

@@ -27,6 +27,8 @@ struct Reading {
     what: &'static str,
     dcgm_unit: Option<&'static str>,
     value: fn(&GpuSample) -> Option<f64>,
+    /// `value` divided by this is in dcgm-exporter's unit.
+    dcgm_div: f64,
     to_base: f64,
 }
 
@@ -67,6 +69,7 @@ const fn gauge(
         what,
         dcgm_unit,
         value,
+        dcgm_div: 1.0,
         to_base,
     }
 }
@@ -138,8 +141,8 @@ const EXTRA_READINGS: &[Reading] = &[
 fn readings() -> impl Iterator<Item = Reading> {
     crate::metric::SAMPLE_METRICS
         .iter()
-        .filter_map(|m| m.export)
-        .map(|e| Reading {
+        .filter_map(|m| Some((m, m.export?)))
+        .map(|(m, e)| Reading {
             dcgm: e.dcgm,
             ours: e.ours,
             kind: if e.counter {
@@ -149,7 +152,8 @@ fn readings() -> impl Iterator<Item = Reading> {
             },
             what: e.what,
             dcgm_unit: e.dcgm_unit,
-            value: e.value,
+            value: m.value,
+            dcgm_div: e.dcgm_div,
             to_base: e.to_base,
         })
         .chain(EXTRA_READINGS.iter().copied())
@@ -232,7 +236,7 @@ pub fn families(gpus: &[Gpu], stale_after_ms: i64, names: MetricNames) -> Vec<Fa
             let Some(s) = fresh_sample(&g.status, stale_after_ms) else {
                 continue;
             };
-            if let Some(v) = (r.value)(s) {
+            if let Some(v) = (r.value)(s).map(|v| v / r.dcgm_div) {
                 let v = match names {
                     // dcgm-exporter's framebuffer values are whole MiB (DCGM's integer fields).
                     MetricNames::Dcgm if r.dcgm_unit == Some("MiB") => v.floor(),

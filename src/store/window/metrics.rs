@@ -13,13 +13,12 @@
 //!   (`None`) from the rollups, never 0; `gpuwatch history` offers only the metrics with one
 //!   ([`resolve_metrics`]), since it reads long ranges from the rollups.
 
-pub use crate::metric::{
-    ALIASES as WINDOW_ALIASES, SAMPLE_METRICS as WINDOW_METRICS, SampleMetric,
-};
+pub use crate::metric::SampleMetric;
+use crate::metric::{ALIASES, ROLLED_METRICS, SampleId};
 
 /// The metric named `name` (rule-language name only), any row of the registry.
 pub fn window_metric(name: &str) -> Option<SampleMetric> {
-    WINDOW_METRICS.iter().find(|m| m.name == name).copied()
+    SampleId::by_name(name).map(|id| *id.def())
 }
 
 /// The metrics `gpuwatch history` offers: those with a rollup column.
@@ -34,17 +33,13 @@ pub fn resolve_metrics<S: AsRef<str>>(names: &[S]) -> Result<Vec<SampleMetric>, 
     let mut out: Vec<SampleMetric> = Vec::new();
     for n in names {
         let n = n.as_ref().trim();
-        let found: Vec<SampleMetric> = match WINDOW_ALIASES.iter().find(|(a, _)| *a == n) {
+        let found: Vec<SampleMetric> = match ALIASES.iter().find(|(a, _)| *a == n) {
             Some((_, targets)) => targets.iter().filter_map(|t| offered(t)).collect(),
             None => offered(n).into_iter().collect(),
         };
         if found.is_empty() {
-            let names: Vec<&str> = WINDOW_METRICS
-                .iter()
-                .filter(|m| m.has_rollup())
-                .map(|m| m.name)
-                .collect();
-            let aliases: Vec<&str> = WINDOW_ALIASES
+            let names: Vec<&str> = ROLLED_METRICS.iter().map(|m| m.name).collect();
+            let aliases: Vec<&str> = ALIASES
                 .iter()
                 .filter(|(_, t)| t.iter().all(|t| offered(t).is_some()))
                 .map(|(a, _)| *a)

@@ -26,7 +26,7 @@ mod metrics;
 #[cfg(test)]
 mod tests;
 
-pub use metrics::{SampleMetric, WINDOW_ALIASES, WINDOW_METRICS, resolve_metrics, window_metric};
+pub use metrics::{SampleMetric, resolve_metrics, window_metric};
 
 /// Ranges longer than this (with a step of whole minutes) are read from the rollups.
 pub const RAW_MAX_RANGE_MS: i64 = 6 * 3600 * 1000;

@@ -70,6 +70,7 @@ fn buckets_are_aligned_to_the_step() {
     assert_eq!(Source::auto(0, 86_400_000, 120_000), Source::Rollups);
 }
 
+use crate::metric::SAMPLE_METRICS;
 use crate::model::{GpuSample, SampleStatus, TickBatch};
 use crate::rules::ast::Metric;
 use crate::rules::names::{metric_of, metrics, sample_metric};
@@ -167,18 +168,18 @@ fn the_table_holds_exactly_the_sample_metrics() {
     }
     let sample_metrics = metrics().filter(|(_, m)| is_sample(*m)).count();
     assert_eq!(
-        WINDOW_METRICS.len(),
+        SAMPLE_METRICS.len(),
         sample_metrics,
         "no duplicates, no extras"
     );
-    let no_rollup: Vec<&str> = WINDOW_METRICS
+    let no_rollup: Vec<&str> = SAMPLE_METRICS
         .iter()
         .filter(|m| !m.has_rollup())
         .map(|m| m.name)
         .collect();
     assert!(no_rollup.contains(&"thermal_throttle") && no_rollup.contains(&"lost"));
     // The ten `gpuwatch history` offers, and the test build's probe (`crate::metric`).
-    assert_eq!(WINDOW_METRICS.len() - no_rollup.len(), 11);
+    assert_eq!(SAMPLE_METRICS.len() - no_rollup.len(), 11);
 }
 
 #[test]
@@ -189,9 +190,9 @@ fn every_metric_gives_the_evaluators_number_for_each_row() {
     let (st, gpu) = store_with(&dir, rows.clone());
     let conn = st.conn();
     let end = t0 + 1000 * rows.len() as i64;
-    let got = series(conn, &[gpu], WINDOW_METRICS, t0, end, 1000, Source::Raw).unwrap();
-    assert_eq!(got.len(), WINDOW_METRICS.len());
-    for (ser, m) in got.iter().zip(WINDOW_METRICS) {
+    let got = series(conn, &[gpu], SAMPLE_METRICS, t0, end, 1000, Source::Raw).unwrap();
+    assert_eq!(got.len(), SAMPLE_METRICS.len());
+    for (ser, m) in got.iter().zip(SAMPLE_METRICS) {
         let metric = sample_metric(m.name).unwrap();
         assert_eq!(ser.points.len(), rows.len());
         for (p, s) in ser.points.iter().zip(&rows) {
