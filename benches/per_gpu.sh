@@ -59,4 +59,4 @@ for who in small large; do
       printf "%-5s %2d GPUs  all threads               %8.1f us/tick  %6.1f us per GPU-sample\n", who, n, t, t / n
     }' "$work/$who.a" "$work/$who.b" | sort -k6 -g -r
 done | tee "$work/out"
-awk '/all threads/ {v[++i] = $(NF - 3)} END {printf "per GPU-sample, 64 vs 8 GPUs: %.2fx\n", v[2] / v[1]}' "$work/out"
+awk '/all threads/ {v[++i] = $(NF - 3)} END {printf "per GPU-sample, large vs small: %.2fx\n", v[2] / v[1]}' "$work/out"
