@@ -108,6 +108,7 @@ fn live_path(path: &std::path::Path, tg: &mut TickGen, from: i64) -> anyhow::Res
     let opts = EngineOptions {
         staleness_ms: 3000,
         eval_every_ms: 0,
+        job_label: None,
     };
     let delivery = Delivery {
         router: gpuwatch::notify::route::Router::new(&cfg.notify),

@@ -185,12 +185,14 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
                     .rules
                     .eval_interval
                     .map_or(0, |d| d.as_millis() as i64),
+                job_label: config.fleet.job_label.clone(),
             },
             eval_stop.clone(),
             crate::alerts::evaluator::Outputs {
                 sink: alert_sink.unwrap_or_else(|| Box::new(|_| {})),
                 reload,
-                router: crate::notify::route::Router::new(&config.notify),
+                router: crate::notify::route::Router::new(&config.notify)
+                    .multi_node(config.fleet.multi_node),
                 wake: Some(Box::new(move || bell.notify_one())),
                 health: Some(health.clone()),
             },

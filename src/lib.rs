@@ -21,6 +21,7 @@ pub mod config;
 pub mod daemon;
 pub mod doctor;
 #[doc(hidden)]
+pub mod fleet;
 pub mod format;
 pub mod fuzzing;
 pub mod gpu_health;

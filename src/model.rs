@@ -164,6 +164,8 @@ pub struct Placement {
     pub slurm_job_name: Option<String>,
     /// A Slurm array task: `<array job id>_<task id>`.
     pub slurm_array: Option<String>,
+    /// How many nodes the Slurm job spans (`SLURM_JOB_NUM_NODES`).
+    pub slurm_nodes: Option<u32>,
     /// The systemd unit of a process outside containers and jobs.
     pub unit: Option<String>,
 }

@@ -57,6 +57,12 @@ pub struct Subject {
     pub container: Option<String>,
     pub container_id: Option<String>,
     pub slurm_job: Option<u64>,
+    /// The training job across nodes (`crate::attribution::job`): a label routes, silences
+    /// and the fleet's inhibition match on.
+    pub training_job: Option<String>,
+    /// How many nodes the work spans, when known (Slurm's node count): more than one sends
+    /// the job's hang alerts through Alertmanager only (not a label).
+    pub job_nodes: Option<u32>,
 }
 
 impl Subject {
@@ -84,7 +90,7 @@ impl Subject {
     }
 
     /// The placement labels that are known (`pod`, `namespace`, `container`,
-    /// `container_id`, `slurm_job`).
+    /// `container_id`, `slurm_job`, `training_job`).
     pub fn placement_labels(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
         for (k, v) in [
@@ -99,6 +105,9 @@ impl Subject {
         }
         if let Some(j) = self.slurm_job {
             out.push(("slurm_job", j.to_string()));
+        }
+        if let Some(j) = &self.training_job {
+            out.push(("training_job", j.clone()));
         }
         out
     }

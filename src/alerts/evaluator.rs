@@ -97,7 +97,7 @@ impl Live {
             Ok(span) => span.map_or(fallback_start, |(_, last)| last),
             Err(_) => fallback_start,
         };
-        let engine = match Engine::primed(conn, rules.clone(), opts, start) {
+        let engine = match Engine::primed(conn, rules.clone(), opts.clone(), start) {
             Ok(e) => e,
             Err(e) => {
                 tracing::error!(error = %e, "cannot read the history to fill rule windows; starting empty");

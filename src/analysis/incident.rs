@@ -14,20 +14,36 @@ use crate::store::analysis::GpuPoint;
 /// Ranks whose stops are closer than this are not told apart.
 pub const FIRST_RANK_MARGIN_MS: TsMs = 3_000;
 
+/// A GPU's busy power before `start`: the 90th percentile of its power readings (`None`
+/// without readings, or at 0 W).
+pub fn busy_power(points: &[GpuPoint], start: TsMs) -> Option<f64> {
+    let busy = quantile(
+        points
+            .iter()
+            .filter(|p| p.ts_ms <= start)
+            .filter_map(|p| p.power_w)
+            .collect(),
+        0.9,
+    )?;
+    (busy > 0.0).then_some(busy)
+}
+
+/// A sample of a GPU at work: sampled, power at or above half its busy level and utilisation
+/// of at least 10 %.
+pub fn working(p: &GpuPoint, busy: f64) -> bool {
+    match (p.power_w, p.util) {
+        (Some(w), Some(u)) => p.status == 0 && w >= 0.5 * busy && u >= 10.0,
+        _ => false,
+    }
+}
+
 /// When a GPU left its working state before `start`: the sample after the last one with
 /// power at or above half its busy level (the 90th percentile before) and utilisation of at
 /// least 10 %. `None` when power or utilisation were not read.
 pub fn stopped_at(points: &[GpuPoint], start: TsMs) -> Option<TsMs> {
+    let busy = busy_power(points, start)?;
     let before: Vec<&GpuPoint> = points.iter().filter(|p| p.ts_ms <= start).collect();
-    let busy = quantile(before.iter().filter_map(|p| p.power_w).collect(), 0.9)?;
-    if busy <= 0.0 {
-        return None;
-    }
-    let working = |p: &&GpuPoint| match (p.power_w, p.util) {
-        (Some(w), Some(u)) => p.status == 0 && w >= 0.5 * busy && u >= 10.0,
-        _ => false,
-    };
-    let last = before.iter().rposition(working)?;
+    let last = before.iter().rposition(|p| working(p, busy))?;
     before.get(last + 1).map(|p| p.ts_ms)
 }
 

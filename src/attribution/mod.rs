@@ -8,6 +8,7 @@
 
 pub mod cgroup;
 pub mod holders;
+pub mod job;
 pub mod kubelet;
 pub mod placement;
 

@@ -98,7 +98,12 @@ fn slurm_from_environ(proc_dir: &Path, job: u64, p: &mut Placement) {
         let key = &kv[..eq];
         if matches!(
             key,
-            b"SLURM_JOB_ID" | b"SLURM_JOB_NAME" | b"SLURM_ARRAY_JOB_ID" | b"SLURM_ARRAY_TASK_ID"
+            b"SLURM_JOB_ID"
+                | b"SLURM_JOB_NAME"
+                | b"SLURM_ARRAY_JOB_ID"
+                | b"SLURM_ARRAY_TASK_ID"
+                | b"SLURM_JOB_NUM_NODES"
+                | b"SLURM_NNODES"
         ) {
             vars.insert(
                 key.to_vec(),
@@ -116,6 +121,11 @@ fn slurm_from_environ(proc_dir: &Path, job: u64, p: &mut Placement) {
     p.slurm_job_name = vars
         .remove(&b"SLURM_JOB_NAME"[..])
         .filter(|n| !n.is_empty());
+    p.slurm_nodes = vars
+        .get(&b"SLURM_JOB_NUM_NODES"[..])
+        .or_else(|| vars.get(&b"SLURM_NNODES"[..]))
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|n| *n > 0);
     if let (Some(a), Some(t)) = (
         vars.get(&b"SLURM_ARRAY_JOB_ID"[..]),
         vars.get(&b"SLURM_ARRAY_TASK_ID"[..]),
@@ -185,6 +195,7 @@ mod tests {
                 "SLURM_JOB_NAME=llama-pretrain",
                 "SLURM_ARRAY_JOB_ID=4240",
                 "SLURM_ARRAY_TASK_ID=2",
+                "SLURM_JOB_NUM_NODES=64",
                 "HF_TOKEN=hf_secret",
             ],
         );
@@ -193,11 +204,13 @@ mod tests {
         assert_eq!(p.slurm_step.as_deref(), Some("0"));
         assert_eq!(p.slurm_job_name.as_deref(), Some("llama-pretrain"));
         assert_eq!(p.slurm_array.as_deref(), Some("4240_2"));
+        assert_eq!(p.slurm_nodes, Some(64), "the job spans 64 nodes");
         assert!(!format!("{p:?}").contains("hf_secret"));
         // An environment naming another job is not this process's job.
         let d = proc_dir(t.path(), 9, cg, &["SLURM_JOB_ID=1", "SLURM_JOB_NAME=other"]);
         let p = of_process(&d, t.path()).expect("placement");
         assert_eq!((p.slurm_job, p.slurm_job_name), (Some(4242), None));
+        assert_eq!(p.slurm_nodes, None);
     }
 
     #[test]

@@ -117,6 +117,7 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
         EngineOptions {
             staleness_ms,
             eval_every_ms: args.eval_interval.map_or(0, |d| d.as_millis() as i64),
+            job_label: cfg.fleet.job_label.clone(),
         },
         from - 1,
     );

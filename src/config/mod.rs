@@ -79,6 +79,19 @@ pub struct Config {
     pub xid: XidConfig,
     /// `[analysis]`: the language model that explains incidents; `None`: off (the default).
     pub analysis: Option<analysis::AnalysisConfig>,
+    /// `[fleet]`: how this node names the multi-node job its GPUs work for.
+    pub fleet: FleetConfig,
+}
+
+/// `[fleet]`: the training job's identity across nodes (`training_job`, docs/FLEET.md).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FleetConfig {
+    /// A label of the training step series whose value names the job on every node; it wins
+    /// over the pod name (`None`: Slurm's job id, else the pod's controller name).
+    pub job_label: Option<String>,
+    /// Every job on this node spans nodes: its hang alerts go through Alertmanager only, so
+    /// the fleet's `GpuwatchJobHang` can inhibit them.
+    pub multi_node: bool,
 }
 
 /// `[xid] kmsg_path` when the config does not set it.
@@ -230,6 +243,7 @@ impl Default for Config {
             log_format: LogFormat::Text,
             xid: XidConfig::default(),
             analysis: None,
+            fleet: FleetConfig::default(),
         }
     }
 }

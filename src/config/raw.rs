@@ -45,6 +45,15 @@ pub struct RawConfig {
     #[serde(default)]
     xid: RawXid,
     analysis: Option<Spanned<super::analysis::RawAnalysis>>,
+    #[serde(default)]
+    fleet: RawFleet,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawFleet {
+    job_label: Option<Spanned<String>>,
+    multi_node: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -441,6 +450,22 @@ impl RawConfig {
         }
         super::remote_write::check_names(&mut c, &remote_write);
         let remote_write = remote_write.into_iter().map(|(_, t)| t).collect();
+        let job_label = self.fleet.job_label.as_ref().and_then(|v| {
+            let name = v.get_ref().trim();
+            let valid = name
+                .chars()
+                .enumerate()
+                .all(|(i, ch)| ch == '_' || ch.is_ascii_alphabetic() || (i > 0 && ch.is_ascii_digit()));
+            if name.is_empty() || !valid || name.starts_with("__") {
+                c.error(
+                    v.span(),
+                    format!("`fleet.job_label` = {name:?} is not a Prometheus label name"),
+                    "name the label of the training series whose value is equal on every node of a job, e.g. \"run_id\" or \"jobset_name\"",
+                );
+                return None;
+            }
+            Some(name.to_string())
+        });
 
         if !c.errors.is_empty() {
             return Err(ConfigErrors(c.errors));
@@ -490,6 +515,10 @@ impl RawConfig {
             xid: super::XidConfig {
                 kernel_log: self.xid.kernel_log.unwrap_or(true),
                 kmsg_path: self.xid.kmsg_path,
+            },
+            fleet: super::FleetConfig {
+                job_label,
+                multi_node: self.fleet.multi_node.unwrap_or(false),
             },
             rules: super::RulesConfig {
                 default_rules: self.rules.default_rules.unwrap_or(true),

@@ -29,11 +29,73 @@ pub struct Destination {
 #[derive(Debug, Clone)]
 pub struct Router {
     cfg: NotifyConfig,
+    /// `[fleet] multi_node`: every job here spans nodes.
+    multi_node: bool,
 }
+
+/// The node's hang alerts: for a job that spans nodes they go through Alertmanager only,
+/// where the fleet's `GpuwatchJobHang` inhibits them (docs/FLEET.md).
+pub const HANG_RULES: &[&str] = &["training_hang"];
 
 impl Router {
     pub fn new(cfg: &NotifyConfig) -> Self {
-        Self { cfg: cfg.clone() }
+        Self {
+            cfg: cfg.clone(),
+            multi_node: false,
+        }
+    }
+
+    /// With `[fleet] multi_node`.
+    pub fn multi_node(mut self, on: bool) -> Self {
+        self.multi_node = on;
+        self
+    }
+
+    /// Whether an alert is a hang of a job that spans nodes (`[fleet] multi_node`, or the
+    /// job's own node count).
+    fn fleet_hang(&self, tr: &Transition) -> bool {
+        HANG_RULES.contains(&tr.rule.as_str())
+            && (self.multi_node || tr.subject.job_nodes.is_some_and(|n| n > 1))
+    }
+
+    /// A multi-node job's hang goes to Alertmanager only: the Alertmanager receivers its
+    /// routes chose, else every Alertmanager receiver (one group per job). Without any
+    /// Alertmanager receiver the routes' own receivers keep it (nothing else could tell).
+    fn through_alertmanager(
+        &self,
+        dests: Vec<Destination>,
+        labels: &BTreeMap<String, String>,
+    ) -> Vec<Destination> {
+        let is_am = |name: &str| {
+            self.cfg
+                .receivers
+                .iter()
+                .any(|x| x.name == name && matches!(x.kind, ReceiverKind::Alertmanager(_)))
+        };
+        let am: Vec<Destination> = dests
+            .iter()
+            .filter(|d| is_am(&d.receiver))
+            .cloned()
+            .collect();
+        if !am.is_empty() {
+            return am;
+        }
+        let all: Vec<Destination> = self
+            .cfg
+            .receivers
+            .iter()
+            .filter(|x| matches!(x.kind, ReceiverKind::Alertmanager(_)))
+            .map(|x| Destination {
+                receiver: x.name.clone(),
+                group_key: group_key("fleet", &["training_job".to_string()], labels),
+                timing: GroupTiming {
+                    group_wait: std::time::Duration::ZERO,
+                    group_interval: std::time::Duration::ZERO,
+                    ..self.cfg.timing
+                },
+            })
+            .collect();
+        if all.is_empty() { dests } else { all }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -116,7 +178,11 @@ impl Router {
                 return Vec::new();
             }
         };
-        self.route(&msg.labels)
+        let mut dests = self.route(&msg.labels);
+        if self.fleet_hang(tr) {
+            dests = self.through_alertmanager(dests, &msg.labels);
+        }
+        dests
             .into_iter()
             .map(|d| NewNotification {
                 receiver: d.receiver,
@@ -238,5 +304,81 @@ group_wait = "5s"
         assert_eq!(other.len(), 1);
         assert_eq!(other[0].receiver, "c");
         assert_eq!(other[0].group_key, "default|host=,rule=training_hang");
+    }
+
+    fn hang(job_nodes: Option<u32>) -> Transition {
+        let subject = crate::transition::Subject {
+            host: "n1".into(),
+            gpu: Some(2),
+            training_job: Some("4242".into()),
+            slurm_job: Some(4242),
+            job_nodes,
+            ..Default::default()
+        };
+        Transition {
+            at: 1,
+            state: "firing",
+            rule: "training_hang".into(),
+            severity: crate::rules::rule::Severity::Critical,
+            labels: subject.labels(&BTreeMap::new()),
+            subject,
+            summary: "hang".into(),
+            description: None,
+            active_since: Some(1),
+            fired_at: Some(1),
+            gpu_id: 1,
+            process_id: None,
+            scope: Scope::Gpu,
+            metric: None,
+            severity_from: None,
+        }
+    }
+
+    #[test]
+    fn a_multi_node_jobs_hang_goes_through_alertmanager_only() {
+        let both = Config::parse(
+            r#"
+[[notify.slack]]
+name = "chat"
+webhook_url_env = "SLACK_URL"
+[[notify.alertmanager]]
+name = "am"
+urls = ["http://127.0.0.1:1"]
+[notify]
+default_receivers = ["chat"]
+"#,
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        let names = |r: &Router, t: &Transition| -> Vec<String> {
+            r.enqueue(t).into_iter().map(|n| n.receiver).collect()
+        };
+        let r = Router::new(&both.notify);
+        assert_eq!(
+            names(&r, &hang(None)),
+            ["chat"],
+            "a single-node job: its routes"
+        );
+        assert_eq!(names(&r, &hang(Some(1))), ["chat"]);
+        let via = r.enqueue(&hang(Some(8)));
+        assert_eq!(via.len(), 1);
+        assert_eq!(
+            via[0].receiver, "am",
+            "Slurm says 8 nodes: Alertmanager only"
+        );
+        assert_eq!(via[0].group_key, "fleet|training_job=4242");
+        let r = Router::new(&both.notify).multi_node(true);
+        assert_eq!(names(&r, &hang(None)), ["am"], "[fleet] multi_node");
+        // Other rules keep their routes; without an Alertmanager the routes keep it too.
+        let mut idle = hang(Some(8));
+        idle.rule = "gpu_idle".into();
+        assert_eq!(names(&r, &idle), ["chat"]);
+        let chat_only = Config::parse(
+            "[[notify.slack]]\nname = \"chat\"\nwebhook_url_env = \"SLACK_URL\"\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        let r = Router::new(&chat_only.notify).multi_node(true);
+        assert_eq!(names(&r, &hang(Some(8))), ["chat"]);
     }
 }

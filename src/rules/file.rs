@@ -56,7 +56,15 @@ const KEYS: &[&str] = &[
 ];
 
 /// Template variables of every rule, of GPU and process rules, of process rules.
-pub const VARS_ALL: &[&str] = &["host", "severity", "rule", "for", "active", "job"];
+pub const VARS_ALL: &[&str] = &[
+    "host",
+    "severity",
+    "rule",
+    "for",
+    "active",
+    "job",
+    "training_job",
+];
 pub const VARS_GPU: &[&str] = &["gpu", "uuid", "model"];
 pub const VARS_PROCESS: &[&str] = &["pid", "process", "user", "cmdline", "who"];
 /// Labels gpuwatch sets itself on every alert.
@@ -70,6 +78,7 @@ const RESERVED_LABELS: &[&str] = &[
     "pid",
     "process",
     "job",
+    "training_job",
 ];
 
 /// A string value with the span of its TOML source (quotes included).

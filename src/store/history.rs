@@ -204,6 +204,24 @@ pub fn training_points(
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// The points of one training series with `after_ms < ts_ms <= upto_ms`, in time order.
+pub fn training_points_of(
+    conn: &Connection,
+    series_id: i64,
+    after_ms: TsMs,
+    upto_ms: TsMs,
+) -> Result<Vec<(TsMs, f64)>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT ts_ms, value FROM training_samples
+         WHERE series_id = ?1 AND ts_ms > ?2 AND ts_ms <= ?3 AND value IS NOT NULL
+         ORDER BY ts_ms",
+    )?;
+    let rows = stmt.query_map(params![series_id, after_ms, upto_ms], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 /// The first sample time after `after_ms`, if any (lets a reader skip empty stretches).
 pub fn next_sample_after(conn: &Connection, after_ms: TsMs) -> Result<Option<TsMs>, StoreError> {
     Ok(conn

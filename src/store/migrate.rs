@@ -120,11 +120,16 @@ const MIGRATIONS: &[Migration] = &[
         name: "alert_history",
         sql: include_str!("../../migrations/0019_alert_history.sql"),
     },
+    Migration {
+        version: 20,
+        name: "slurm_nodes",
+        sql: include_str!("../../migrations/0020_slurm_nodes.sql"),
+    },
     // The unit-test build's metric registry has one more rollup row (`crate::metric`'s
     // `test_probe`): its columns, always after the last real migration.
     #[cfg(test)]
     Migration {
-        version: 20,
+        version: 21,
         name: "test_probe",
         sql: "ALTER TABLE rollups_1m ADD COLUMN test_probe_min INTEGER;
               ALTER TABLE rollups_1m ADD COLUMN test_probe_max INTEGER;

@@ -77,7 +77,7 @@ pub(crate) fn holder_from_row(r: &Row, at: usize) -> rusqlite::Result<GpuHolder>
 /// The `processes` placement columns, in this order, after the columns a query selects first.
 pub(crate) const PLACEMENT_COLUMNS: &str = "p.placement_known, p.runtime, p.container_id, \
      p.pod_uid, p.pod, p.namespace, p.container, p.slurm_job, p.slurm_step, p.slurm_job_name, \
-     p.slurm_array, p.unit";
+     p.slurm_array, p.unit, p.slurm_nodes";
 
 /// The placement read from [`PLACEMENT_COLUMNS`] starting at column `at`.
 pub(crate) fn placement_from_row(r: &Row, at: usize) -> rusqlite::Result<Option<Placement>> {
@@ -98,6 +98,7 @@ pub(crate) fn placement_from_row(r: &Row, at: usize) -> rusqlite::Result<Option<
         slurm_job_name: r.get(at + 9)?,
         slurm_array: r.get(at + 10)?,
         unit: r.get(at + 11)?,
+        slurm_nodes: r.get(at + 12)?,
     }))
 }
 

@@ -445,9 +445,9 @@ impl<'a> TickWriter<'a> {
                         "INSERT INTO processes (host_id, pid, start_time_ms, name, cmdline, user,
                            first_seen_ms, last_seen_ms, placement_known, runtime, container_id,
                            pod_uid, pod, namespace, container, slurm_job, slurm_step,
-                           slurm_job_name, slurm_array, unit)
+                           slurm_job_name, slurm_array, unit, slurm_nodes)
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
-                           ?15, ?16, ?17, ?18, ?19)
+                           ?15, ?16, ?17, ?18, ?19, ?20)
                          ON CONFLICT (host_id, pid, start_time_ms) DO UPDATE SET
                            name = coalesce(excluded.name, name),
                            cmdline = coalesce(excluded.cmdline, cmdline),
@@ -464,6 +464,7 @@ impl<'a> TickWriter<'a> {
                            slurm_job_name = coalesce(excluded.slurm_job_name, slurm_job_name),
                            slurm_array = coalesce(excluded.slurm_array, slurm_array),
                            unit = coalesce(excluded.unit, unit),
+                           slurm_nodes = coalesce(excluded.slurm_nodes, slurm_nodes),
                            first_seen_ms = min(first_seen_ms, excluded.first_seen_ms),
                            last_seen_ms = max(last_seen_ms, excluded.last_seen_ms)
                          RETURNING id",
@@ -489,6 +490,7 @@ impl<'a> TickWriter<'a> {
                             pl.and_then(|x| x.slurm_job_name.as_deref()),
                             pl.and_then(|x| x.slurm_array.as_deref()),
                             pl.and_then(|x| x.unit.as_deref()),
+                            pl.and_then(|x| x.slurm_nodes),
                         ],
                         |r| r.get(0),
                     )?;

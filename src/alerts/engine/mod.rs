@@ -52,13 +52,15 @@ struct Instance {
     severity_changes: Vec<SavedSeverityChange>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct EngineOptions {
     /// An instant metric older than this is no data (3 sample intervals).
     pub staleness_ms: i64,
     /// Evaluate at a sample time only when at least this long has passed since the last
     /// evaluation (`[rules] eval_interval`; 0 = at every sample time).
     pub eval_every_ms: i64,
+    /// `[fleet] job_label` (the `training_job` label's source besides Slurm and pods).
+    pub job_label: Option<String>,
 }
 
 impl Default for EngineOptions {
@@ -66,6 +68,7 @@ impl Default for EngineOptions {
         Self {
             staleness_ms: 3000,
             eval_every_ms: 0,
+            job_label: None,
         }
     }
 }
@@ -102,6 +105,8 @@ impl Engine {
                 needs::add(&mut needs, e, slack, r.gpu_fallback);
             }
         }
+        let mut world = World::new(needs, start_after);
+        world.job_label = opts.job_label.clone();
         Self {
             last_eval: None,
             dirty: HashSet::new(),
@@ -109,7 +114,7 @@ impl Engine {
             ended: Vec::new(),
             names: rules.iter().map(|r| Arc::from(r.name.as_str())).collect(),
             rules,
-            world: World::new(needs, start_after),
+            world,
             alerts: BTreeMap::new(),
             opts,
         }
@@ -131,7 +136,7 @@ impl Engine {
     /// the stored history up to the time already evaluated, and the alerts of rules that still
     /// exist keep their state (a firing alert is neither lost nor fired again).
     pub fn reload(&mut self, conn: &Connection, rules: Vec<Rule>) -> Result<(), StoreError> {
-        let mut fresh = Engine::primed(conn, rules, self.opts, self.world.fed_to)?;
+        let mut fresh = Engine::primed(conn, rules, self.opts.clone(), self.world.fed_to)?;
         fresh.last_eval = self.last_eval;
         fresh.saves = std::mem::take(&mut self.saves);
         fresh.ended = std::mem::take(&mut self.ended);
@@ -189,7 +194,7 @@ impl Engine {
         opts: EngineOptions,
         t: TsMs,
     ) -> Result<Self, StoreError> {
-        let probe = Engine::new(rules, opts, t);
+        let probe = Engine::new(rules, opts.clone(), t);
         let back = probe.world.longest_keep();
         let mut e = Engine::new(probe.rules, opts, t - back);
         e.world.set_fetch_ahead(0);
@@ -306,7 +311,7 @@ impl Engine {
                 // the kubelet named since it became pending); once reported, its labels
                 // stay what the receivers were told, so that its resolution matches.
                 if !inst.reported {
-                    inst.subject = subject_of(target, rule.scope);
+                    inst.subject = subject_of(&self.world, target, rule.scope);
                 }
                 let before = inst.state;
                 let severity = match &rule.critical {
@@ -485,16 +490,19 @@ impl Engine {
         let s = &inst.subject;
         let severity = inst.state.severity.unwrap_or(rule.severity);
         let since = inst.state.active_since;
-        let job = gpu
-            .training
-            .0
-            .and_then(|id| self.world.training.get(&id))
-            .and_then(|ts| {
-                ts.labels
-                    .iter()
-                    .find(|(k, _)| k == "job")
-                    .map(|(_, v)| v.clone())
-            });
+        // `{job}`: the training job across nodes when known, else (as before there was one)
+        // the `job` label of the GPU's step series.
+        let job = s.training_job.clone().or_else(|| {
+            gpu.training
+                .0
+                .and_then(|id| self.world.training.get(&id))
+                .and_then(|ts| {
+                    ts.labels
+                        .iter()
+                        .find(|(k, _)| k == "job")
+                        .map(|(_, v)| v.clone())
+                })
+        });
         let vars = |name: &str| -> Option<TemplateValue> {
             let text = |v: &Option<String>| {
                 Some(v.clone().map_or(TemplateValue::NoData, TemplateValue::Text))
@@ -527,6 +535,7 @@ impl Engine {
                     (None, _) => "all processes: per-process memory not observed".to_string(),
                 })),
                 "job" => text(&job),
+                "training_job" => text(&s.training_job),
                 _ => {
                     if let Some(l) = name.strip_prefix("label_") {
                         return rule.labels.get(l).map(|v| TemplateValue::Text(v.clone()));

@@ -41,6 +41,7 @@ impl Engine {
                                 _ => Scope::Gpu,
                             };
                             subject_of(
+                                &self.world,
                                 Target {
                                     gpu: g,
                                     proc,
@@ -89,6 +90,7 @@ impl Engine {
                 .get(&a.gpu_id)
                 .map(|g| {
                     subject_of(
+                        &self.world,
                         Target {
                             gpu: g,
                             proc: a.process_id.and_then(|p| g.procs.get(&p)),

@@ -5,14 +5,16 @@
 //! Invariants: a placement label is present only when the evidence says it — the process's
 //! own placement, else (for a pod's process or a GPU) the kubelet's allocation of the GPU,
 //! else (for a GPU) the one pod or Slurm job all its placed processes share; otherwise the
-//! label is absent (unknown), never a guess.
+//! label is absent (unknown), never a guess. `training_job` is the GPU's job across nodes
+//! (`crate::attribution::job`), for GPU and process alerts alike.
 
 use crate::rules::eval::expr::Target;
+use crate::rules::eval::world::World;
 use crate::rules::rule::Scope;
 use crate::transition::Subject;
 
 /// Who a target is, for labels and templates.
-pub(super) fn subject_of(target: Target<'_>, scope: Scope) -> Subject {
+pub(super) fn subject_of(world: &World, target: Target<'_>, scope: Scope) -> Subject {
     let g = target.gpu;
     if scope == Scope::Host {
         return Subject {
@@ -29,6 +31,7 @@ pub(super) fn subject_of(target: Target<'_>, scope: Scope) -> Subject {
         process: target.proc.and_then(|p| p.name.clone()),
         user: target.proc.and_then(|p| p.user.clone()),
         cmdline: target.proc.and_then(|p| p.cmdline.clone()),
+        training_job: world.training_job(g).map(|j| j.name),
         ..Subject::default()
     };
     match target.proc {
@@ -39,6 +42,7 @@ pub(super) fn subject_of(target: Target<'_>, scope: Scope) -> Subject {
                 s.container = pl.container.clone();
                 s.container_id = pl.container_id.clone();
                 s.slurm_job = pl.slurm_job;
+                s.job_nodes = pl.slurm_nodes;
             }
             // A pod's process (its cgroup names a pod UID) whose pod the logs did not name,
             // or a process of unknown placement: the pod the kubelet allocated its GPU to.
@@ -58,6 +62,11 @@ pub(super) fn subject_of(target: Target<'_>, scope: Scope) -> Subject {
                 s.container = p.container.map(str::to_string);
             }
             s.slurm_job = g.slurm_job();
+            s.job_nodes = g
+                .procs
+                .values()
+                .filter_map(|p| p.placement.as_ref()?.slurm_nodes)
+                .max();
         }
     }
     s

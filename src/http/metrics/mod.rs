@@ -11,6 +11,7 @@
 //! they do from dcgm-exporter).
 
 pub mod expo;
+mod fleet;
 mod gpus;
 mod health;
 mod own;
@@ -43,15 +44,18 @@ struct Reads {
     sources: Vec<store::read::TrainingSourceRow>,
     used_bytes: u64,
     pushed: Vec<store::remote_write::Backlog>,
+    fleet: Vec<crate::fleet::FleetGpu>,
 }
 
 impl Reads {
     fn read(
         conn: &Connection,
-        host: &str,
+        cfg: &Config,
         xid_cursor: i64,
+        memo: &mut crate::fleet::Memo,
         now_ms: i64,
     ) -> Result<Reads, StoreError> {
+        let host = cfg.host.as_str();
         let rows = store::read::latest_per_gpu(conn, Some(host), now_ms)?;
         let joins = crate::views::Joins::read(conn, &rows)?;
         let chosen: Vec<i64> = rows
@@ -62,7 +66,17 @@ impl Reads {
             })
             .flatten()
             .collect();
+        let fleet = crate::fleet::read(
+            conn,
+            host,
+            &rows,
+            &joins,
+            cfg.fleet.job_label.as_deref(),
+            memo,
+            now_ms,
+        )?;
         Ok(Reads {
+            fleet,
             xids: store::scrape::xids_after(conn, host, xid_cursor)?,
             latest: store::scrape::training_latest(conn, &chosen, now_ms - TRAINING_FRESH_MS)?,
             alerts: store::scrape::live_alerts(conn, host)?,
@@ -96,6 +110,8 @@ pub struct Scraper {
     /// ([`Answer`]); by the next scrape the server has dropped it, and it is written again in
     /// place (a new one only while a slow client still holds the last).
     answer: Arc<String>,
+    /// What the fleet's series keep between scrapes (step windows, stalls found).
+    fleet: crate::fleet::Memo,
 }
 
 /// A scrape's body: the [`Scraper`]'s kept buffer, shared with the response until it is sent.
@@ -157,13 +173,15 @@ impl Scraper {
         // `now_ms` is the wall clock; samples are fresh or stale on their own clock.
         let wall_ms = now_ms;
         let now_ms = health.sample_now_or(wall_ms);
+        let mut memo = std::mem::take(&mut self.fleet);
         let read = self.conn(&cfg.database).and_then(|conn| {
             // One read transaction: every family describes the same committed state.
             conn.execute_batch("BEGIN")?;
-            let read = Reads::read(conn, host, xid_cursor, now_ms);
+            let read = Reads::read(conn, cfg, xid_cursor, &mut memo, now_ms);
             let _ = conn.execute_batch("COMMIT");
             read
         });
+        self.fleet = memo;
         let r = match read {
             Ok(r) => r,
             Err(e) => {
@@ -202,6 +220,7 @@ impl Scraper {
         out.extend(own::gpu_state(&ctx, &gpus));
         out.extend(health::families(&gpus, stale, &mut self.health_labels));
         out.extend(own::training(&gpus, &r.joins, &r.latest));
+        out.extend(fleet::families(&r.fleet, host, names));
         out.push(own::alerts(&ctx, &r.alerts));
         out.extend(own::daemon(
             &ctx,

@@ -298,7 +298,7 @@ impl<'a> EvalCtx<'a> {
             .world
             .gpus
             .values()
-            .filter(|g| self.is_peer(target.gpu, job, g))
+            .filter(|g| self.is_peer(target.gpu, job.as_ref(), g))
         {
             if let Some(v) = value(g)? {
                 others.push(v);
@@ -341,12 +341,12 @@ impl EvalCtx<'_> {
     /// host and model — a job rarely mixes models, and mixed models differ for no fault of
     /// theirs — of the same training job when `me` has one, else one that is in use (holding
     /// a job's memory): a free GPU next to a job is not the job's peer.
-    fn is_peer(&self, me: &Gpu, job: Option<Job<'_>>, g: &Gpu) -> bool {
+    fn is_peer(&self, me: &Gpu, job: Option<&Job<'_>>, g: &Gpu) -> bool {
         if g.host != me.host || g.gpu_id == me.gpu_id || g.inv.name != me.inv.name {
             return false;
         }
         match job {
-            Some(j) => job_of(self.world, g) == Some(j),
+            Some(j) => job_of(self.world, g).as_ref() == Some(j),
             None => self.in_use(g) && job_of(self.world, g).is_none(),
         }
     }
@@ -362,30 +362,23 @@ impl EvalCtx<'_> {
 }
 
 /// The job a GPU works for: GPUs of one job are peers, GPUs of different jobs are not
-/// (four single-GPU jobs on a host are not each other's stragglers).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// (four single-GPU jobs on a host are not each other's stragglers): its training job across
+/// nodes (`World::training_job`), else the `job` label of its step series.
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Job<'w> {
-    /// The Kubernetes pod holding it (the kubelet's allocation, or the one pod of its
-    /// processes): (namespace, pod).
-    Pod(&'w str, &'w str),
-    /// The Slurm job all its placed processes run in.
-    Slurm(u64),
-    /// The `job` label of the training step series joined to it.
-    Training(&'w str),
+    Training(crate::attribution::job::TrainingJob),
+    Series(&'w str),
 }
 
 fn job_of<'w>(world: &'w World, g: &'w Gpu) -> Option<Job<'w>> {
-    if let Some(p) = g.pod() {
-        return Some(Job::Pod(p.namespace, p.pod));
-    }
-    if let Some(j) = g.slurm_job() {
-        return Some(Job::Slurm(j));
+    if let Some(j) = world.training_job(g) {
+        return Some(Job::Training(j));
     }
     let t = world.training.get(&g.training.0?)?;
     t.labels
         .iter()
         .find(|(k, _)| k == "job")
-        .map(|(_, v)| Job::Training(v.as_str()))
+        .map(|(_, v)| Job::Series(v.as_str()))
 }
 
 fn static_value(s: Static, g: &Gpu, world: &World) -> Option<f64> {

@@ -171,6 +171,8 @@ pub struct World {
     /// A GPU's pod may have changed (a holder, a placed process): training series are
     /// joined again after this advance.
     rejoin: bool,
+    /// `[fleet] job_label`: the training series label naming a job across nodes.
+    pub job_label: Option<String>,
 }
 
 /// Rows read from the store but not yet fed (the evaluation time has not reached them).
@@ -201,6 +203,22 @@ impl World {
             proc_ttl_ms: longest.max(600_000),
             ..Self::default()
         }
+    }
+
+    /// The training job GPU `g` works for, named as on every node of the job
+    /// (`crate::attribution::job`).
+    pub fn training_job(&self, g: &Gpu) -> Option<crate::attribution::job::TrainingJob> {
+        let step_labels = g
+            .training
+            .0
+            .and_then(|id| self.training.get(&id))
+            .map(|t| t.labels.as_slice());
+        crate::attribution::job::training_job(&crate::attribution::job::JobEvidence {
+            slurm_job: g.slurm_job(),
+            pod: g.pod().map(|p| p.pod),
+            step_labels,
+            job_label: self.job_label.as_deref(),
+        })
     }
 
     /// Bytes the in-memory series hold (their buffers' capacity): what the rule windows cost.

@@ -1,0 +1,248 @@
+//! What this node tells the fleet about each of its GPUs' training jobs, for the fleet's own
+//! Prometheus and Alertmanager to join across nodes (docs/FLEET.md): the job's identity
+//! (`training_job`, `crate::attribution::job`), when the step joined to the GPU last
+//! advanced, the job's step rate, and — while the step is stalled — when the GPU's own
+//! activity entered the stall and how (`stall`).
+//!
+//! Read at scrape time from the store by the one scraper (`/metrics` and remote write), with a
+//! [`Memo`]: each step series is read incrementally into a window [`Series`] (6 hours), and
+//! a stall's start is computed once per stall from the GPU's 1-s samples, then only checked
+//! against the samples that arrived since.
+//!
+//! Invariants: only this host's GPUs; a value not known is absent (no job, no step, no power
+//! readings: no series), never 0; a stall's start is taken from this node's samples, on
+//! this node's clock, and does not move while the stall lasts unless the GPU worked again.
+
+pub mod stall;
+
+use std::collections::HashMap;
+
+use rusqlite::Connection;
+
+use crate::attribution::job::{JobEvidence, TrainingJob, training_job};
+use crate::model::TsMs;
+use crate::rules::ast::WindowFn;
+use crate::rules::eval::series::{Series, Stats};
+use crate::rules::eval::window::stats_for;
+use crate::store::StoreError;
+use crate::store::read::GpuStatusRow;
+use crate::views::Joins;
+pub use stall::Signature;
+
+/// How far back a step series is kept: the longest normal pause is learned over 6 hours.
+const STEP_KEEP_MS: i64 = 6 * 3_600_000 + 60_000;
+/// How far before the last progress a stall's samples are read (the GPU's busy level).
+const BUSY_BEFORE_MS: i64 = 30 * 60_000;
+
+/// One GPU as the fleet sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetGpu {
+    pub index: u32,
+    pub uuid: String,
+    pub job: Option<TrainingJob>,
+    pub pod: Option<(String, String)>,
+    pub slurm_job: Option<u64>,
+    /// When the step joined to this GPU last advanced (while that step is reported).
+    pub last_progress_ms: Option<TsMs>,
+    pub steps_per_second: Option<f64>,
+    /// While stalled: when the GPU entered the stall, and its signature.
+    pub stall: Option<(TsMs, Signature)>,
+}
+
+/// What the reader keeps between scrapes.
+#[derive(Default)]
+pub struct Memo {
+    /// Step series by id, with the time they were read up to.
+    steps: HashMap<i64, (Series, TsMs)>,
+    /// GPU id → (the stall's last progress, when checked up to, the stall).
+    stalls: HashMap<i64, StallMemo>,
+}
+
+struct StallMemo {
+    progress_ms: TsMs,
+    checked_to: TsMs,
+    busy_w: Option<f64>,
+    start: Option<TsMs>,
+}
+
+impl Memo {
+    fn step_series(
+        &mut self,
+        conn: &Connection,
+        id: i64,
+        now: TsMs,
+    ) -> Result<&Series, StoreError> {
+        let stats = [
+            WindowFn::UnchangedFor,
+            WindowFn::Changes,
+            WindowFn::MaxUnchangedFor,
+            WindowFn::Rate,
+            WindowFn::LastChange,
+        ]
+        .into_iter()
+        .fold(Stats::NONE, |s, f| s.union(stats_for(f)));
+        let (series, read_to) = self
+            .steps
+            .entry(id)
+            .or_insert_with(|| (Series::new(STEP_KEEP_MS, stats), now - STEP_KEEP_MS));
+        // Points may be stored a little late (the fetcher's lag): re-read the last minutes;
+        // `push` ignores points not newer than the newest.
+        let from = (*read_to - 10 * 60_000).max(now - STEP_KEEP_MS);
+        for (t, v) in crate::store::history::training_points_of(conn, id, from, now)? {
+            series.push(t, v);
+        }
+        *read_to = now;
+        Ok(series)
+    }
+}
+
+/// Every GPU of `rows` (this host's) as the fleet sees it at `now`.
+pub fn read(
+    conn: &Connection,
+    host: &str,
+    rows: &[GpuStatusRow],
+    joins: &Joins,
+    job_label: Option<&str>,
+    memo: &mut Memo,
+    now: TsMs,
+) -> Result<Vec<FleetGpu>, StoreError> {
+    let ids: HashMap<String, i64> = crate::store::history::gpus(conn, Some(host))?
+        .into_iter()
+        .map(|g| (g.inventory.uuid, g.gpu_id))
+        .collect();
+    let mut out = Vec::new();
+    let mut seen_series = Vec::new();
+    for row in rows.iter().filter(|r| r.host == host) {
+        let inv = &row.inventory;
+        let (step_id, _) = joins.chosen(host, inv.index);
+        let step_labels = step_id
+            .and_then(|id| joins.series(id))
+            .map(|s| s.labels.as_slice());
+        let pod = row.pod();
+        let slurm_job = crate::attribution::shared_slurm_job(
+            row.processes.iter().filter_map(|p| p.placement.as_ref()),
+        );
+        let job = training_job(&JobEvidence {
+            slurm_job,
+            pod: pod.map(|p| p.pod),
+            step_labels,
+            job_label,
+        });
+        let mut g = FleetGpu {
+            index: inv.index,
+            uuid: inv.uuid.clone(),
+            job,
+            pod: pod.map(|p| (p.namespace.to_string(), p.pod.to_string())),
+            slurm_job,
+            last_progress_ms: None,
+            steps_per_second: None,
+            stall: None,
+        };
+        let gpu_id = ids.get(&inv.uuid).copied();
+        if let Some(id) = step_id {
+            seen_series.push(id);
+            let judged = stall::step(memo.step_series(conn, id, now)?, now);
+            if let Some(st) = judged {
+                g.last_progress_ms = Some(st.last_progress_ms);
+                g.steps_per_second = st.per_second;
+                if st.stalled
+                    && let Some(gpu_id) = gpu_id
+                {
+                    let floor = inv
+                        .name
+                        .as_deref()
+                        .and_then(crate::specs::lookup)
+                        .and_then(|m| m.reserved_mib)
+                        .unwrap_or_else(crate::specs::largest_reserved_mib);
+                    g.stall = stall_of(
+                        conn,
+                        memo,
+                        gpu_id,
+                        st.last_progress_ms,
+                        f64::from(floor),
+                        now,
+                    )?;
+                }
+            }
+        }
+        if g.stall.is_none()
+            && let Some(id) = gpu_id
+        {
+            memo.stalls.remove(&id);
+        }
+        out.push(g);
+    }
+    memo.steps.retain(|id, _| seen_series.contains(id));
+    Ok(out)
+}
+
+/// The GPU's stall since `progress_ms`: found once from its samples, then checked only
+/// against the samples since (a GPU that worked again moves its start; its signature is
+/// always the last minute's).
+fn stall_of(
+    conn: &Connection,
+    memo: &mut Memo,
+    gpu_id: i64,
+    progress_ms: TsMs,
+    mem_floor_mib: f64,
+    now: TsMs,
+) -> Result<Option<(TsMs, Signature)>, StoreError> {
+    use crate::store::analysis::gpu_points;
+    let known = memo
+        .stalls
+        .get(&gpu_id)
+        .filter(|m| m.progress_ms == progress_ms);
+    let Some(m) = known else {
+        let points = gpu_points(conn, gpu_id, progress_ms - BUSY_BEFORE_MS, now)?;
+        let found = stall::gpu_stall(&points, progress_ms, now, mem_floor_mib);
+        memo.stalls.insert(
+            gpu_id,
+            StallMemo {
+                progress_ms,
+                checked_to: now,
+                busy_w: found.map(|(_, _, b)| b),
+                start: found.map(|(t, _, _)| t),
+            },
+        );
+        return Ok(found.map(|(t, s, _)| (t, s)));
+    };
+    let (Some(busy), Some(mut start)) = (m.busy_w, m.start) else {
+        // Not stalled when first seen (no power, no signature): look again from scratch.
+        memo.stalls.remove(&gpu_id);
+        return stall_of(conn, memo, gpu_id, progress_ms, mem_floor_mib, now);
+    };
+    let from = m.checked_to.min(now - 60_000);
+    let recent = gpu_points(conn, gpu_id, from, now)?;
+    let newer: Vec<_> = recent
+        .iter()
+        .filter(|p| p.ts_ms > m.checked_to)
+        .cloned()
+        .collect();
+    if let Some(after) = stall::after_last_working(&newer, busy) {
+        match after {
+            Some(t) => start = t,
+            None => {
+                memo.stalls.remove(&gpu_id);
+                return Ok(None);
+            }
+        }
+    }
+    // Busy in the last 30 minutes: it was when the stall was found, within the 30 minutes
+    // before it; after that the stall itself is the last half hour.
+    let sig = stall::signature(
+        &stall::last_minute(&recent, now),
+        busy,
+        100.0,
+        mem_floor_mib,
+    );
+    memo.stalls.insert(
+        gpu_id,
+        StallMemo {
+            progress_ms,
+            checked_to: now,
+            busy_w: Some(busy),
+            start: Some(start),
+        },
+    );
+    Ok(sig.map(|s| (start, s)))
+}
