@@ -16,6 +16,7 @@ mod import_dmesg;
 mod import_om;
 mod import_smi;
 mod incident;
+mod job;
 mod notify;
 mod query;
 mod record;
@@ -108,6 +109,9 @@ pub enum Command {
     /// The hosts a database holds: `hosts list`, and `hosts merge` to move rows stored under
     /// other names (a pod's host name) under the node's.
     Hosts(hosts::HostsArgs),
+    /// Training jobs across nodes: `job timeline` orders a multi-node job's stalled GPUs
+    /// from the fleet's Prometheus and names the one that stopped first.
+    Job(job::JobArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -226,6 +230,7 @@ pub fn main() -> i32 {
         Command::Replay(a) => replay::run(a),
         Command::Scenario(ScenarioCommand::Record(a)) => record::run(a),
         Command::Hosts(a) => hosts::run(a),
+        Command::Job(a) => job::run(a),
         Command::Notify(a) => notify::run(a),
         Command::Silence(a) => silence::run(a),
         Command::Query(a) => query::run(a),

@@ -14,6 +14,7 @@
 //! this node's clock, and does not move while the stall lasts unless the GPU worked again.
 
 pub mod stall;
+pub mod timeline;
 
 use std::collections::HashMap;
 
