@@ -47,6 +47,10 @@ need_apt=()
 command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
+# The fleet's rules load in VictoriaMetrics' vmalert too (`vmalert -dryRun`, and the fleet
+# end-to-end test runs VictoriaMetrics + vmalert beside Prometheus): Debian's
+# `victoria-metrics` package has both.
+command -v vmalert >/dev/null 2>&1 && command -v victoria-metrics >/dev/null 2>&1 || need_apt+=(victoria-metrics)
 /usr/bin/python3 -c 'import aiosmtpd' 2>/dev/null || need_apt+=(python3-aiosmtpd)
 # The doctor's fixtures (tests/gpuwatch/doctor/) run it as `nobody` (setpriv) and in a PID namespace of
 # its own (unshare), both util-linux's, and build an ld.so.cache with ldconfig (libc-bin).

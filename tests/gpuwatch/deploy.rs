@@ -364,7 +364,11 @@ fn the_kubernetes_manifests_validate_and_mount_what_gpuwatch_reads() {
 #[test]
 fn prometheus_and_alertmanager_configs_pass_their_checkers() {
     let dir = tempfile::tempdir().expect("tmp");
-    for f in ["prometheus.yml", "gpuwatch-rules.yml"] {
+    for f in [
+        "prometheus.yml",
+        "gpuwatch-rules.yml",
+        "gpuwatch-fleet-rules.yml",
+    ] {
         std::fs::copy(
             repo(&format!("examples/prometheus/{f}")),
             dir.path().join(f),
@@ -377,7 +381,7 @@ fn prometheus_and_alertmanager_configs_pass_their_checkers() {
         .args(["check", "config"])
         .arg(dir.path().join("prometheus.yml")));
     assert!(
-        ok && out.contains("SUCCESS: 1 rule files found"),
+        ok && out.contains("SUCCESS: 2 rule files found"),
         "promtool: {out}"
     );
     let (ok, out) = run(Command::new("promtool")
@@ -388,6 +392,42 @@ fn prometheus_and_alertmanager_configs_pass_their_checkers() {
         .args(["check-config"])
         .arg(repo("examples/alertmanager/alertmanager.yml")));
     assert!(ok && out.contains("SUCCESS"), "amtool: {out}");
+    // A multi-node job's alert and its nodes' hang alerts reach the on-call receiver, grouped
+    // by the job (the nodes' after a wait the job's alert can inhibit them in).
+    for labels in [
+        &["alertname=GpuwatchJobHang", "training_job=4242", "severity=critical"][..],
+        &["alertname=training_hang", "training_job=4242", "host=n1", "severity=critical"][..],
+    ] {
+        let (ok, out) = run(Command::new("amtool")
+            .args(["config", "routes", "test", "--verify.receivers=gpu-oncall"])
+            .arg(format!(
+                "--config.file={}",
+                repo("examples/alertmanager/alertmanager.yml").display()
+            ))
+            .args(labels));
+        assert!(ok, "amtool routes {labels:?}: {out}");
+    }
+}
+
+/// The fleet's rules: their promtool unit tests (every alert and every quiet case, the
+/// logic's real tests), and Debian's vmalert loads the same file unchanged.
+#[test]
+fn the_fleet_rules_pass_their_unit_tests_and_load_in_vmalert() {
+    let rules = repo("examples/prometheus/gpuwatch-fleet-rules.yml");
+    let (ok, out) = run(Command::new("promtool").args(["check", "rules"]).arg(&rules));
+    assert!(ok && out.contains("SUCCESS: 2 rules found"), "promtool: {out}");
+    let (ok, out) = run(Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(repo("examples/prometheus/gpuwatch-fleet-rules.test.yml")));
+    assert!(ok && out.contains("SUCCESS"), "promtool test rules: {out}");
+    let (ok, out) = run(Command::new("vmalert")
+        .arg("-dryRun")
+        .arg(format!("-rule={}", rules.display())));
+    let bad: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("\terror\t") || l.contains("\tfatal\t") || l.contains("\twarn\t"))
+        .collect();
+    assert!(ok && bad.is_empty(), "vmalert -dryRun: {out}");
 }
 
 #[test]
