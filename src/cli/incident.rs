@@ -203,6 +203,7 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
     let events = q::events(&conn, alert.gpu_id, before_from, end).with_context(ctx)?;
     let training =
         joined_training(&conn, &alert, &procs, (before_from, start, end)).with_context(ctx)?;
+    let fleet = fleet_of(&cfg, &alert, before_from, end);
 
     let out = match args.format {
         Format::Json => {
@@ -260,6 +261,9 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
                 "analysis": analysis,
             });
             let mut doc = doc;
+            if let Some(f) = &fleet {
+                doc["fleet"] = f.json(&alert.host);
+            }
             if let Some(e) = &explanation {
                 doc["explanation"] = e.json();
             }
@@ -275,6 +279,9 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
                 &training,
                 args.window,
             );
+            if let Some(f) = &fleet {
+                o.push_str(&format!("\nFleet: {}\n", f.line(&alert.host)));
+            }
             o.push_str(&crate::analysis::text::render(&analysis));
             if let Some(e) = &explanation {
                 o.push_str(&e.text());
@@ -284,6 +291,83 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
     };
     print!("{out}");
     Ok(())
+}
+
+/// A multi-node job's alert, placed in the job's stall across nodes (from the config's
+/// Prometheus, where the nodes' fleet series are): `None` for an alert without a
+/// `training_job` label.
+enum FleetView {
+    Timeline(crate::fleet::timeline::Timeline),
+    Unavailable(String),
+}
+
+impl FleetView {
+    fn line(&self, host: &str) -> String {
+        match self {
+            FleetView::Timeline(t) => t.line_for(host),
+            FleetView::Unavailable(why) => why.clone(),
+        }
+    }
+
+    fn json(&self, host: &str) -> Value {
+        match self {
+            FleetView::Timeline(t) => json!({
+                "this_node": t.standing(host).as_str(),
+                "line": t.line_for(host),
+                "timeline": t.json(),
+            }),
+            FleetView::Unavailable(why) => json!({"unavailable": why}),
+        }
+    }
+}
+
+fn fleet_of(
+    cfg: &crate::config::Config,
+    alert: &q::AlertRow,
+    from: TsMs,
+    to: TsMs,
+) -> Option<FleetView> {
+    let labels: std::collections::BTreeMap<String, String> = alert
+        .labels_json
+        .as_deref()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_default();
+    let job = labels.get("training_job")?;
+    let unavailable = |why: String| {
+        Some(FleetView::Unavailable(format!(
+            "fleet data unavailable: {why}"
+        )))
+    };
+    let Some(prom) = &cfg.prometheus else {
+        return unavailable(
+            "no [prometheus] in the config to ask for the job's other nodes".into(),
+        );
+    };
+    let client = match crate::training::PromClient::new(prom) {
+        Ok(c) => c,
+        Err(e) => return unavailable(e.to_string()),
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return unavailable(e.to_string()),
+    };
+    let got = rt.block_on(crate::fleet::timeline::fetch(
+        &client,
+        job,
+        from,
+        to.max(from + 60_000),
+        cfg.http.metrics_names,
+    ));
+    match got {
+        Ok(t) => Some(FleetView::Timeline(t)),
+        Err(e) => Some(FleetView::Unavailable(format!(
+            "{:#}",
+            anyhow::Error::new(e)
+        ))),
+    }
 }
 
 #[cfg(test)]

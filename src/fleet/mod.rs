@@ -1,8 +1,10 @@
 //! What this node tells the fleet about each of its GPUs' training jobs, for the fleet's own
 //! Prometheus and Alertmanager to join across nodes (docs/FLEET.md): the job's identity
 //! (`training_job`, `crate::attribution::job`), when the step joined to the GPU last
-//! advanced, the job's step rate, and — while the step is stalled — when the GPU's own
-//! activity entered the stall and how (`stall`).
+//! advanced, and — while the step is stalled — when the GPU's own activity entered the stall
+//! and how (`stall`); per job, its step rate here and the means over its GPUs here of SM
+//! clock, utilisation and power (what a straggler host is found by, without a GPU-level join
+//! in the fleet's rules).
 //!
 //! Read at scrape time from the store by the one scraper (`/metrics` and remote write), with a
 //! [`Memo`]: each step series is read incrementally into a window [`Series`] (6 hours), and
@@ -49,6 +51,28 @@ pub struct FleetGpu {
     /// While stalled: when the GPU entered the stall, and its signature.
     pub stall: Option<(TsMs, Signature)>,
 }
+
+/// One training job on this host: what the fleet compares across its hosts (a straggler
+/// host), each a mean over the job's GPUs here of their last 5 minutes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobHost {
+    pub job: TrainingJob,
+    /// The job's step rate as this node sees it (the mean of its GPUs' step series' rates).
+    pub steps_per_second: Option<f64>,
+    pub sm_clock_hz: Option<f64>,
+    pub utilization_ratio: Option<f64>,
+    pub power_w: Option<f64>,
+}
+
+/// This host's GPUs and jobs as the fleet sees them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Fleet {
+    pub gpus: Vec<FleetGpu>,
+    pub jobs: Vec<JobHost>,
+}
+
+/// How far back the per-job means reach.
+const MEANS_OVER_MS: i64 = 5 * 60_000;
 
 /// What the reader keeps between scrapes.
 #[derive(Default)]
@@ -106,7 +130,7 @@ pub fn read(
     job_label: Option<&str>,
     memo: &mut Memo,
     now: TsMs,
-) -> Result<Vec<FleetGpu>, StoreError> {
+) -> Result<Fleet, StoreError> {
     let ids: HashMap<String, i64> = crate::store::history::gpus(conn, Some(host))?
         .into_iter()
         .map(|g| (g.inventory.uuid, g.gpu_id))
@@ -174,6 +198,53 @@ pub fn read(
         out.push(g);
     }
     memo.steps.retain(|id, _| seen_series.contains(id));
+    let jobs = job_hosts(conn, &out, &ids, now)?;
+    Ok(Fleet { gpus: out, jobs })
+}
+
+/// The mean of the known values; `None` without any.
+fn mean(v: impl Iterator<Item = f64>) -> Option<f64> {
+    let (n, sum) = v.fold((0usize, 0.0), |(n, s), x| (n + 1, s + x));
+    (n > 0).then(|| sum / n as f64)
+}
+
+/// Each job's means over its GPUs on this host.
+fn job_hosts(
+    conn: &Connection,
+    gpus: &[FleetGpu],
+    ids: &HashMap<String, i64>,
+    now: TsMs,
+) -> Result<Vec<JobHost>, StoreError> {
+    let mut jobs: Vec<&TrainingJob> = gpus.iter().filter_map(|g| g.job.as_ref()).collect();
+    jobs.sort();
+    jobs.dedup();
+    let mut out = Vec::new();
+    for job in jobs {
+        let mine: Vec<&FleetGpu> = gpus
+            .iter()
+            .filter(|g| g.job.as_ref() == Some(job))
+            .collect();
+        // Per GPU: the means of its sampled points (status ok) of the last 5 minutes.
+        let mut per_gpu: Vec<[Option<f64>; 3]> = Vec::new();
+        for g in &mine {
+            let Some(id) = ids.get(&g.uuid) else { continue };
+            let points = crate::store::analysis::gpu_points(conn, *id, now - MEANS_OVER_MS, now)?;
+            let ok = || points.iter().filter(|p| p.status == 0);
+            per_gpu.push([
+                mean(ok().filter_map(|p| p.clock_sm)),
+                mean(ok().filter_map(|p| p.util)),
+                mean(ok().filter_map(|p| p.power_w)),
+            ]);
+        }
+        let across = |k: usize| mean(per_gpu.iter().filter_map(|m| m[k]));
+        out.push(JobHost {
+            job: job.clone(),
+            steps_per_second: mean(mine.iter().filter_map(|g| g.steps_per_second)),
+            sm_clock_hz: across(0).map(|mhz| mhz * 1e6),
+            utilization_ratio: across(1).map(|pct| pct / 100.0),
+            power_w: across(2),
+        });
+    }
     Ok(out)
 }
 

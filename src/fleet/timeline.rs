@@ -201,7 +201,101 @@ fn gpu_json(g: &GpuStall) -> serde_json::Map<String, Value> {
     o
 }
 
+/// Where `host` stands in a job's stall.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// Its GPU stopped first.
+    First,
+    /// One of the GPUs too close to tell apart is its.
+    Undetermined,
+    /// It stalled after the first GPU, on another host.
+    Followed,
+    /// None of its GPUs is in the timeline.
+    NotStalled,
+}
+
+impl Standing {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Standing::First => "first",
+            Standing::Undetermined => "undetermined",
+            Standing::Followed => "followed",
+            Standing::NotStalled => "not_stalled",
+        }
+    }
+}
+
 impl Timeline {
+    /// Where `host` stands: first, among the undetermined first ones, or a follower.
+    pub fn standing(&self, host: &str) -> Standing {
+        let mine = |i: &usize| self.gpus[*i].host == host;
+        match &self.first {
+            First::One(i) if mine(i) => Standing::First,
+            First::Undetermined(ix) if ix.iter().any(mine) => Standing::Undetermined,
+            _ if self.gpus.iter().any(|g| g.host == host) => Standing::Followed,
+            _ => Standing::NotStalled,
+        }
+    }
+
+    /// The hosts with a stalled GPU.
+    pub fn hosts(&self) -> usize {
+        let hosts: std::collections::BTreeSet<&str> =
+            self.gpus.iter().map(|g| g.host.as_str()).collect();
+        hosts.len()
+    }
+
+    /// One line for `incident`: whether `host` stopped first or followed, and who was first.
+    pub fn line_for(&self, host: &str) -> String {
+        let who = |g: &GpuStall| {
+            format!(
+                "{} GPU {} at {}",
+                g.host,
+                g.gpu_index.map_or("?".to_string(), |i| i.to_string()),
+                crate::format::rfc3339_ms(g.at_ms)
+            )
+        };
+        let span = format!(
+            "job {} stalled on {} GPU(s) across {} host(s)",
+            self.job,
+            self.gpus.len(),
+            self.hosts()
+        );
+        match (self.standing(host), &self.first) {
+            (Standing::First, First::One(i)) => format!(
+                "{span}; this node stopped first: {} ({})",
+                who(&self.gpus[*i]),
+                self.gpus[*i].signature
+            ),
+            (_, First::Undetermined(ix)) => {
+                let names: Vec<String> = ix.iter().map(|i| who(&self.gpus[*i])).collect();
+                format!(
+                    "{span}; the first stall is undetermined (within {CLOCK_MARGIN_MS} ms): {}",
+                    names.join(", ")
+                )
+            }
+            (Standing::Followed, First::One(i)) => {
+                let first = &self.gpus[*i];
+                let lag = self
+                    .gpus
+                    .iter()
+                    .filter(|g| g.host == host)
+                    .map(|g| g.at_ms - first.at_ms)
+                    .min()
+                    .unwrap_or(0);
+                format!(
+                    "{span}; this node followed, {} after the first: {} ({})",
+                    crate::format::duration(lag),
+                    who(first),
+                    first.signature
+                )
+            }
+            (_, First::One(i)) => format!(
+                "{span}; none of this node's GPUs is in it; the first: {}",
+                who(&self.gpus[*i])
+            ),
+        }
+    }
+
     /// `training_job`, `first` (null when undetermined; then `undetermined` lists the
     /// candidates), `gpus` in order.
     pub fn json(&self) -> Value {

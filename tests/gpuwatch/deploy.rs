@@ -395,8 +395,17 @@ fn prometheus_and_alertmanager_configs_pass_their_checkers() {
     // A multi-node job's alert and its nodes' hang alerts reach the on-call receiver, grouped
     // by the job (the nodes' after a wait the job's alert can inhibit them in).
     for labels in [
-        &["alertname=GpuwatchJobHang", "training_job=4242", "severity=critical"][..],
-        &["alertname=training_hang", "training_job=4242", "host=n1", "severity=critical"][..],
+        &[
+            "alertname=GpuwatchJobHang",
+            "training_job=4242",
+            "severity=critical",
+        ][..],
+        &[
+            "alertname=training_hang",
+            "training_job=4242",
+            "host=n1",
+            "severity=critical",
+        ][..],
     ] {
         let (ok, out) = run(Command::new("amtool")
             .args(["config", "routes", "test", "--verify.receivers=gpu-oncall"])
@@ -414,8 +423,13 @@ fn prometheus_and_alertmanager_configs_pass_their_checkers() {
 #[test]
 fn the_fleet_rules_pass_their_unit_tests_and_load_in_vmalert() {
     let rules = repo("examples/prometheus/gpuwatch-fleet-rules.yml");
-    let (ok, out) = run(Command::new("promtool").args(["check", "rules"]).arg(&rules));
-    assert!(ok && out.contains("SUCCESS: 2 rules found"), "promtool: {out}");
+    let (ok, out) = run(Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(&rules));
+    assert!(
+        ok && out.contains("SUCCESS: 2 rules found"),
+        "promtool: {out}"
+    );
     let (ok, out) = run(Command::new("promtool")
         .args(["test", "rules"])
         .arg(repo("examples/prometheus/gpuwatch-fleet-rules.test.yml")));

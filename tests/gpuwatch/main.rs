@@ -28,6 +28,7 @@ mod detection;
 mod doctor;
 mod field_values;
 mod fleet;
+mod fleet_jobs;
 mod fuzz_corpus;
 mod gpu_health;
 mod gpu_set;

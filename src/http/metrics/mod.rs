@@ -44,7 +44,7 @@ struct Reads {
     sources: Vec<store::read::TrainingSourceRow>,
     used_bytes: u64,
     pushed: Vec<store::remote_write::Backlog>,
-    fleet: Vec<crate::fleet::FleetGpu>,
+    fleet: crate::fleet::Fleet,
 }
 
 impl Reads {

@@ -52,6 +52,8 @@ pub struct Alertmanager {
     port: u16,
     dir: tempfile::TempDir,
     captured: Arc<Mutex<Vec<Value>>>,
+    /// The capture server's URL (its webhook receiver).
+    hook: String,
 }
 
 impl Alertmanager {
@@ -62,9 +64,30 @@ impl Alertmanager {
 
     pub fn start_with(options: Options) -> Self {
         let (hook_url, captured) = start_capture();
+        Self::spawn(&config_yaml(&options, &hook_url), captured, &hook_url, None)
+    }
+
+    /// Two Alertmanagers clustered with each other (gossip on loopback), both with the
+    /// config `config(hook_url)` and one capture server: an HA pair, as deployed.
+    pub fn start_pair(config: impl Fn(&str) -> String) -> (Self, Self) {
+        let (hook_url, captured) = start_capture();
+        let text = config(&hook_url);
+        let (c1, c2) = (free_port(), free_port());
+        let a = Self::spawn(&text, Arc::clone(&captured), &hook_url, Some((c1, c2)));
+        let b = Self::spawn(&text, captured, &hook_url, Some((c2, c1)));
+        (a, b)
+    }
+
+    /// Starts one with `text` as its config; `cluster`: (its gossip port, its peer's).
+    fn spawn(
+        text: &str,
+        captured: Arc<Mutex<Vec<Value>>>,
+        hook: &str,
+        cluster: Option<(u16, u16)>,
+    ) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let config = dir.path().join("alertmanager.yml");
-        std::fs::write(&config, config_yaml(&options, &hook_url)).expect("write config");
+        std::fs::write(&config, text).expect("write config");
         // The port is free when picked; another process may take it before Alertmanager
         // binds it, so try a few.
         let log_path = dir.path().join("alertmanager.log");
@@ -72,14 +95,26 @@ impl Alertmanager {
         for _ in 0..5 {
             let port = free_port();
             let log = std::fs::File::create(&log_path).expect("create log");
-            let mut child = Command::new(BINARY)
-                .arg(format!("--config.file={}", config.display()))
+            let mut cmd = Command::new(BINARY);
+            cmd.arg(format!("--config.file={}", config.display()))
                 .arg(format!(
                     "--storage.path={}",
                     dir.path().join("data").display()
                 ))
-                .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-                .arg("--cluster.listen-address=")
+                .arg(format!("--web.listen-address=127.0.0.1:{port}"));
+            match cluster {
+                None => {
+                    cmd.arg("--cluster.listen-address=");
+                }
+                Some((own, peer)) => {
+                    cmd.arg(format!("--cluster.listen-address=127.0.0.1:{own}"))
+                        .arg(format!("--cluster.advertise-address=127.0.0.1:{own}"))
+                        .arg(format!("--cluster.peer=127.0.0.1:{peer}"))
+                        .arg("--cluster.settle-timeout=2s")
+                        .arg("--cluster.pushpull-interval=2s");
+                }
+            }
+            let mut child = cmd
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::from(log))
@@ -91,6 +126,7 @@ impl Alertmanager {
                     port,
                     dir,
                     captured,
+                    hook: hook.to_string(),
                 };
             }
             let _ = child.kill();
@@ -107,6 +143,11 @@ impl Alertmanager {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The webhook receiver's URL (the capture server's): others may post to it too.
+    pub fn hook_url(&self) -> &str {
+        &self.hook
     }
 
     /// Every webhook body received so far (`{status, alerts: [...], groupLabels, ...}`).
