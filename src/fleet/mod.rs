@@ -22,7 +22,7 @@ use std::collections::HashMap;
 
 use rusqlite::Connection;
 
-use crate::attribution::job::{JobEvidence, TrainingJob, training_job};
+use crate::attribution::job::TrainingJob;
 use crate::model::TsMs;
 use crate::rules::ast::WindowFn;
 use crate::rules::eval::series::{Series, Stats};
@@ -140,19 +140,11 @@ pub fn read(
     for row in rows.iter().filter(|r| r.host == host) {
         let inv = &row.inventory;
         let (step_id, _) = joins.chosen(host, inv.index);
-        let step_labels = step_id
-            .and_then(|id| joins.series(id))
-            .map(|s| s.labels.as_slice());
         let pod = row.pod();
         let slurm_job = crate::attribution::shared_slurm_job(
             row.processes.iter().filter_map(|p| p.placement.as_ref()),
         );
-        let job = training_job(&JobEvidence {
-            slurm_job,
-            pod: pod.map(|p| p.pod),
-            step_labels,
-            job_label,
-        });
+        let job = joins.training_job(row, job_label);
         let mut g = FleetGpu {
             index: inv.index,
             uuid: inv.uuid.clone(),

@@ -84,6 +84,9 @@ impl Status {
                 })
                 .collect();
             gpu["read_errors"] = serde_json::Value::Array(failing);
+            let job = self.joins.training_job(row, cfg.fleet.job_label.as_deref());
+            gpu["training_job"] = job.as_ref().map(|j| j.name.clone()).into();
+            gpu["job_source"] = job.map(|j| j.source.as_str()).into();
             let mut training = self.joins.json(&row.host, row.inventory.index);
             self.add_progress(&mut training, &row.host, row.inventory.index);
             gpu["training"] = training;
@@ -122,6 +125,27 @@ impl Status {
         training["job"] = job.into();
     }
 
+    /// `Training jobs: llm-pretrain (label) on GPU 0-3` lines, when a GPU's job is known.
+    fn jobs_text(&self, cfg: &crate::config::Config) -> String {
+        let mut jobs: std::collections::BTreeMap<(String, &'static str), Vec<String>> =
+            std::collections::BTreeMap::new();
+        for row in &self.rows {
+            if let Some(j) = self.joins.training_job(row, cfg.fleet.job_label.as_deref()) {
+                jobs.entry((j.name, j.source.as_str()))
+                    .or_default()
+                    .push(format!("{} GPU {}", row.host, row.inventory.index));
+            }
+        }
+        if jobs.is_empty() {
+            return String::new();
+        }
+        let mut out = String::from("\nTraining jobs (training_job, from):\n");
+        for ((name, source), gpus) in jobs {
+            out.push_str(&format!("  {name} ({source}): {}\n", gpus.join(", ")));
+        }
+        out
+    }
+
     pub fn table(&self, cfg: &crate::config::Config, now: i64) -> String {
         let mut out = String::new();
         if self.rows.is_empty() {
@@ -133,6 +157,7 @@ impl Status {
             let stale = cfg.http.stall_after.as_millis() as i64;
             out.push_str(&format::table(&self.rows, stale));
             out.push_str(&format::health_lines(&self.rows, stale));
+            out.push_str(&self.jobs_text(cfg));
             out.push_str(&self.joins.table());
             if !self.errors.is_empty() {
                 out.push_str("\nNVML reads failing (counted, logged once):\n");

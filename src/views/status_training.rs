@@ -78,6 +78,27 @@ impl Joins {
             .map_or((None, None), |(_, c)| (c.step.series(), c.loss.series()))
     }
 
+    /// The training job a GPU of `row` works for, named as on every node of the job
+    /// (`crate::attribution::job`: its processes' Slurm job, `job_label` on its step series,
+    /// its pod).
+    pub fn training_job(
+        &self,
+        row: &GpuStatusRow,
+        job_label: Option<&str>,
+    ) -> Option<crate::attribution::job::TrainingJob> {
+        let (step, _) = self.chosen(&row.host, row.inventory.index);
+        crate::attribution::job::training_job(&crate::attribution::job::JobEvidence {
+            slurm_job: crate::attribution::shared_slurm_job(
+                row.processes.iter().filter_map(|p| p.placement.as_ref()),
+            ),
+            pod: row.pod().map(|p| p.pod),
+            step_labels: step
+                .and_then(|id| self.series(id))
+                .map(|s| s.labels.as_slice()),
+            job_label,
+        })
+    }
+
     /// A stored series by id: its name and labels.
     pub fn series(&self, id: i64) -> Option<&TrainingSeriesRow> {
         self.series.iter().find(|s| s.series_id == id)

@@ -329,6 +329,7 @@ fn one_alert_per_hung_job_names_the_gpu_that_stopped_first() {
         |n| !alerts_named(n, "GpuwatchJobHang").is_empty(),
     );
     let took = first_stall.elapsed();
+    eprintln!("GpuwatchJobHang notified {took:?} after the first stall");
     assert!(
         took <= Duration::from_secs(180),
         "notified {took:?} after the first stall"

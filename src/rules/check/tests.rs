@@ -148,7 +148,7 @@ fn every_problem_of_every_rule_at_once() {
             "r.toml:3:1: unknown key `severty` (did you mean `severity`?)",
             "r.toml:4:14: the condition is a number, not true or false (compare it with a threshold, e.g. `temp > 0`)",
             "r.toml:5:19: `{pid}` is only available in rules with scope = \"process\" (add `scope = \"process\"` to the rule)",
-            "r.toml:5:25: unknown template variable `{rat}` (variables here: host, severity, rule, for, active, job, gpu, uuid, model, the keys of [rule.values] and label_<key>)",
+            "r.toml:5:25: unknown template variable `{rat}` (variables here: host, severity, rule, for, active, job, training_job, gpu, uuid, model, the keys of [rule.values] and label_<key>)",
             "r.toml:6:10: `for`: unknown duration unit `min` in `10min` (units are ms, s, m, h, d and w, e.g. `90s`, `5m`, `1h30m`)",
             "r.toml:7:11: `enabled` must be true or false, not a string",
             "r.toml:11:13: unknown severity `warn` (did you mean `warning`?)",
