@@ -97,17 +97,33 @@ fn start_kubelet(
     use crate::config::Kubelet;
     let k = &config.kubernetes;
     let socket = &k.pod_resources_socket;
+    let unused = || {
+        if k.kubelet_pods.is_some() {
+            tracing::warn!(
+                "[kubernetes] kubelet_pods is set but the kubelet's pod-resources API is not read (enabled = false, or no socket): it names the pods whose owners /pods tells"
+            );
+        }
+    };
     let required = match k.enabled {
-        Kubelet::Off => return None,
+        Kubelet::Off => {
+            unused();
+            return None;
+        }
         Kubelet::Auto if !socket.exists() => {
             tracing::debug!(socket = %socket.display(), "no kubelet pod-resources socket: not a Kubernetes node");
+            unused();
             return None;
         }
         Kubelet::Auto => false,
         Kubelet::On => true,
     };
     tracing::info!(socket = %socket.display(), "reading GPU allocations from the kubelet");
-    match watch::spawn(socket.clone(), required, stop.clone()) {
+    match watch::spawn(
+        socket.clone(),
+        required,
+        config.kubernetes.kubelet_pods.clone(),
+        stop.clone(),
+    ) {
         Ok(view) => {
             // Once, before the first tick: the first samples and alerts carry their pods.
             if !view.wait_first_answer(FIRST_ANSWER_WAIT) {

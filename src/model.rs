@@ -287,6 +287,9 @@ pub struct GpuHolder {
     pub container: String,
     /// The extended resource the device came from (`nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`).
     pub resource: String,
+    /// The training job the pod works for by its owner (its controller's labels and owner
+    /// references from the kubelet's `/pods`, `[kubernetes] kubelet_pods`); `None`: not asked.
+    pub job: Option<String>,
 }
 
 /// A change of a GPU's holder at a tick.

@@ -153,6 +153,7 @@ mod tests {
             namespace: "research".into(),
             container: "trainer".into(),
             resource: "nvidia.com/gpu".into(),
+            job: None,
         };
         view.publish(Allocations::from([("GPU-0".to_string(), holder.clone())]));
         let mut b = batch(2000);

@@ -6,10 +6,12 @@
 //! 1. `slurm`: the Slurm job id all the GPU's placed processes run in (one id per job, on
 //!    every node of it);
 //! 2. `label`: the value of `[fleet] job_label` on the training step series joined to the GPU;
-//! 3. `controller`: the pod's name with its controller's ordinal and hash suffixes removed
+//! 3. `owner`: what the pod's controller says — its labels and owner references from the
+//!    kubelet's `/pods` (opt-in, `[kubernetes] kubelet_pods`; `kubelet::pods`);
+//! 4. `controller`: the pod's name with its controller's ordinal and hash suffixes removed
 //!    ([`pod_base_name`]: Job, indexed Job, JobSet, PyTorchJob / MPIJob / TFJob roles,
 //!    StatefulSet, LeaderWorkerSet);
-//! 4. `pod`: the pod's own name (a pod no controller naming rule explains).
+//! 5. `pod`: the pod's own name (a pod no controller naming rule explains).
 //!
 //! Invariants: no evidence, no name (`None`, never a made-up one); the training series' `job`
 //! label is not a job identity here (it is Prometheus's scrape job, often the same for every
@@ -27,6 +29,7 @@ pub struct TrainingJob {
 pub enum JobSource {
     Slurm,
     Label,
+    Owner,
     Controller,
     Pod,
 }
@@ -36,6 +39,7 @@ impl JobSource {
         match self {
             JobSource::Slurm => "slurm",
             JobSource::Label => "label",
+            JobSource::Owner => "owner",
             JobSource::Controller => "controller",
             JobSource::Pod => "pod",
         }
@@ -49,6 +53,8 @@ pub struct JobEvidence<'a> {
     pub slurm_job: Option<u64>,
     /// The pod holding the GPU (the kubelet's allocation, or its processes' one pod).
     pub pod: Option<&'a str>,
+    /// The job that pod's controller names (the kubelet's `/pods`).
+    pub pod_owner: Option<&'a str>,
     /// The labels of the training step series joined to the GPU.
     pub step_labels: Option<&'a [(String, String)]>,
     /// `[fleet] job_label`.
@@ -67,6 +73,9 @@ pub fn training_job(e: &JobEvidence<'_>) -> Option<TrainingJob> {
             .find(|(k, v)| k == key && !v.trim().is_empty())
     {
         return job(v.trim().to_string(), JobSource::Label);
+    }
+    if let Some(owner) = e.pod_owner.filter(|o| !o.trim().is_empty()) {
+        return job(owner.trim().to_string(), JobSource::Owner);
     }
     let pod = e.pod?;
     match pod_base_name(pod) {
@@ -167,6 +176,7 @@ mod tests {
         let mut e = JobEvidence {
             slurm_job: Some(4242),
             pod: Some("llm-worker-1"),
+            pod_owner: Some("llm-pretrain"),
             step_labels: Some(&labels),
             job_label: Some("run_id"),
         };
@@ -175,6 +185,8 @@ mod tests {
         e.slurm_job = None;
         assert_eq!(got(&e), Some(("exp-42".into(), "label")));
         e.job_label = Some("missing");
+        assert_eq!(got(&e), Some(("llm-pretrain".into(), "owner")));
+        e.pod_owner = None;
         assert_eq!(got(&e), Some(("llm".into(), "controller")));
         e.job_label = None;
         e.pod = Some("notebook");

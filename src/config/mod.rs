@@ -168,7 +168,28 @@ pub struct KubernetesConfig {
     /// The kubelet's pod log directories (`<namespace>_<pod>_<uid>/`): a pod UID from a
     /// process's cgroup names its pod and namespace there.
     pub pod_logs_dir: PathBuf,
+    /// `[kubernetes] kubelet_pods`: the pods' owners from the kubelet's `/pods` (a job's
+    /// name across nodes); `None`: off (the default: it needs `nodes/proxy`).
+    pub kubelet_pods: Option<KubeletPods>,
 }
+
+/// Where the kubelet's `/pods` is and how to authenticate (the pod's service account).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubeletPods {
+    /// `https://<node>:10250/pods` (`[kubernetes] kubelet_pods_url`).
+    pub url: String,
+    /// The bearer token, read at each request (the service account's, rotated by the
+    /// kubelet).
+    pub token_file: PathBuf,
+    /// The CA that signed the kubelet's serving certificate (the cluster's CA when the
+    /// kubelet's certificate is bootstrapped from it); `None`: the system roots.
+    pub ca_file: Option<PathBuf>,
+    /// Accept any certificate (a kubelet's self-signed one). Dangerous: the token travels.
+    pub insecure_skip_verify: bool,
+}
+
+/// The service account's token and CA, as Kubernetes mounts them into a pod.
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct HttpConfig {
@@ -222,6 +243,7 @@ impl Default for Config {
                 enabled: Kubelet::Auto,
                 pod_resources_socket: PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"),
                 pod_logs_dir: PathBuf::from(DEFAULT_POD_LOGS_DIR),
+                kubelet_pods: None,
             },
             http: HttpConfig {
                 enabled: true,

@@ -101,6 +101,11 @@ struct RawKubernetes {
     enabled: Option<Spanned<RawSwitch>>,
     pod_resources_socket: Option<PathBuf>,
     pod_logs_dir: Option<PathBuf>,
+    kubelet_pods: Option<bool>,
+    kubelet_pods_url: Option<Spanned<String>>,
+    kubelet_token_file: Option<PathBuf>,
+    kubelet_ca_file: Option<PathBuf>,
+    kubelet_insecure_skip_verify: Option<bool>,
 }
 
 /// `true`, `false` or a word (`"auto"`).
@@ -400,6 +405,39 @@ impl RawConfig {
                 d.kubernetes.enabled
             }
         };
+        let kubelet_pods = self.kubernetes.kubelet_pods.unwrap_or(false).then(|| {
+            let sa = Path::new(super::SERVICE_ACCOUNT_DIR);
+            let url = match &self.kubernetes.kubelet_pods_url {
+                None => format!("https://{host}:10250/pods"),
+                Some(u) => {
+                    let ok = (u.get_ref().starts_with("https://")
+                        || u.get_ref().starts_with("http://"))
+                        && reqwest::Url::parse(u.get_ref()).is_ok();
+                    if !ok {
+                        c.error(
+                            u.span(),
+                            format!("`kubernetes.kubelet_pods_url` = {:?} is not an http(s) URL", u.get_ref()),
+                            "leave it out for https://<NODE_NAME>:10250/pods, or write the kubelet's full URL",
+                        );
+                    }
+                    u.get_ref().clone()
+                }
+            };
+            super::KubeletPods {
+                url,
+                token_file: self
+                    .kubernetes
+                    .kubelet_token_file
+                    .clone()
+                    .unwrap_or_else(|| sa.join("token")),
+                ca_file: self
+                    .kubernetes
+                    .kubelet_ca_file
+                    .clone()
+                    .or_else(|| Some(sa.join("ca.crt"))),
+                insecure_skip_verify: self.kubernetes.kubelet_insecure_skip_verify.unwrap_or(false),
+            }
+        });
         let log_format = match self.log.format.as_ref().map(|v| (v.span(), v.get_ref())) {
             None => d.log_format,
             Some((_, w)) if w == "text" => LogFormat::Text,
@@ -497,6 +535,7 @@ impl RawConfig {
                     .kubernetes
                     .pod_logs_dir
                     .unwrap_or(d.kubernetes.pod_logs_dir),
+                kubelet_pods,
             },
             http: HttpConfig {
                 enabled: self.http.enabled.unwrap_or(true),

@@ -284,3 +284,33 @@ fn the_default_host_is_node_name_then_the_host_name() {
     assert_eq!(host(Some("")), "pod-x7k2p");
     assert_eq!(host(None), "pod-x7k2p");
 }
+
+#[test]
+fn fleet_and_kubelet_pods_settings() {
+    let c = parse("host = \"gpu-node-7\"\n[fleet]\njob_label = \"run_id\"\nmulti_node = true\n[kubernetes]\nkubelet_pods = true\n")
+        .expect("valid");
+    assert_eq!(c.fleet.job_label.as_deref(), Some("run_id"));
+    assert!(c.fleet.multi_node);
+    let k = c.kubernetes.kubelet_pods.expect("on");
+    assert_eq!(k.url, "https://gpu-node-7:10250/pods");
+    assert_eq!(
+        k.token_file,
+        std::path::Path::new("/var/run/secrets/kubernetes.io/serviceaccount/token")
+    );
+    assert!(!k.insecure_skip_verify);
+    let c = parse("").expect("defaults");
+    assert_eq!((c.fleet.job_label, c.fleet.multi_node), (None, false));
+    assert!(
+        c.kubernetes.kubelet_pods.is_none(),
+        "off by default: it needs nodes/proxy"
+    );
+    let e = err("[fleet]\njob_label = \"run id\"\n");
+    assert!(
+        e.starts_with("g.toml:2:13: `fleet.job_label` = \"run id\" is not a Prometheus label name"),
+        "{e}"
+    );
+    let e = err("[kubernetes]\nkubelet_pods = true\nkubelet_pods_url = \"kubelet:10250\"\n");
+    assert!(e.contains("`kubernetes.kubelet_pods_url`"), "{e}");
+    let e = err("[fleet]\nmulti_nodes = true\n");
+    assert!(e.contains("multi_nodes"), "{e}");
+}

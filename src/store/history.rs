@@ -307,7 +307,8 @@ pub fn holders(
     upto_ms: TsMs,
 ) -> Result<Vec<HolderRow>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT gpu_id, from_ms, to_ms, pod, namespace, container, resource FROM gpu_holders
+        "SELECT gpu_id, from_ms, to_ms, pod, namespace, container, resource, training_job
+         FROM gpu_holders
          WHERE from_ms <= ?2 AND (to_ms IS NULL OR to_ms > ?1)",
     )?;
     let rows = stmt.query_map(params![after_ms, upto_ms], |r| {

@@ -125,11 +125,16 @@ const MIGRATIONS: &[Migration] = &[
         name: "slurm_nodes",
         sql: include_str!("../../migrations/0020_slurm_nodes.sql"),
     },
+    Migration {
+        version: 21,
+        name: "holder_job",
+        sql: include_str!("../../migrations/0021_holder_job.sql"),
+    },
     // The unit-test build's metric registry has one more rollup row (`crate::metric`'s
     // `test_probe`): its columns, always after the last real migration.
     #[cfg(test)]
     Migration {
-        version: 21,
+        version: 22,
         name: "test_probe",
         sql: "ALTER TABLE rollups_1m ADD COLUMN test_probe_min INTEGER;
               ALTER TABLE rollups_1m ADD COLUMN test_probe_max INTEGER;

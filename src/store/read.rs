@@ -64,13 +64,15 @@ pub struct GpuProcessRow {
     pub placement: Option<Placement>,
 }
 
-/// A [`GpuHolder`] from `pod, namespace, container, resource` columns starting at `at`.
+/// A [`GpuHolder`] from `pod, namespace, container, resource, training_job` columns starting
+/// at `at`.
 pub(crate) fn holder_from_row(r: &Row, at: usize) -> rusqlite::Result<GpuHolder> {
     Ok(GpuHolder {
         pod: r.get(at)?,
         namespace: r.get(at + 1)?,
         container: r.get(at + 2)?,
         resource: r.get(at + 3)?,
+        job: r.get(at + 4)?,
     })
 }
 
@@ -225,7 +227,7 @@ pub fn latest_per_gpu(
          WHERE ps.ts_ms = ?1 AND ps.gpu_id = ?2 ORDER BY p.pid"
     ))?;
     let mut held = conn.prepare_cached(
-        "SELECT pod, namespace, container, resource FROM gpu_holders
+        "SELECT pod, namespace, container, resource, training_job FROM gpu_holders
          WHERE gpu_id = ?1 AND to_ms IS NULL ORDER BY from_ms DESC LIMIT 1",
     )?;
     let mut out = Vec::with_capacity(gpus.len());

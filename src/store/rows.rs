@@ -391,8 +391,8 @@ impl<'a> TickWriter<'a> {
             self.conn
                 .prepare_cached(
                     "INSERT OR REPLACE INTO gpu_holders
-                       (gpu_id, from_ms, to_ms, pod, namespace, container, resource)
-                     VALUES (?1, ?2, NULL, ?3, ?4, ?5, ?6)",
+                       (gpu_id, from_ms, to_ms, pod, namespace, container, resource, training_job)
+                     VALUES (?1, ?2, NULL, ?3, ?4, ?5, ?6, ?7)",
                 )?
                 .execute(params![
                     gpu_id,
@@ -400,7 +400,8 @@ impl<'a> TickWriter<'a> {
                     h.pod,
                     h.namespace,
                     h.container,
-                    h.resource
+                    h.resource,
+                    h.job
                 ])?;
         }
         self.rows += 1;

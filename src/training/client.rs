@@ -133,16 +133,7 @@ pub fn http_client(
 ) -> Result<reqwest::Client, FetchError> {
     let mut builder = crate::outbound::builder(timeout);
     if let Some(path) = ca_file {
-        let setup = |m: String| FetchError::Setup(format!("CA file {}: {m}", path.display()));
-        let pem = std::fs::read(path).map_err(|e| setup(e.to_string()))?;
-        let certs = reqwest::Certificate::from_pem_bundle(&pem)
-            .map_err(|_| setup("not a PEM certificate bundle".into()))?;
-        if certs.is_empty() {
-            return Err(setup("holds no certificate".into()));
-        }
-        for c in certs {
-            builder = builder.add_root_certificate(c);
-        }
+        builder = crate::outbound::add_ca_file(builder, path).map_err(FetchError::Setup)?;
     }
     if insecure_skip_verify {
         tracing::warn!(

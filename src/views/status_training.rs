@@ -92,6 +92,7 @@ impl Joins {
                 row.processes.iter().filter_map(|p| p.placement.as_ref()),
             ),
             pod: row.pod().map(|p| p.pod),
+            pod_owner: row.holder.as_ref().and_then(|h| h.job.as_deref()),
             step_labels: step
                 .and_then(|id| self.series(id))
                 .map(|s| s.labels.as_slice()),

@@ -49,6 +49,7 @@ fn build(db: &Path) {
                     namespace: "prod-eval".into(),
                     container: "runner".into(),
                     resource: "nvidia.com/gpu".into(),
+                    job: None,
                 }),
             }];
         }
@@ -150,6 +151,7 @@ fn stragglers_are_found_among_the_gpus_of_one_job_only() {
                             namespace: "research".into(),
                             container: "main".into(),
                             resource: "nvidia.com/gpu".into(),
+                            job: None,
                         }),
                     })
                     .collect();

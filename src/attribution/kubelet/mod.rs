@@ -9,6 +9,7 @@
 //! (CPUs, memory, NICs) are ignored.
 
 pub mod client;
+pub mod pods;
 pub mod proto;
 pub mod server;
 #[cfg(test)]
@@ -41,6 +42,7 @@ pub fn allocations(resp: &proto::ListPodResourcesResponse) -> Allocations {
                             namespace: pod.namespace.clone(),
                             container: c.name.clone(),
                             resource: d.resource_name.clone(),
+                            job: None,
                         },
                     );
                 }

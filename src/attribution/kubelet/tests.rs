@@ -94,6 +94,7 @@ fn gpus_and_mig_devices_map_to_their_pods() {
             namespace: ns.into(),
             container: c.into(),
             resource: r.into(),
+            job: None,
         };
         assert_eq!(
             a[GPU0],
@@ -166,8 +167,8 @@ fn a_start_waits_for_the_first_answer_within_its_bound() {
     let dir = tempfile::tempdir().expect("tempdir");
     let stop = Arc::new(AtomicBool::new(false));
 
-    let missing =
-        super::watch::spawn(dir.path().join("absent.sock"), true, stop.clone()).expect("spawn");
+    let missing = super::watch::spawn(dir.path().join("absent.sock"), true, None, stop.clone())
+        .expect("spawn");
     assert!(
         missing.wait_first_answer(Duration::from_secs(10)),
         "a failure settles too"
@@ -191,7 +192,7 @@ fn a_start_waits_for_the_first_answer_within_its_bound() {
     let serving = rt.spawn(server::serve_listener(listener, pods.clone(), async {
         let _ = stop_rx.await;
     }));
-    let view = super::watch::spawn(sock.clone(), true, stop.clone()).expect("spawn");
+    let view = super::watch::spawn(sock.clone(), true, None, stop.clone()).expect("spawn");
     let start = std::time::Instant::now();
     assert!(view.wait_first_answer(Duration::from_secs(10)));
     assert!(start.elapsed() < Duration::from_secs(5));
@@ -199,7 +200,7 @@ fn a_start_waits_for_the_first_answer_within_its_bound() {
     assert_eq!(a[GPU0].pod, "llm-ft-7");
 
     pods.set_delay(Some(Duration::from_secs(30)));
-    let hung = super::watch::spawn(sock, true, stop.clone()).expect("spawn");
+    let hung = super::watch::spawn(sock, true, None, stop.clone()).expect("spawn");
     let start = std::time::Instant::now();
     assert!(
         !hung.wait_first_answer(Duration::from_millis(300)),
@@ -264,4 +265,58 @@ fn a_session_survives_a_kubelet_restart() {
         let _ = stop.send(());
         serving.await.expect("join").expect("served");
     });
+}
+
+/// `[kubernetes] kubelet_pods`: the watcher names each allocated pod's job from the kubelet's
+/// `/pods`; when the kubelet refuses (no nodes/proxy), the allocations still come, without.
+#[test]
+fn the_watcher_names_each_pods_job_from_the_kubelets_pods() {
+    use super::pods::fixture::{POD_LIST, serve};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = dir.path().join("token");
+    std::fs::write(&token, "t0k3n").expect("token");
+    let pods = PodList::default();
+    pods.set(list(vec![
+        pod(
+            "llama-worker-3",
+            "research",
+            "trainer",
+            "nvidia.com/gpu",
+            &[GPU0],
+        ),
+        pod("notebook", "dev", "jupyter", "nvidia.com/gpu", &[GPU1]),
+    ]));
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut stops = Vec::new();
+    for (status, want) in [(200, Some("llama")), (403, None)] {
+        let sock = dir.path().join(format!("kubelet-{status}.sock"));
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let listener = rt
+            .block_on(async { tokio::net::UnixListener::bind(&sock) })
+            .expect("bind");
+        rt.spawn(server::serve_listener(listener, pods.clone(), async {
+            let _ = stop_rx.await;
+        }));
+        stops.push(stop_tx);
+        let body = if status == 200 { POD_LIST } else { "{}" };
+        let (url, auth) = serve(status, body);
+        let cfg = crate::config::KubeletPods {
+            url,
+            token_file: token.clone(),
+            ca_file: None,
+            insecure_skip_verify: false,
+        };
+        let view = super::watch::spawn(sock, true, Some(cfg), stop.clone()).expect("spawn");
+        assert!(view.wait_first_answer(Duration::from_secs(10)));
+        let a = view.changed_since(&mut 0).expect("published");
+        assert_eq!(a[GPU0].pod, "llama-worker-3", "{status}");
+        assert_eq!(a[GPU0].job.as_deref(), want, "{status}");
+        assert_eq!(a[GPU1].job, None, "a bare pod names no job");
+        assert_eq!(auth.recv().expect("asked"), "Bearer t0k3n");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for s in stops {
+        let _ = s.send(());
+    }
 }

@@ -13,6 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeSet;
+
+use super::pods::{self, PodJobs, PodsClient};
 use super::{Allocations, allocations, client};
 
 /// How often allocations are read without a poke.
@@ -104,10 +107,12 @@ impl KubeletView {
 }
 
 /// Starts the thread for the socket at `socket`; `required` logs a missing socket as a
-/// warning (`enabled = true`) instead of staying silent (`"auto"`).
+/// warning (`enabled = true`) instead of staying silent (`"auto"`); `pods`: also name each
+/// allocated pod's job from the kubelet's `/pods` (`[kubernetes] kubelet_pods`).
 pub fn spawn(
     socket: PathBuf,
     required: bool,
+    pods: Option<crate::config::KubeletPods>,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<KubeletView> {
     let view = KubeletView {
@@ -127,12 +132,85 @@ pub fn spawn(
                     return;
                 }
             };
-            rt.block_on(run(socket, required, stop, v));
+            let pods = pods.and_then(|cfg| match PodsClient::new(&cfg) {
+                Ok(c) => Some(Jobs::new(c)),
+                Err(e) => {
+                    tracing::warn!("{e}; training_job falls back to pod names");
+                    None
+                }
+            });
+            rt.block_on(run(socket, required, pods, stop, v));
         })?;
     Ok(view)
 }
 
-async fn run(socket: PathBuf, required: bool, stop: Arc<AtomicBool>, view: KubeletView) {
+/// The pods' jobs from `/pods`, asked again only when a pod it has not answered for holds
+/// a GPU (and, after a refusal, not before [`pods::REFUSED_RETRY`]).
+struct Jobs {
+    client: PodsClient,
+    known: PodJobs,
+    asked: BTreeSet<(String, String)>,
+    refused_until: Option<Instant>,
+    failing: Option<String>,
+}
+
+impl Jobs {
+    fn new(client: PodsClient) -> Self {
+        Self {
+            client,
+            known: PodJobs::new(),
+            asked: BTreeSet::new(),
+            refused_until: None,
+            failing: None,
+        }
+    }
+
+    /// Names the job of each allocation's pod (asking the kubelet when new pods appeared).
+    async fn fill(&mut self, a: &mut Allocations) {
+        let pods: BTreeSet<(String, String)> = a
+            .values()
+            .map(|h| (h.namespace.clone(), h.pod.clone()))
+            .collect();
+        let refused = self.refused_until.is_some_and(|t| Instant::now() < t);
+        if !refused && !pods.is_subset(&self.asked) {
+            match self.client.fetch().await {
+                Ok(jobs) => {
+                    if self.failing.take().is_some() {
+                        tracing::info!("the kubelet's /pods answers again");
+                    }
+                    tracing::debug!(pods = jobs.len(), "pod owners from the kubelet");
+                    self.known = jobs;
+                    self.asked = pods;
+                    self.refused_until = None;
+                }
+                Err(e) => {
+                    let text = e.to_string();
+                    if self.failing.as_deref() != Some(text.as_str()) {
+                        tracing::warn!("{text}");
+                    }
+                    if e.is_refusal() {
+                        self.refused_until = Some(Instant::now() + pods::REFUSED_RETRY);
+                    }
+                    self.failing = Some(text);
+                }
+            }
+        }
+        for h in a.values_mut() {
+            h.job = self
+                .known
+                .get(&(h.namespace.clone(), h.pod.clone()))
+                .cloned();
+        }
+    }
+}
+
+async fn run(
+    socket: PathBuf,
+    required: bool,
+    mut pods: Option<Jobs>,
+    stop: Arc<AtomicBool>,
+    view: KubeletView,
+) {
     let mut failing: Option<String> = None;
     let mut last_call: Option<Instant> = None;
     let mut last: Option<Allocations> = None;
@@ -148,7 +226,10 @@ async fn run(socket: PathBuf, required: bool, stop: Arc<AtomicBool>, view: Kubel
                 if failing.take().is_some() {
                     tracing::info!(socket = %socket.display(), "the kubelet answers again");
                 }
-                let a = allocations(&resp);
+                let mut a = allocations(&resp);
+                if let Some(jobs) = pods.as_mut() {
+                    jobs.fill(&mut a).await;
+                }
                 if last.as_ref() != Some(&a) {
                     tracing::debug!(devices = a.len(), "GPU allocations from the kubelet");
                     view.publish(a.clone());

@@ -125,6 +125,7 @@ mod tests {
                 namespace: "ns".into(),
                 container: "main".into(),
                 resource: "nvidia.com/gpu".into(),
+                job: None,
             }),
         };
         Gpu::new(row, "h", MetricNames::Gpuwatch, None)

@@ -216,6 +216,10 @@ impl World {
         crate::attribution::job::training_job(&crate::attribution::job::JobEvidence {
             slurm_job: g.slurm_job(),
             pod: g.pod().map(|p| p.pod),
+            pod_owner: g
+                .last_ts
+                .and_then(|t| g.holder_at(t))
+                .and_then(|h| h.job.as_deref()),
             step_labels,
             job_label: self.job_label.as_deref(),
         })
