@@ -171,7 +171,14 @@ fn push_pod(l: &mut Vec<Label>, row: &GpuStatusRow) {
 }
 
 impl Gpu {
-    pub fn new(status: GpuStatusRow, host: &str, names: MetricNames, xid: Option<f64>) -> Gpu {
+    /// `job`: the GPU's training job across nodes, a label beside its pod when known.
+    pub fn new(
+        status: GpuStatusRow,
+        host: &str,
+        names: MetricNames,
+        xid: Option<f64>,
+        job: Option<&str>,
+    ) -> Gpu {
         let inv = &status.inventory;
         let opt = |v: &Option<String>| v.clone().unwrap_or_default();
         let (uuid, host_label) = id_label_names(names);
@@ -194,12 +201,18 @@ impl Gpu {
             ]),
         }
         push_pod(&mut labels, &status);
+        if let Some(j) = job {
+            labels.push(("training_job".into(), j.to_string()));
+        }
         let mut short: Vec<Label> = vec![
             ("gpu".into(), inv.index.to_string()),
             (uuid.into(), inv.uuid.clone()),
             (host_label.into(), host.to_string()),
         ];
         push_pod(&mut short, &status);
+        if let Some(j) = job {
+            short.push(("training_job".into(), j.to_string()));
+        }
         Gpu {
             labels: labels.into(),
             short: short.into(),

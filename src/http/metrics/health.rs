@@ -128,7 +128,7 @@ mod tests {
                 job: None,
             }),
         };
-        Gpu::new(row, "h", MetricNames::Gpuwatch, None)
+        Gpu::new(row, "h", MetricNames::Gpuwatch, None, None)
     }
 
     fn text(gpus: &[Gpu], cache: &mut LabelCache) -> String {

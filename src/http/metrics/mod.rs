@@ -206,7 +206,14 @@ impl Scraper {
                         .and_then(|w| w.watched(row.inventory.index))
                         .and_then(|w| w.then_some(0.0)),
                 };
-                gpus::Gpu::new(row, host, names, xid)
+                let job = r
+                    .fleet
+                    .gpus
+                    .iter()
+                    .find(|g| g.uuid == row.inventory.uuid)
+                    .and_then(|g| g.job.as_ref())
+                    .map(|j| j.name.clone());
+                gpus::Gpu::new(row, host, names, xid, job.as_deref())
             })
             .collect();
         let mut out = gpus::families(&gpus, stale, names);
