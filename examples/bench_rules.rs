@@ -109,6 +109,7 @@ fn live_path(path: &std::path::Path, tg: &mut TickGen, from: i64) -> anyhow::Res
         staleness_ms: 3000,
         eval_every_ms: 0,
         job_label: None,
+        xid_overrides: Vec::new(),
     };
     let delivery = Delivery {
         router: gpuwatch::notify::route::Router::new(&cfg.notify),

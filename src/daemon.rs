@@ -202,6 +202,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
                     .eval_interval
                     .map_or(0, |d| d.as_millis() as i64),
                 job_label: config.fleet.job_label.clone(),
+                xid_overrides: config.xid.overrides.clone(),
             },
             eval_stop.clone(),
             crate::alerts::evaluator::Outputs {

@@ -118,6 +118,7 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
             staleness_ms,
             eval_every_ms: args.eval_interval.map_or(0, |d| d.as_millis() as i64),
             job_label: cfg.fleet.job_label.clone(),
+            xid_overrides: cfg.xid.overrides.clone(),
         },
         from - 1,
     );

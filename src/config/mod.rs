@@ -15,7 +15,9 @@ mod prometheus;
 mod raw;
 mod receivers;
 mod remote_write;
+mod xid;
 pub use remote_write::RemoteWriteConfig;
+pub use xid::{DEFAULT_KMSG_PATH, OverrideClass, XidConfig, XidOverride};
 
 pub use error::{ConfigError, ConfigErrors};
 pub use notify::{
@@ -92,29 +94,6 @@ pub struct FleetConfig {
     /// Every job on this node spans nodes: its hang alerts go through Alertmanager only, so
     /// the fleet's `GpuwatchJobHang` can inhibit them.
     pub multi_node: bool,
-}
-
-/// `[xid] kmsg_path` when the config does not set it.
-pub const DEFAULT_KMSG_PATH: &str = "/dev/kmsg";
-
-/// `[xid]`: the kernel log as a second source of XIDs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct XidConfig {
-    /// Follow the kernel log for `NVRM: Xid` lines (besides NVML's event API).
-    pub kernel_log: bool,
-    /// The kernel log device, or a FIFO or file of records in its format (tests, a host's
-    /// `/dev/kmsg` mounted elsewhere); `None`: [`DEFAULT_KMSG_PATH`], which simulated GPUs
-    /// (the demo) do not follow: the host's kernel log says nothing about them.
-    pub kmsg_path: Option<PathBuf>,
-}
-
-impl Default for XidConfig {
-    fn default() -> Self {
-        Self {
-            kernel_log: true,
-            kmsg_path: None,
-        }
-    }
 }
 
 /// How log lines are written.

@@ -43,7 +43,7 @@ pub struct RawConfig {
     #[serde(default)]
     log: RawLog,
     #[serde(default)]
-    xid: RawXid,
+    xid: super::xid::RawXid,
     analysis: Option<Spanned<super::analysis::RawAnalysis>>,
     #[serde(default)]
     fleet: RawFleet,
@@ -54,13 +54,6 @@ pub struct RawConfig {
 struct RawFleet {
     job_label: Option<Spanned<String>>,
     multi_node: Option<bool>,
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawXid {
-    kernel_log: Option<bool>,
-    kmsg_path: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -505,6 +498,7 @@ impl RawConfig {
             Some(name.to_string())
         });
 
+        let xid = self.xid.compile(&mut c);
         if !c.errors.is_empty() {
             return Err(ConfigErrors(c.errors));
         }
@@ -551,10 +545,7 @@ impl RawConfig {
             notify,
             analysis,
             log_format,
-            xid: super::XidConfig {
-                kernel_log: self.xid.kernel_log.unwrap_or(true),
-                kmsg_path: self.xid.kmsg_path,
-            },
+            xid,
             fleet: super::FleetConfig {
                 job_label,
                 multi_node: self.fleet.multi_node.unwrap_or(false),

@@ -314,3 +314,62 @@ fn fleet_and_kubelet_pods_settings() {
     let e = err("[fleet]\nmulti_nodes = true\n");
     assert!(e.contains("multi_nodes"), "{e}");
 }
+
+#[test]
+fn xid_overrides_are_checked_where_they_are_written() {
+    use crate::config::{OverrideClass, XidOverride};
+    let c = parse(
+        "[xid]\nkernel_log = false\n[[xid.override]]\ncodes = [13, 31]\nclass = \"ignore\"\n\
+         [[xid.override]]\ncodes = [94]\nclass = \"hardware\"\ncount = 3\nwithin = \"1h\"\n",
+    )
+    .expect("valid");
+    assert!(!c.xid.kernel_log);
+    assert_eq!(
+        c.xid.overrides,
+        [
+            XidOverride {
+                codes: vec![13, 31],
+                class: OverrideClass::Ignore,
+                count_within: None
+            },
+            XidOverride {
+                codes: vec![94],
+                class: OverrideClass::Hardware,
+                count_within: Some((3, std::time::Duration::from_secs(3600)))
+            }
+        ]
+    );
+    assert_eq!(
+        c.xid.override_of(31).map(|o| o.class),
+        Some(OverrideClass::Ignore)
+    );
+    let e = err("[[xid.override]]\ncodes = [13]\nclass = \"benign\"\n");
+    assert!(
+        e.starts_with("g.toml:3:9: `xid.override.class` = \"benign\" is not a class"),
+        "{e}"
+    );
+    let e = err("[[xid.override]]\ncodes = [13, 0]\nclass = \"ignore\"\n");
+    assert!(
+        e.starts_with("g.toml:2:14: `xid.override.codes`: 0 is not an XID number"),
+        "{e}"
+    );
+    let e = err(
+        "[[xid.override]]\ncodes = [13]\nclass = \"ignore\"\n[[xid.override]]\ncodes = [13]\nclass = \"application\"\n",
+    );
+    assert!(
+        e.contains("XID 13 is already in another `[[xid.override]]`"),
+        "{e}"
+    );
+    let e = err("[[xid.override]]\ncodes = [94]\nclass = \"hardware\"\ncount = 3\n");
+    assert!(e.contains("`count` and `within` go together"), "{e}");
+    let e = err("[[xid.override]]\ncodes = [13]\nclass = \"ignore\"\ncount = 3\nwithin = \"1h\"\n");
+    assert!(e.contains("apply to class = \"hardware\" only"), "{e}");
+    let e =
+        err("[[xid.override]]\ncodes = [94]\nclass = \"hardware\"\ncount = 3\nwithin = \"soon\"\n");
+    assert!(
+        e.contains("`xid.override.within` = \"soon\" is not a duration"),
+        "{e}"
+    );
+    let e = err("[[xid.override]]\ncodes = [94]\nclass = \"hardware\"\nevery = 3\n");
+    assert!(e.contains("every"), "{e}");
+}

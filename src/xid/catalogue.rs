@@ -6,11 +6,14 @@
 //! the memory error management guide for 48/63/64/94/95). NVIDIA's immediate resolution maps
 //! to [`Action`]: IGNORE → none, RESTART_APP → restart the job, RESET_GPU → reset the GPU,
 //! RESTART_BM (reboot the machine) → drain the node; its workflows are spelled out in `detail`.
+//! The class says whose fault the code usually is (the GPU's hardware, the application, the
+//! driver and firmware, or nothing), the severity what `gpu_xid_error` makes of it (critical:
+//! the GPU needs attention).
 //!
 //! Invariant: rows are sorted by code, one row per code (a test checks both); a code that is
 //! not here is "not in the catalogue", never guessed.
 
-use super::{Action, Entry};
+use super::{Action, Class, Entry, Severity};
 
 const fn e(
     code: u32,
@@ -18,6 +21,7 @@ const fn e(
     meaning: &'static str,
     cause: &'static str,
     action: Action,
+    (class, severity): (Class, Severity),
     detail: &'static str,
 ) -> Entry {
     Entry {
@@ -26,6 +30,8 @@ const fn e(
         meaning,
         cause,
         action,
+        class,
+        severity,
         detail,
     }
 }
@@ -41,6 +47,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "GPU stopped processing",
         "the application, the driver, a bus error or overheating",
         Action::RestartJob,
+        (Class::Driver, Severity::Warning),
         "restart the job; contact NVIDIA support if it repeats",
     ),
     e(
@@ -49,6 +56,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "graphics engine exception",
         "usually the application (out-of-range memory access, illegal instruction); rarely the driver, the GPU's memory or the bus",
         Action::RestartJob,
+        (Class::Application, Severity::Warning),
         "restart the job and debug its kernels; if it repeats with different jobs on the same GPU, run DCGM diagnostics (dcgmi diag -r 3)",
     ),
     e(
@@ -57,6 +65,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "GPU memory page fault",
         "usually the application's illegal memory access; rarely the driver or the hardware",
         Action::RestartJob,
+        (Class::Application, Severity::Warning),
         "restart the job and debug it (compute-sanitizer); if it repeats with different jobs on the same GPU, run DCGM diagnostics",
     ),
     e(
@@ -65,6 +74,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "invalid or corrupted push buffer stream",
         "corrupted data on the way to the GPU: PCIe link quality, system memory corruption or the driver",
         Action::RestartJob,
+        (Class::Driver, Severity::Warning),
         "restart the job; if it repeats, check the PCIe link (gpuwatch status shows its generation and width) and contact the hardware vendor",
     ),
     e(
@@ -73,6 +83,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "GPU stopped processing (the faulting application's channel was stopped)",
         "an application fault (often after XID 13 or 31); the GPU stays usable",
         Action::None,
+        (Class::Application, Severity::Info),
         "the job that faulted has failed and needs its own restart; the GPU needs nothing",
     ),
     e(
@@ -81,6 +92,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "preemptive cleanup after previous errors",
         "channels torn down because of another error (an XID just before it), or Fabric Manager stopping",
         Action::None,
+        (Class::Application, Severity::Info),
         "follow the XID that came before it; on its own on an NVSwitch system, check that Fabric Manager runs",
     ),
     e(
@@ -89,6 +101,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "GPU stopped processing",
         "the driver or the hardware",
         Action::ResetGpu,
+        (Class::Driver, Severity::Warning),
         "reset the GPU (nvidia-smi -r -i N); contact NVIDIA support if it repeats",
     ),
     e(
@@ -97,6 +110,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "double-bit (uncorrectable) ECC error",
         "a GPU memory fault (hardware)",
         Action::ResetGpu,
+        (Class::Hardware, Severity::Critical),
         "the application on the GPU is hit: drain the GPU's work and reset it (a row remap, XID 63, takes effect at the reset); if no XID 63/64 follows, run DCGM diagnostics; RMA when errors repeat",
     ),
     e(
@@ -105,6 +119,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "internal micro-controller breakpoint or warning",
         "the GPU's firmware or hardware, or the driver",
         Action::ResetGpu,
+        (Class::Driver, Severity::Critical),
         "reset the GPU; contact NVIDIA support if it repeats",
     ),
     e(
@@ -113,6 +128,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "internal micro-controller halt",
         "the GPU's firmware or hardware, the driver, or overheating",
         Action::ResetGpu,
+        (Class::Driver, Severity::Critical),
         "reset the GPU; contact NVIDIA support if it repeats",
     ),
     e(
@@ -121,6 +137,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "a memory row was marked for remapping (a page for retirement on older GPUs)",
         "a GPU memory error that the GPU can repair (hardware)",
         Action::ResetGpu,
+        (Class::Hardware, Severity::Critical),
         "not urgent: the repair takes effect at the next GPU reset, so reset the GPU when it is idle; running work is not affected",
     ),
     e(
@@ -129,6 +146,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "memory row remapping (page retirement) failed",
         "a GPU memory fault beyond what the GPU can repair (hardware)",
         Action::ResetGpu,
+        (Class::Hardware, Severity::Critical),
         "reset the GPU; a remapping failure is a reason to RMA the GPU under NVIDIA's policy when it persists",
     ),
     e(
@@ -137,6 +155,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "video decoder (NVDEC0) exception",
         "the application or the driver; rarely the hardware",
         Action::RestartJob,
+        (Class::Application, Severity::Warning),
         "restart the job; contact NVIDIA support if it repeats",
     ),
     e(
@@ -145,6 +164,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "graphics engine class error",
         "the application or the driver; rarely the hardware",
         Action::RestartJob,
+        (Class::Application, Severity::Warning),
         "restart the job; check the CUDA version against the driver's",
     ),
     e(
@@ -153,6 +173,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "NVLink error",
         "an NVLink connection fault (hardware) or the driver",
         Action::ResetGpu,
+        (Class::Hardware, Severity::Critical),
         "reset the GPUs on the link (on NVSwitch systems with Fabric Manager running); if it repeats, check the links (nvidia-smi nvlink -e) and contact the vendor",
     ),
     e(
@@ -161,6 +182,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "GPU has fallen off the bus",
         "the PCIe connection, power or overheating (hardware), or the driver",
         Action::DrainNode,
+        (Class::Hardware, Severity::Critical),
         "NVML calls on the GPU may hang: drain the node and reboot it; check power, cooling and seating; RMA if it repeats",
     ),
     e(
@@ -169,6 +191,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "high single-bit ECC error rate",
         "GPU memory wearing out (hardware)",
         Action::None,
+        (Class::Hardware, Severity::Critical),
         "the errors were corrected; watch ecc_corrected and row remaps, and contact NVIDIA support if the rate stays high",
     ),
     e(
@@ -177,6 +200,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "contained ECC error",
         "an uncorrectable GPU memory error that the GPU contained to one application (hardware)",
         Action::RestartJob,
+        (Class::Hardware, Severity::Critical),
         "restart the job that was hit; the GPU and other applications continue (a row remap may be pending: reset the GPU when idle)",
     ),
     e(
@@ -185,6 +209,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "uncontained ECC error",
         "an uncorrectable GPU memory error that could not be contained (hardware)",
         Action::ResetGpu,
+        (Class::Hardware, Severity::Critical),
         "every application on the GPU is affected: stop them and reset the GPU; RMA if it repeats",
     ),
     e(
@@ -193,6 +218,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "context switch timeout",
         "the application, the driver or the hardware",
         Action::ResetGpu,
+        (Class::Driver, Severity::Warning),
         "reset the GPU; contact NVIDIA support if it repeats",
     ),
     e(
@@ -201,6 +227,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "GSP RPC timeout (the GPU's system processor did not answer the driver)",
         "the GSP firmware or the driver; sometimes the hardware",
         Action::ResetGpu,
+        (Class::Driver, Severity::Critical),
         "NVML calls on the GPU may block: reset the GPU, reboot the node if the reset fails; update the driver if it repeats",
     ),
     e(
@@ -209,6 +236,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "GSP error (the GPU's system processor failed)",
         "the GSP firmware or the driver; sometimes the hardware",
         Action::ResetGpu,
+        (Class::Driver, Severity::Critical),
         "reset the GPU, reboot the node if the reset fails; update the driver if it repeats",
     ),
     e(
@@ -217,6 +245,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "chip-to-chip (C2C) link error (Grace Hopper / Grace Blackwell)",
         "the CPU-GPU link (hardware)",
         Action::None,
+        (Class::Hardware, Severity::Warning),
         "corrected by the link; contact NVIDIA support if it repeats",
     ),
     e(
@@ -225,6 +254,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "unrecovered ECC error",
         "an uncorrectable GPU memory error that escaped containment (hardware)",
         Action::ResetGpu,
+        (Class::Hardware, Severity::Critical),
         "reset the GPU; contact NVIDIA support (RMA) if it repeats",
     ),
     e(
@@ -233,6 +263,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "GPU initialisation error",
         "the hardware, its firmware or the driver",
         Action::ResetGpu,
+        (Class::Driver, Severity::Warning),
         "reset the GPU; RMA if it fails to initialise again",
     ),
     e(
@@ -241,6 +272,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "NVLink SAW error",
         NVLINK5_CAUSE,
         Action::ResetGpu,
+        (Class::Hardware, Severity::Warning),
         NVLINK5_DETAIL,
     ),
     e(
@@ -249,6 +281,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "NVLink RLW error",
         NVLINK5_CAUSE,
         Action::ResetGpu,
+        (Class::Hardware, Severity::Warning),
         NVLINK5_DETAIL,
     ),
     e(
@@ -257,6 +290,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "NVLink TLW error",
         NVLINK5_CAUSE,
         Action::ResetGpu,
+        (Class::Hardware, Severity::Warning),
         NVLINK5_DETAIL,
     ),
     e(
@@ -265,6 +299,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "NVLink TREX error",
         NVLINK5_CAUSE,
         Action::ResetGpu,
+        (Class::Hardware, Severity::Warning),
         NVLINK5_DETAIL,
     ),
     e(
@@ -273,6 +308,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "NVLink NVLPW_CTRL error",
         NVLINK5_CAUSE,
         Action::ResetGpu,
+        (Class::Hardware, Severity::Warning),
         NVLINK5_DETAIL,
     ),
     e(
@@ -281,6 +317,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "NVLink NETIR error",
         NVLINK5_CAUSE,
         Action::ResetGpu,
+        (Class::Hardware, Severity::Warning),
         NVLINK5_DETAIL,
     ),
     e(
@@ -289,6 +326,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "NVLink MSE error",
         NVLINK5_CAUSE,
         Action::ResetGpu,
+        (Class::Hardware, Severity::Warning),
         NVLINK5_DETAIL,
     ),
     e(
@@ -297,6 +335,7 @@ pub(super) const ENTRIES: &[Entry] = &[
         "the GPU's recovery action changed",
         "another XID (informational: it says what recovering from that one needs)",
         Action::None,
+        (Class::Informational, Severity::Info),
         "do what the message names: none, GPU reset, node reboot, drain P2P, or drain and reset",
     ),
 ];

@@ -38,6 +38,51 @@ impl Action {
     }
 }
 
+/// Whose fault an XID usually is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Class {
+    /// The GPU's hardware: its memory, links, bus or power (the GPU needs service).
+    Hardware,
+    /// The application that ran on it (the GPU stays usable).
+    Application,
+    /// The driver, the GPU's firmware or the path to it (bus, system memory): neither clearly.
+    Driver,
+    /// A report about another event; nothing failed by itself.
+    Informational,
+}
+
+impl Class {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Hardware => "hardware",
+            Class::Application => "application",
+            Class::Driver => "driver",
+            Class::Informational => "informational",
+        }
+    }
+}
+
+/// What the default rules make of an XID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    /// Said in the message of the XID's event only.
+    Info,
+    /// A fault worth knowing (the application's, a recoverable one), not an alert by itself.
+    Warning,
+    /// The GPU needs attention: `gpu_xid_error` (the `xid_critical` metric counts these).
+    Critical,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
 /// One XID of the catalogue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
@@ -50,6 +95,10 @@ pub struct Entry {
     pub cause: &'static str,
     /// What to do first.
     pub action: Action,
+    /// Whose fault it usually is.
+    pub class: Class,
+    /// What the default rules make of it.
+    pub severity: Severity,
     /// The action spelled out: conditions, escalation.
     pub detail: &'static str,
 }
@@ -64,6 +113,12 @@ pub fn lookup(code: i64) -> Option<&'static Entry> {
         .binary_search_by_key(&code, |e| e.code)
         .ok()
         .map(|i| &catalogue::ENTRIES[i])
+}
+
+/// Whether `code` is a critical XID (the catalogue's severity; a code it does not have is
+/// not): what the rule language's `xid_critical` counts and `gpu_xid_error` fires on.
+pub fn is_critical(code: i64) -> bool {
+    lookup(code).is_some_and(|e| e.severity == Severity::Critical)
 }
 
 /// Every entry, by code.
@@ -97,15 +152,17 @@ pub fn event_text(code: i64, message: &str) -> String {
 /// docs/XID.md's table: one row per entry, with the action spelled out.
 pub fn markdown_table() -> String {
     let mut out = String::from(
-        "| XID | NVIDIA's name | meaning | likely cause | action | what to do |\n|---|---|---|---|---|---|\n",
+        "| XID | NVIDIA's name | meaning | likely cause | class | severity | action | what to do |\n|---|---|---|---|---|---|---|---|\n",
     );
     for e in entries() {
         out.push_str(&format!(
-            "| {} | `{}` | {} | {} | **{}** | {} |\n",
+            "| {} | `{}` | {} | {} | {} | {} | **{}** | {} |\n",
             e.code,
             e.name,
             e.meaning,
             e.cause,
+            e.class.as_str(),
+            e.severity.as_str(),
             e.action.as_str(),
             e.detail
         ));
@@ -160,9 +217,25 @@ mod tests {
             .filter(|&c| lookup(c).is_none())
             .collect();
         assert!(missing.is_empty(), "missing: {missing:?}");
-        // Every XID the default rules call critical has an entry with an action.
-        for &c in crate::rules::eval::world::CRITICAL_XIDS {
-            assert!(lookup(c).is_some(), "critical XID {c}");
+        // The critical ones: hardware faults and the firmware's halts, each with an action.
+        let critical: Vec<u32> = entries()
+            .iter()
+            .filter(|e| e.severity == Severity::Critical)
+            .map(|e| e.code)
+            .collect();
+        assert_eq!(
+            critical,
+            [48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140]
+        );
+        assert!(is_critical(79) && !is_critical(13) && !is_critical(2));
+        // The application's own faults are its class, never critical.
+        for c in [13, 31, 43, 45] {
+            let e = lookup(c).expect("entry");
+            assert_eq!(e.class, Class::Application, "XID {c}");
+            assert!(e.severity < Severity::Critical, "XID {c}");
+        }
+        for c in [48, 63, 64, 74, 79, 92, 94, 95] {
+            assert_eq!(lookup(c).map(|e| e.class), Some(Class::Hardware), "XID {c}");
         }
     }
 

@@ -61,6 +61,8 @@ pub struct EngineOptions {
     pub eval_every_ms: i64,
     /// `[fleet] job_label` (the `training_job` label's source besides Slurm and pods).
     pub job_label: Option<String>,
+    /// `[[xid.override]]`.
+    pub xid_overrides: Vec<crate::config::XidOverride>,
 }
 
 impl Default for EngineOptions {
@@ -69,6 +71,7 @@ impl Default for EngineOptions {
             staleness_ms: 3000,
             eval_every_ms: 0,
             job_label: None,
+            xid_overrides: Vec::new(),
         }
     }
 }
@@ -107,6 +110,7 @@ impl Engine {
         }
         let mut world = World::new(needs, start_after);
         world.job_label = opts.job_label.clone();
+        world.xid_overrides = opts.xid_overrides.clone();
         Self {
             last_eval: None,
             dirty: HashSet::new(),
