@@ -200,7 +200,7 @@ impl Set {
             }
         }
         for l in &self.loaded {
-            for (target, pos) in &l.inhibits {
+            for (key, target, pos) in &l.inhibits {
                 if seen.iter().any(|(n, _)| n == target) {
                     continue;
                 }
@@ -211,7 +211,7 @@ impl Set {
                 self.errors.push(RuleError {
                     file: l.origin.file.clone(),
                     position: Some(*pos),
-                    message: format!("`inhibits` names an unknown rule `{target}`"),
+                    message: format!("`{key}` names an unknown rule `{target}`"),
                     hint: Some(hint),
                 });
             }

@@ -31,7 +31,8 @@ pub struct Loaded {
     pub rule: Option<Rule>,
     /// The name and the position of its string, when the rule has a valid one.
     pub name: Option<(String, (usize, usize))>,
-    pub inhibits: Vec<(String, (usize, usize))>,
+    /// The rules it names in `inhibits` and `inhibits_job`: (key, name, position).
+    pub inhibits: Vec<(&'static str, String, (usize, usize))>,
     pub origin: Origin,
 }
 
@@ -48,6 +49,7 @@ const KEYS: &[&str] = &[
     "on_no_data",
     "on_error",
     "inhibits",
+    "inhibits_job",
     "enabled",
     "summary",
     "description",
@@ -275,6 +277,7 @@ impl FileReader<'_> {
 struct Raw {
     strings: BTreeMap<&'static str, Str>,
     inhibits: Vec<Str>,
+    inhibits_job: Vec<Str>,
     enabled: Option<bool>,
     labels: Vec<(Str, Str)>,
     values: Vec<(Str, Str)>,
@@ -287,7 +290,8 @@ impl FileReader<'_> {
         for (key, v) in sorted(t) {
             let k = key.get_ref().as_ref();
             match KEYS.iter().find(|n| **n == k) {
-                Some(&"inhibits") => raw.inhibits = self.inhibits(v),
+                Some(&"inhibits") => raw.inhibits = self.inhibits("inhibits", v),
+                Some(&"inhibits_job") => raw.inhibits_job = self.inhibits("inhibits_job", v),
                 Some(&"enabled") => match v.get_ref() {
                     DeValue::Boolean(b) => raw.enabled = Some(*b),
                     other => {
@@ -320,12 +324,15 @@ impl FileReader<'_> {
             line: position(self.text, span.start).0,
         };
         let name = raw.strings.get("name").and_then(|s| self.name(s));
-        let inhibits = raw
-            .inhibits
-            .iter()
-            .filter(|s| compile::is_snake_name(&s.value))
-            .map(|s| (s.value.clone(), self.position_in(s, 0)))
-            .collect();
+        let inhibits = [
+            ("inhibits", &raw.inhibits),
+            ("inhibits_job", &raw.inhibits_job),
+        ]
+        .into_iter()
+        .flat_map(|(key, list)| list.iter().map(move |s| (key, s)))
+        .filter(|(_, s)| compile::is_snake_name(&s.value))
+        .map(|(key, s)| (key, s.value.clone(), self.position_in(s, 0)))
+        .collect();
         let rule = self.compile(raw, span.start, origin.clone());
         let rule = rule.filter(|_| self.errors.len() == errors_before);
         Loaded {
@@ -343,22 +350,17 @@ impl FileReader<'_> {
         )
     }
 
-    fn inhibits(&mut self, v: &Spanned<DeValue<'_>>) -> Vec<Str> {
+    fn inhibits(&mut self, key: &'static str, v: &Spanned<DeValue<'_>>) -> Vec<Str> {
         let DeValue::Array(a) = v.get_ref() else {
             let t = v.get_ref().type_str();
             let msg = format!(
-                "`inhibits` must be an array of rule names, not {} {t}",
+                "`{key}` must be an array of rule names, not {} {t}",
                 article(t)
             );
-            self.error(
-                v.span().start,
-                msg,
-                Some("e.g. `inhibits = [\"gpu_idle\"]`"),
-            );
+            let hint = format!("e.g. `{key} = [\"gpu_idle\"]`");
+            self.error(v.span().start, msg, Some(&hint));
             return Vec::new();
         };
-        a.iter()
-            .filter_map(|item| self.string("inhibits", item))
-            .collect()
+        a.iter().filter_map(|item| self.string(key, item)).collect()
     }
 }

@@ -176,3 +176,104 @@ fn stragglers_are_found_among_the_gpus_of_one_job_only() {
     );
     assert_eq!(run(true), 0, "with pods it has no peers: no straggler");
 }
+
+/// `inhibits_job`: while a fault fires on one GPU of a training job, its consequences on the
+/// job's other GPUs of the host are muted (one incident, its cause reported); a GPU of
+/// another job is not. The job here is a Slurm job; its id is the alerts' `training_job`.
+#[test]
+fn a_fault_mutes_its_consequences_on_the_gpus_of_the_same_job() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("g.db");
+    let rules = dir.path().join("r.toml");
+    std::fs::write(
+        &rules,
+        r#"
+[[rule]]
+name = "cause"
+severity = "critical"
+condition = "temp > 80"
+for = "30s"
+inhibits_job = ["effect"]
+summary = "GPU {gpu} of job {training_job} is hot"
+
+[[rule]]
+name = "effect"
+severity = "warning"
+condition = "util_gpu < 5"
+for = "30s"
+summary = "GPU {gpu} idle"
+"#,
+    )
+    .expect("rules");
+    let mut st = store::open(&db, &StoreConfig::new("node-1")).expect("open");
+    let mut tg = TickGen::new(3, 0);
+    let uuids: Vec<String> = (0..3).map(|i| tg.uuid(i)).collect();
+    let job = |id: u64| Placement {
+        slurm_job: Some(id),
+        slurm_step: Some("0".into()),
+        ..Placement::default()
+    };
+    for k in 0..300i64 {
+        let ts = T0 + k * 1000;
+        let mut b = tg.tick(ts);
+        for (i, s) in b.samples.iter_mut().enumerate() {
+            s.util_gpu_pct = Some(0);
+            s.temp_c = Some(if i == 0 { 86 } else { 50 });
+        }
+        b.processes = (0..3)
+            .map(|g| ProcessSample {
+                ts_ms: ts,
+                gpu_uuid: uuids[g].clone(),
+                process: ProcessInfo {
+                    pid: 5000 + g as u32,
+                    start_time_ms: T0 - 1000,
+                    name: Some("python".into()),
+                    placement: Some(std::sync::Arc::new(job(if g == 2 { 5555 } else { 4242 }))),
+                    ..ProcessInfo::default()
+                },
+                used_mem_bytes: Some(1 << 30),
+            })
+            .collect();
+        st.write_tick(&b).expect("write");
+    }
+    drop(st);
+    let o = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .args(["replay", "--format", "jsonl", "--rules"])
+        .arg(&rules)
+        .arg("--db")
+        .arg(&db)
+        .output()
+        .expect("replay");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let fired: Vec<serde_json::Value> = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .flat_map(|v| match v {
+            serde_json::Value::Array(a) => a,
+            v => vec![v],
+        })
+        .filter(|t| t["state"] == "firing")
+        .collect();
+    let on = |rule: &str| -> Vec<i64> {
+        fired
+            .iter()
+            .filter(|t| t["rule"] == rule)
+            .filter_map(|t| t["gpu"].as_i64())
+            .collect()
+    };
+    assert_eq!(on("cause"), [0], "{out}");
+    assert_eq!(
+        on("effect"),
+        [2],
+        "GPUs 0 and 1 work for job 4242: muted; {out}"
+    );
+    let cause = fired.iter().find(|t| t["rule"] == "cause").expect("cause");
+    assert_eq!(cause["labels"]["training_job"], "4242", "{cause}");
+    assert!(
+        cause["summary"]
+            .as_str()
+            .is_some_and(|s| s.contains("job 4242")),
+        "{cause}"
+    );
+}

@@ -368,16 +368,38 @@ impl Engine {
             })
             .flat_map(|(r, gpu)| r.inhibits.iter().map(move |name| (name.clone(), gpu)))
             .collect();
+        // `inhibits_job`: (rule, host, training job) muted on every GPU of the job there.
+        let muting_job: HashSet<(String, String, String)> = self
+            .alerts
+            .iter()
+            .filter(|(_, i)| i.state.is_firing())
+            .filter_map(|(k, i)| {
+                let job = i.subject.training_job.clone()?;
+                let r = self.rules.iter().find(|r| *r.name == *k.rule)?;
+                Some((r, i.subject.host.clone(), job))
+            })
+            .flat_map(|(r, host, job)| {
+                r.inhibits_job
+                    .iter()
+                    .map(move |name| (name.clone(), host.clone(), job.clone()))
+            })
+            .collect();
+        let is_muted = |key: &AlertKey, subject: &Subject| {
+            muting.contains(&(key.rule.to_string(), key.gpu_id))
+                || subject.training_job.as_ref().is_some_and(|j| {
+                    muting_job.contains(&(key.rule.to_string(), subject.host.clone(), j.clone()))
+                })
+        };
         // (alert, state, the severity before a change of severity)
         let mut out: Vec<(AlertKey, &'static str, Option<Severity>)> = Vec::new();
         // Changes of severity, recorded whether or not they are reported (muted).
         let mut severity_changes: Vec<(AlertKey, Option<Severity>, Severity)> = Vec::new();
         let changed: HashSet<AlertKey> = changes.iter().map(|(k, _)| k.clone()).collect();
         for (key, change) in changes {
-            let muted = muting.contains(&(key.rule.to_string(), key.gpu_id));
             let Some(inst) = self.alerts.get_mut(&key) else {
                 continue;
             };
+            let muted = is_muted(&key, &inst.subject);
             match change {
                 Change::Escalated { from, to } => {
                     severity_changes.push((key.clone(), from, to));
@@ -409,7 +431,7 @@ impl Engine {
             if inst.state.is_firing()
                 && !inst.reported
                 && !changed.contains(key)
-                && !muting.contains(&(key.rule.to_string(), key.gpu_id))
+                && !is_muted(key, &inst.subject)
             {
                 inst.reported = true;
                 out.push((key.clone(), "firing", None));

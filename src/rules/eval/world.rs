@@ -306,7 +306,9 @@ impl World {
         if samples.iter().any(|(id, _)| !self.gpus.contains_key(id)) {
             self.refresh_gpus(conn)?;
         }
-        if self.keep(Metric::ProcessMem).is_some() {
+        // Processes are read even when no rule reads their memory: their placement names the
+        // GPU's pod, Slurm job and training job (labels, peers, `inhibits_job`).
+        {
             let procs = history::process_samples(conn, after, to)?;
             // A process's placement is read once, when the evaluator first meets it.
             for p in &procs {

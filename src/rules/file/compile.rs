@@ -176,10 +176,14 @@ impl FileReader<'_> {
         };
 
         let name_str = name.as_ref().map(|s| s.value.clone());
-        for target in &raw.inhibits {
-            if self.name_ok(target, "`inhibits` entry") && Some(&target.value) == name_str.as_ref()
-            {
-                self.error_in(target, 0, "a rule cannot inhibit itself".into(), None);
+        for (key, list) in [
+            ("`inhibits` entry", &raw.inhibits),
+            ("`inhibits_job` entry", &raw.inhibits_job),
+        ] {
+            for target in list {
+                if self.name_ok(target, key) && Some(&target.value) == name_str.as_ref() {
+                    self.error_in(target, 0, "a rule cannot inhibit itself".into(), None);
+                }
             }
         }
         Some(Rule {
@@ -198,6 +202,7 @@ impl FileReader<'_> {
             summary: summary?,
             description: description?,
             inhibits: raw.inhibits.into_iter().map(|s| s.value).collect(),
+            inhibits_job: raw.inhibits_job.into_iter().map(|s| s.value).collect(),
             enabled: raw.enabled.unwrap_or(true),
             gpu_fallback: gpu_fallback?,
             origin,
