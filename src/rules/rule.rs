@@ -82,8 +82,8 @@ pub struct Rule {
     pub description: Option<Template>,
     /// Rules whose alerts on the same GPU are muted while this one is active.
     pub inhibits: Vec<String>,
-    /// Rules whose alerts on every GPU of the host working for the same training job are
-    /// muted while this one fires there (the job's consequences of one GPU's fault).
+    /// Rules whose alerts on the other GPUs of the host working for the same training job
+    /// are muted while this one fires (the job's consequences of one GPU's fault).
     pub inhibits_job: Vec<String>,
     pub enabled: bool,
     /// `scope = "process"` with `fallback = "gpu"`: where no process of a GPU reports its

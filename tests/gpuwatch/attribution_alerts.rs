@@ -179,7 +179,8 @@ fn stragglers_are_found_among_the_gpus_of_one_job_only() {
 
 /// `inhibits_job`: while a fault fires on one GPU of a training job, its consequences on the
 /// job's other GPUs of the host are muted (one incident, its cause reported); a GPU of
-/// another job is not. The job here is a Slurm job; its id is the alerts' `training_job`.
+/// another job is not, nor the fault's own GPU (that is `inhibits`). The job here is a
+/// Slurm job; its id is the alerts' `training_job`.
 #[test]
 fn a_fault_mutes_its_consequences_on_the_gpus_of_the_same_job() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -265,8 +266,8 @@ summary = "GPU {gpu} idle"
     assert_eq!(on("cause"), [0], "{out}");
     assert_eq!(
         on("effect"),
-        [2],
-        "GPUs 0 and 1 work for job 4242: muted; {out}"
+        [0, 2],
+        "GPU 1 works for job 4242 beside the fault: muted; the fault's own GPU is `inhibits`' business; {out}"
     );
     let cause = fired.iter().find(|t| t["rule"] == "cause").expect("cause");
     assert_eq!(cause["labels"]["training_job"], "4242", "{cause}");

@@ -8,7 +8,7 @@
 //! - A target that disappears (process exited, GPU gone from the data) is evaluated as "no
 //!   data", so its alert follows the rule's `on_no_data`, never hangs forever.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use rusqlite::Connection;
@@ -368,26 +368,29 @@ impl Engine {
             })
             .flat_map(|(r, gpu)| r.inhibits.iter().map(move |name| (name.clone(), gpu)))
             .collect();
-        // `inhibits_job`: (rule, host, training job) muted on every GPU of the job there.
-        let muting_job: HashSet<(String, String, String)> = self
-            .alerts
-            .iter()
-            .filter(|(_, i)| i.state.is_firing())
-            .filter_map(|(k, i)| {
-                let job = i.subject.training_job.clone()?;
-                let r = self.rules.iter().find(|r| *r.name == *k.rule)?;
-                Some((r, i.subject.host.clone(), job))
-            })
-            .flat_map(|(r, host, job)| {
-                r.inhibits_job
-                    .iter()
-                    .map(move |name| (name.clone(), host.clone(), job.clone()))
-            })
-            .collect();
+        // `inhibits_job`: (rule, host, training job) → the inhibitors' GPUs: muted on the
+        // job's other GPUs there (its own GPU is `inhibits`' business).
+        let mut muting_job: HashMap<(String, String, String), Vec<i64>> = HashMap::new();
+        for (k, i) in self.alerts.iter().filter(|(_, i)| i.state.is_firing()) {
+            let (Some(job), Some(r)) = (
+                i.subject.training_job.as_ref(),
+                self.rules.iter().find(|r| *r.name == *k.rule),
+            ) else {
+                continue;
+            };
+            for name in &r.inhibits_job {
+                muting_job
+                    .entry((name.clone(), i.subject.host.clone(), job.clone()))
+                    .or_default()
+                    .push(k.gpu_id);
+            }
+        }
         let is_muted = |key: &AlertKey, subject: &Subject| {
             muting.contains(&(key.rule.to_string(), key.gpu_id))
                 || subject.training_job.as_ref().is_some_and(|j| {
-                    muting_job.contains(&(key.rule.to_string(), subject.host.clone(), j.clone()))
+                    muting_job
+                        .get(&(key.rule.to_string(), subject.host.clone(), j.clone()))
+                        .is_some_and(|gpus| gpus.iter().any(|g| *g != key.gpu_id))
                 })
         };
         // (alert, state, the severity before a change of severity)
