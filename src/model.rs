@@ -330,3 +330,22 @@ pub struct TrainingWrite {
     pub points: Vec<TrainingPoint>,
     pub sources: Vec<TrainingSourceUpdate>,
 }
+
+/// How serious something is: an alert's severity, and what the default rules make of an XID
+/// (the catalogue's, `crate::xid`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+}

@@ -343,24 +343,13 @@ fn fleet_of(
             "no [prometheus] in the config to ask for the job's other nodes".into(),
         );
     };
-    let client = match crate::training::PromClient::new(prom) {
-        Ok(c) => c,
-        Err(e) => return unavailable(e.to_string()),
-    };
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => return unavailable(e.to_string()),
-    };
-    let got = rt.block_on(crate::fleet::timeline::fetch(
-        &client,
+    let got = crate::fleet::timeline::fetch_blocking(
+        prom,
         job,
         from,
         to.max(from + 60_000),
         cfg.http.metrics_names,
-    ));
+    );
     match got {
         Ok(t) => Some(FleetView::Timeline(t)),
         Err(e) => Some(FleetView::Unavailable(format!(

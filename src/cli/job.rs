@@ -115,20 +115,17 @@ fn timeline_cmd(a: TimelineArgs) -> Result<(), Failure> {
             anyhow::anyhow!("--from must be before --to"),
         ));
     }
-    let client = crate::training::PromClient::new(&prom)
-        .map_err(|e| fail(exit::USAGE, anyhow::anyhow!("fleet data unavailable: {e}")))?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let t = rt
-        .block_on(timeline::fetch(
-            &client,
-            &a.job,
-            from,
-            to,
-            cfg.http.metrics_names,
-        ))
-        .map_err(|e| fail(exit::FAILURE, e))?;
+    let t =
+        timeline::fetch_blocking(&prom, &a.job, from, to, cfg.http.metrics_names).map_err(|e| {
+            // A client that cannot be set up (a CA file) is the configuration's fault.
+            let code = match e {
+                timeline::TimelineError::Fetch(crate::training::FetchError::Setup(_)) => {
+                    exit::USAGE
+                }
+                _ => exit::FAILURE,
+            };
+            fail(code, e)
+        })?;
     match a.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&t.json())?),
         Format::Table => print!("{}", t.table()),

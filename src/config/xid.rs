@@ -58,13 +58,6 @@ pub struct XidOverride {
     pub count_within: Option<(u32, Duration)>,
 }
 
-impl XidConfig {
-    /// The override of `code`, if any.
-    pub fn override_of(&self, code: i64) -> Option<&XidOverride> {
-        self.overrides.iter().find(|o| o.codes.contains(&code))
-    }
-}
-
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawXid {

@@ -79,15 +79,16 @@ const MEANS_OVER_MS: i64 = 5 * 60_000;
 pub struct Memo {
     /// Step series by id, with the time they were read up to.
     steps: HashMap<i64, (Series, TsMs)>,
-    /// GPU id → (the stall's last progress, when checked up to, the stall).
+    /// GPU id → the stall found on it.
     stalls: HashMap<i64, StallMemo>,
 }
 
+/// A stall found: its busy power before, where its samples were checked up to, its start.
 struct StallMemo {
     progress_ms: TsMs,
     checked_to: TsMs,
-    busy_w: Option<f64>,
-    start: Option<TsMs>,
+    busy_w: f64,
+    start: TsMs,
 }
 
 impl Memo {
@@ -216,17 +217,16 @@ fn job_hosts(
             .iter()
             .filter(|g| g.job.as_ref() == Some(job))
             .collect();
-        // Per GPU: the means of its sampled points (status ok) of the last 5 minutes.
+        // Per GPU: the means of its sampled readings of the last 5 minutes (clock, util, power).
         let mut per_gpu: Vec<[Option<f64>; 3]> = Vec::new();
         for g in &mine {
             let Some(id) = ids.get(&g.uuid) else { continue };
-            let points = crate::store::analysis::gpu_points(conn, *id, now - MEANS_OVER_MS, now)?;
-            let ok = || points.iter().filter(|p| p.status == 0);
-            per_gpu.push([
-                mean(ok().filter_map(|p| p.clock_sm)),
-                mean(ok().filter_map(|p| p.util)),
-                mean(ok().filter_map(|p| p.power_w)),
-            ]);
+            per_gpu.push(crate::store::analysis::gpu_means(
+                conn,
+                *id,
+                now - MEANS_OVER_MS,
+                now,
+            )?);
         }
         let across = |k: usize| mean(per_gpu.iter().filter_map(|m| m[k]));
         out.push(JobHost {
@@ -252,61 +252,44 @@ fn stall_of(
     now: TsMs,
 ) -> Result<Option<(TsMs, Signature)>, StoreError> {
     use crate::store::analysis::gpu_points;
-    let known = memo
+    let Some(m) = memo
         .stalls
-        .get(&gpu_id)
-        .filter(|m| m.progress_ms == progress_ms);
-    let Some(m) = known else {
+        .get_mut(&gpu_id)
+        .filter(|m| m.progress_ms == progress_ms)
+    else {
         let points = gpu_points(conn, gpu_id, progress_ms - BUSY_BEFORE_MS, now)?;
-        let found = stall::gpu_stall(&points, progress_ms, now, mem_floor_mib);
-        memo.stalls.insert(
-            gpu_id,
-            StallMemo {
-                progress_ms,
-                checked_to: now,
-                busy_w: found.map(|(_, _, b)| b),
-                start: found.map(|(t, _, _)| t),
+        return Ok(
+            match stall::gpu_stall(&points, progress_ms, now, mem_floor_mib) {
+                Some((start, sig, busy_w)) => {
+                    let found = StallMemo {
+                        progress_ms,
+                        checked_to: now,
+                        busy_w,
+                        start,
+                    };
+                    memo.stalls.insert(gpu_id, found);
+                    Some((start, sig))
+                }
+                None => {
+                    memo.stalls.remove(&gpu_id);
+                    None
+                }
             },
         );
-        return Ok(found.map(|(t, s, _)| (t, s)));
     };
-    let (Some(busy), Some(mut start)) = (m.busy_w, m.start) else {
-        // Not stalled when first seen (no power, no signature): look again from scratch.
-        memo.stalls.remove(&gpu_id);
-        return stall_of(conn, memo, gpu_id, progress_ms, mem_floor_mib, now);
-    };
-    let from = m.checked_to.min(now - 60_000);
-    let recent = gpu_points(conn, gpu_id, from, now)?;
-    let newer: Vec<_> = recent
-        .iter()
-        .filter(|p| p.ts_ms > m.checked_to)
-        .cloned()
-        .collect();
-    if let Some(after) = stall::after_last_working(&newer, busy) {
-        match after {
-            Some(t) => start = t,
-            None => {
-                memo.stalls.remove(&gpu_id);
-                return Ok(None);
-            }
+    // The last minute (the signature) and whatever arrived since the last check.
+    let recent = gpu_points(conn, gpu_id, m.checked_to.min(now - 60_000), now)?;
+    let newer = &recent[recent.partition_point(|p| p.ts_ms <= m.checked_to)..];
+    match stall::after_last_working(newer, m.busy_w) {
+        Some(Some(t)) => m.start = t,
+        Some(None) => {
+            // Working now: not stalled.
+            memo.stalls.remove(&gpu_id);
+            return Ok(None);
         }
+        None => {}
     }
-    // Busy in the last 30 minutes: it was when the stall was found, within the 30 minutes
-    // before it; after that the stall itself is the last half hour.
-    let sig = stall::signature(
-        &stall::last_minute(&recent, now),
-        busy,
-        100.0,
-        mem_floor_mib,
-    );
-    memo.stalls.insert(
-        gpu_id,
-        StallMemo {
-            progress_ms,
-            checked_to: now,
-            busy_w: Some(busy),
-            start: Some(start),
-        },
-    );
-    Ok(sig.map(|s| (start, s)))
+    m.checked_to = now;
+    let sig = stall::signature(&stall::last_minute(&recent, now), m.busy_w, mem_floor_mib);
+    Ok(sig.map(|s| (m.start, s)))
 }

@@ -82,18 +82,10 @@ pub fn step(s: &Series, now: TsMs) -> Option<Step> {
 }
 
 /// The GPU's signature now, from its samples of the last minute (`recent`), given its busy
-/// power before the stall and the most it was used in the last 30 minutes: `None` when it is
-/// neither idle nor spinning, held no work, or released its memory. `mem_floor_mib`: memory
-/// a GPU without work holds (a free GPU's reservation); it must hold more than 1 GiB above.
-pub fn signature(
-    recent: &[&GpuPoint],
-    busy_w: f64,
-    max_util_30m: f64,
-    mem_floor_mib: f64,
-) -> Option<Signature> {
-    if max_util_30m <= 50.0 {
-        return None;
-    }
+/// power before the stall: `None` when it is neither idle nor spinning, or released its
+/// memory. `mem_floor_mib`: memory a GPU without work holds (a free GPU's reservation); it
+/// must hold more than 1 GiB above.
+pub fn signature(recent: &[&GpuPoint], busy_w: f64, mem_floor_mib: f64) -> Option<Signature> {
     let utils: Vec<f64> = recent.iter().filter_map(|p| p.util).collect();
     if utils.is_empty() {
         return None;
@@ -138,7 +130,8 @@ pub fn after_last_working(points: &[GpuPoint], busy_w: f64) -> Option<Option<TsM
 
 /// A stall seen for the first time: from the GPU's samples of `[progress - 30 min, now]`, its
 /// busy power before the step stopped, its signature now and when it entered the stall
-/// (the incident analysis's stop time, with the busy level of before the stall).
+/// (the incident analysis's stop time, with the busy level of before the stall). A GPU that
+/// was not busy (over 50 %) in the last 30 minutes held no work to stall.
 pub fn gpu_stall(
     points: &[GpuPoint],
     progress_ms: TsMs,
@@ -146,12 +139,15 @@ pub fn gpu_stall(
     mem_floor_mib: f64,
 ) -> Option<(TsMs, Signature, f64)> {
     let busy = busy_power(points, progress_ms)?;
-    let max_util = points
+    let worked = points
         .iter()
         .filter(|p| p.ts_ms > now - 30 * MIN)
         .filter_map(|p| p.util)
-        .fold(f64::NAN, f64::max);
-    let sig = signature(&last_minute(points, now), busy, max_util, mem_floor_mib)?;
+        .any(|u| u > 50.0);
+    if !worked {
+        return None;
+    }
+    let sig = signature(&last_minute(points, now), busy, mem_floor_mib)?;
     let start = after_last_working(points, busy)??;
     Some((start, sig, busy))
 }

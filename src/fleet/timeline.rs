@@ -55,6 +55,8 @@ pub struct Timeline {
 pub enum TimelineError {
     #[error("fleet data unavailable")]
     Fetch(#[from] FetchError),
+    #[error("fleet data unavailable: cannot start the HTTP client's runtime: {0}")]
+    Runtime(String),
     #[error(
         "no stall of job {job:?} between {from} and {to}: no node exported gpuwatch_gpu_stall_start_timestamp_seconds for it (a node exports it only while the job's step is stalled on that GPU; check the job's name with gpuwatch_job_info, and --from/--to)"
     )]
@@ -105,6 +107,22 @@ pub async fn fetch(
 
 /// A GPU in the answers: (host, gpu index label, UUID label).
 type GpuKey = (String, Option<String>, Option<String>);
+
+/// [`fetch`] for a command: the client of `prom` and a one-thread runtime for the call.
+pub fn fetch_blocking(
+    prom: &crate::config::PrometheusConfig,
+    job: &str,
+    from_ms: TsMs,
+    to_ms: TsMs,
+    names: MetricNames,
+) -> Result<Timeline, TimelineError> {
+    let client = PromClient::new(prom)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| TimelineError::Runtime(e.to_string()))?;
+    rt.block_on(fetch(&client, job, from_ms, to_ms, names))
+}
 
 /// The timeline from the two series' range answers: per GPU its latest stall in the range,
 /// and its last progress as of then. `None` without any stall.

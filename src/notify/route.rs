@@ -45,6 +45,14 @@ impl Router {
         }
     }
 
+    /// Whether receiver `name` is an Alertmanager.
+    fn is_alertmanager(&self, name: &str) -> bool {
+        self.cfg
+            .receivers
+            .iter()
+            .any(|x| x.name == name && matches!(x.kind, ReceiverKind::Alertmanager(_)))
+    }
+
     /// With `[fleet] multi_node`.
     pub fn multi_node(mut self, on: bool) -> Self {
         self.multi_node = on;
@@ -66,15 +74,9 @@ impl Router {
         dests: Vec<Destination>,
         labels: &BTreeMap<String, String>,
     ) -> Vec<Destination> {
-        let is_am = |name: &str| {
-            self.cfg
-                .receivers
-                .iter()
-                .any(|x| x.name == name && matches!(x.kind, ReceiverKind::Alertmanager(_)))
-        };
         let am: Vec<Destination> = dests
             .iter()
-            .filter(|d| is_am(&d.receiver))
+            .filter(|d| self.is_alertmanager(&d.receiver))
             .cloned()
             .collect();
         if !am.is_empty() {
@@ -88,11 +90,7 @@ impl Router {
             .map(|x| Destination {
                 receiver: x.name.clone(),
                 group_key: group_key("fleet", &["training_job".to_string()], labels),
-                timing: GroupTiming {
-                    group_wait: std::time::Duration::ZERO,
-                    group_interval: std::time::Duration::ZERO,
-                    ..self.cfg.timing
-                },
+                timing: at_once(self.cfg.timing),
             })
             .collect();
         if all.is_empty() { dests } else { all }
@@ -114,22 +112,11 @@ impl Router {
                 if out.iter().any(|d| d.receiver == *r) {
                     continue;
                 }
-                let am = self
-                    .cfg
-                    .receivers
-                    .iter()
-                    .find(|x| x.name == *r)
-                    .is_some_and(|x| matches!(x.kind, ReceiverKind::Alertmanager(_)));
                 out.push(Destination {
                     receiver: r.clone(),
                     group_key: group_key(&idx, group_by, labels),
-                    // Alertmanager groups by itself: send at once.
-                    timing: if am {
-                        GroupTiming {
-                            group_wait: std::time::Duration::ZERO,
-                            group_interval: std::time::Duration::ZERO,
-                            ..timing
-                        }
+                    timing: if self.is_alertmanager(r) {
+                        at_once(timing)
                     } else {
                         timing
                     },
@@ -197,6 +184,15 @@ impl Router {
                 repeat_interval_ms: d.timing.repeat_interval.as_millis() as i64,
             })
             .collect()
+    }
+}
+
+/// Alertmanager groups by itself: its notifications are sent at once.
+fn at_once(timing: GroupTiming) -> GroupTiming {
+    GroupTiming {
+        group_wait: std::time::Duration::ZERO,
+        group_interval: std::time::Duration::ZERO,
+        ..timing
     }
 }
 

@@ -22,22 +22,7 @@ pub enum Scope {
     Host,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Severity {
-    Info,
-    Warning,
-    Critical,
-}
-
-impl Severity {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Severity::Info => "info",
-            Severity::Warning => "warning",
-            Severity::Critical => "critical",
-        }
-    }
-}
+pub use crate::model::Severity;
 
 /// What a condition with no data (or an evaluation error) means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

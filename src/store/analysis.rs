@@ -108,6 +108,23 @@ pub struct GpuPoint {
     pub throttle: Option<u64>,
 }
 
+/// The means of GPU `gpu_id`'s sampled (status ok) readings in `[from, to]`: SM clock (MHz),
+/// utilisation (%) and power (W), each `None` where nothing was read (not 0).
+pub fn gpu_means(
+    conn: &Connection,
+    gpu_id: i64,
+    from: TsMs,
+    to: TsMs,
+) -> Result<[Option<f64>; 3], StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT avg(clock_sm_mhz), avg(util_gpu_pct), avg(power_mw) / 1000.0
+         FROM samples WHERE gpu_id = ?1 AND ts_ms >= ?2 AND ts_ms <= ?3 AND status = 0",
+    )?;
+    Ok(stmt.query_row(params![gpu_id, from, to], |r| {
+        Ok([r.get(0)?, r.get(1)?, r.get(2)?])
+    })?)
+}
+
 /// The raw samples of GPU `gpu_id` in `[from, to]`, in time order.
 pub fn gpu_points(
     conn: &Connection,

@@ -62,26 +62,11 @@ impl Class {
     }
 }
 
-/// What the default rules make of an XID.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Severity {
-    /// Said in the message of the XID's event only.
-    Info,
-    /// A fault worth knowing (the application's, a recoverable one), not an alert by itself.
-    Warning,
-    /// The GPU needs attention: `gpu_xid_error` (the `xid_critical` metric counts these).
-    Critical,
-}
-
-impl Severity {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Severity::Info => "info",
-            Severity::Warning => "warning",
-            Severity::Critical => "critical",
-        }
-    }
-}
+/// What the default rules make of an XID: `Critical`, the GPU needs attention
+/// (`gpu_xid_error`; the `xid_critical` metric counts these); `Warning`, a fault worth knowing
+/// (the application's, a recoverable one), not an alert by itself; `Info`, said in the
+/// event's message only.
+pub use crate::model::Severity;
 
 /// One XID of the catalogue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

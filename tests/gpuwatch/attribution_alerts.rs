@@ -57,26 +57,38 @@ fn build(db: &Path) {
     }
 }
 
-#[test]
-fn alerts_are_labelled_with_the_pod_of_the_gpu() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = dir.path().join("g.db");
-    build(&db);
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
-        .args(["replay", "--format", "jsonl", "--db"])
-        .arg(&db)
-        .output()
-        .expect("replay");
+/// `gpuwatch replay` over `db` (the default rules, or `rules`): every transition to firing,
+/// and the output for messages.
+fn replay_firing(db: &Path, rules: Option<&Path>) -> (Vec<serde_json::Value>, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_gpuwatch"));
+    c.args(["replay", "--format", "jsonl", "--db"]).arg(db);
+    if let Some(r) = rules {
+        c.arg("--rules").arg(r);
+    }
+    let o = c.output().expect("replay");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let out = String::from_utf8_lossy(&o.stdout);
-    let fired: Vec<serde_json::Value> = out
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let fired = out
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .flat_map(|v| match v {
             serde_json::Value::Array(a) => a,
             v => vec![v],
         })
-        .filter(|t| t["rule"] == "gpu_overheating" && t["state"] == "firing")
+        .filter(|t| t["state"] == "firing")
+        .collect();
+    (fired, out)
+}
+
+#[test]
+fn alerts_are_labelled_with_the_pod_of_the_gpu() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("g.db");
+    build(&db);
+    let (fired, out) = replay_firing(&db, None);
+    let fired: Vec<serde_json::Value> = fired
+        .into_iter()
+        .filter(|t| t["rule"] == "gpu_overheating")
         .collect();
     let labels = |gpu: i64| {
         fired
@@ -238,24 +250,7 @@ summary = "GPU {gpu} idle"
         st.write_tick(&b).expect("write");
     }
     drop(st);
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
-        .args(["replay", "--format", "jsonl", "--rules"])
-        .arg(&rules)
-        .arg("--db")
-        .arg(&db)
-        .output()
-        .expect("replay");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let out = String::from_utf8_lossy(&o.stdout);
-    let fired: Vec<serde_json::Value> = out
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .flat_map(|v| match v {
-            serde_json::Value::Array(a) => a,
-            v => vec![v],
-        })
-        .filter(|t| t["state"] == "firing")
-        .collect();
+    let (fired, out) = replay_firing(&db, Some(&rules));
     let on = |rule: &str| -> Vec<i64> {
         fired
             .iter()

@@ -18,7 +18,7 @@ pub fn families(fleet: &Fleet, host: &str, names: MetricNames) -> Vec<Family> {
     let mut info = Family::new(
         "gpuwatch_job_info",
         Kind::Gauge,
-        "1 for every GPU working for a training job: the job's name across nodes (training_job) and where it came from (job_source: slurm, label, controller, pod).",
+        "1 for every GPU working for a training job: the job's name across nodes (training_job) and where it came from (job_source: slurm, label, owner, controller, pod).",
     );
     let mut progress = Family::new(
         "gpuwatch_training_last_progress_timestamp_seconds",

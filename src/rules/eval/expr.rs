@@ -76,17 +76,36 @@ pub struct EvalCtx<'a> {
 /// Keyed by the expression's address, so a memo must not outlive the rules it was filled
 /// from (the engine makes one per evaluation).
 #[derive(Debug, Default)]
-pub struct PeerMemo(std::cell::RefCell<std::collections::HashMap<(usize, i64), Option<f64>>>);
+pub struct PeerMemo {
+    /// (expression, GPU) → its value.
+    values: std::cell::RefCell<std::collections::HashMap<(usize, i64), Option<f64>>>,
+    /// GPU → its job's key ([`job_key`]): who its peers are.
+    jobs: std::cell::RefCell<std::collections::HashMap<i64, Option<String>>>,
+}
 
 impl PeerMemo {
     fn get_or(&self, e: &Expr, gpu_id: i64, f: impl FnOnce() -> Outcome) -> Outcome {
         let key = (std::ptr::from_ref(e) as usize, gpu_id);
-        if let Some(v) = self.0.borrow().get(&key) {
+        if let Some(v) = self.values.borrow().get(&key) {
             return Ok(*v);
         }
         let v = f()?;
-        self.0.borrow_mut().insert(key, v);
+        self.values.borrow_mut().insert(key, v);
         Ok(v)
+    }
+
+    /// Whether `a` and `b` work for a job, and for the same one: each GPU's job is
+    /// found once per evaluation, not once per pair.
+    fn jobs(&self, world: &World, a: &Gpu, b: &Gpu) -> (bool, bool, bool) {
+        for g in [a, b] {
+            if !self.jobs.borrow().contains_key(&g.gpu_id) {
+                let key = job_key(world, g);
+                self.jobs.borrow_mut().insert(g.gpu_id, key);
+            }
+        }
+        let jobs = self.jobs.borrow();
+        let (ja, jb) = (&jobs[&a.gpu_id], &jobs[&b.gpu_id]);
+        (ja.is_some(), jb.is_some(), ja.is_some() && ja == jb)
     }
 }
 
@@ -293,12 +312,11 @@ impl<'a> EvalCtx<'a> {
             return Ok(None);
         };
         let mut others = Vec::new();
-        let job = job_of(self.world, target.gpu);
         for g in self
             .world
             .gpus
             .values()
-            .filter(|g| self.is_peer(target.gpu, job.as_ref(), g))
+            .filter(|g| self.is_peer(target.gpu, g))
         {
             if let Some(v) = value(g)? {
                 others.push(v);
@@ -337,17 +355,17 @@ impl<'a> EvalCtx<'a> {
 }
 
 impl EvalCtx<'_> {
-    /// Whether `g` is a peer of `me` (whose training job is `job`): another GPU of the same
-    /// host and model — a job rarely mixes models, and mixed models differ for no fault of
-    /// theirs — of the same training job when `me` has one, else one that is in use (holding
-    /// a job's memory): a free GPU next to a job is not the job's peer.
-    fn is_peer(&self, me: &Gpu, job: Option<&Job<'_>>, g: &Gpu) -> bool {
+    /// Whether `g` is a peer of `me`: another GPU of the same host and model — a job rarely
+    /// mixes models, and mixed models differ for no fault of theirs — of the same training
+    /// job when `me` has one, else one that is in use (holding a job's memory) and in no job:
+    /// a free GPU next to a job is not the job's peer.
+    fn is_peer(&self, me: &Gpu, g: &Gpu) -> bool {
         if g.host != me.host || g.gpu_id == me.gpu_id || g.inv.name != me.inv.name {
             return false;
         }
-        match job {
-            Some(j) => job_of(self.world, g).as_ref() == Some(j),
-            None => self.in_use(g) && job_of(self.world, g).is_none(),
+        match self.peers.jobs(self.world, me, g) {
+            (true, _, same) => same,
+            (false, g_has_job, _) => !g_has_job && self.in_use(g),
         }
     }
 
@@ -361,24 +379,18 @@ impl EvalCtx<'_> {
     }
 }
 
-/// The job a GPU works for: GPUs of one job are peers, GPUs of different jobs are not
-/// (four single-GPU jobs on a host are not each other's stragglers): its training job across
-/// nodes (`World::training_job`), else the `job` label of its step series.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Job<'w> {
-    Training(crate::attribution::job::TrainingJob),
-    Series(&'w str),
-}
-
-fn job_of<'w>(world: &'w World, g: &'w Gpu) -> Option<Job<'w>> {
+/// The job a GPU works for, as a key: GPUs of one job are peers, GPUs of different jobs
+/// are not (four single-GPU jobs on a host are not each other's stragglers): its training job
+/// across nodes (`World::training_job`), else the `job` label of its step series.
+fn job_key(world: &World, g: &Gpu) -> Option<String> {
     if let Some(j) = world.training_job(g) {
-        return Some(Job::Training(j));
+        return Some(format!("{}:{}", j.source.as_str(), j.name));
     }
     let t = world.training.get(&g.training.0?)?;
     t.labels
         .iter()
         .find(|(k, _)| k == "job")
-        .map(|(_, v)| Job::Series(v.as_str()))
+        .map(|(_, v)| format!("series:{v}"))
 }
 
 fn static_value(s: Static, g: &Gpu, world: &World) -> Option<f64> {
