@@ -165,12 +165,13 @@ pub fn run(args: ImportDmesgArgs) -> Result<(), Failure> {
         )
     })?;
     println!(
-        "imported {} XIDs for host {host} into {}: {} new, {} merged with NVML's report of the same XID, {} already stored",
+        "imported {} XIDs for host {host} into {}: {} new, {} merged with NVML's report of the same XID, {} already stored; {} run(s) of repeated XIDs stored",
         xids.len(),
         cfg.database.display(),
         out.inserted,
         out.merged,
-        out.duplicates
+        out.duplicates,
+        out.runs
     );
     for (pci, uuid) in &out.gpus {
         match uuid {
@@ -196,5 +197,13 @@ pub fn run(args: ImportDmesgArgs) -> Result<(), Failure> {
         crate::format::utc_label(last)
     );
     println!("skipped lines: {skipped}");
+    if out.inserted + out.merged == 0 && out.joined == 0 {
+        return Err(fail(
+            exit::FAILURE,
+            anyhow!(
+                "every XID of the log is already stored for host {host}: nothing new was imported"
+            ),
+        ));
+    }
     Ok(())
 }

@@ -201,6 +201,23 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
     let observed =
         q::process_observation(&conn, alert.gpu_id, before_from, end).with_context(ctx)?;
     let events = q::events(&conn, alert.gpu_id, before_from, end).with_context(ctx)?;
+    // Each XID of the GPU judged from the stored evidence (docs/XID.md, "Whose fault").
+    let verdicts: Vec<Option<crate::xid::judge::Verdict>> = events
+        .iter()
+        .map(|e| match (e.kind.as_str(), e.code, e.on_gpu) {
+            ("xid", Some(code), true) => {
+                let over = cfg.xid.override_of(code);
+                if over.is_some_and(|o| o.class == crate::config::OverrideClass::Ignore) {
+                    return Ok(None);
+                }
+                let forced = over.and_then(|o| o.class.judged());
+                crate::store::xid_evidence::judged(&conn, alert.gpu_id, code, e.ts_ms, forced)
+                    .map(Some)
+            }
+            _ => Ok(None),
+        })
+        .collect::<Result<_, _>>()
+        .with_context(ctx)?;
     let training =
         joined_training(&conn, &alert, &procs, (before_from, start, end)).with_context(ctx)?;
     let fleet = fleet_of(&cfg, &alert, before_from, end);
@@ -238,16 +255,20 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
                     "pod": h.pod, "namespace": h.namespace, "container": h.container,
                     "from": rfc3339(*from), "to": to.map(rfc3339),
                 })).collect::<Vec<_>>(),
-                "events": events.iter().map(|e| {
+                "events": events.iter().zip(&verdicts).map(|(e, verdict)| {
                     let mut v = json!({
                         "at": rfc3339(e.ts_ms), "at_ms": e.ts_ms, "gpu": e.on_gpu, "kind": e.kind,
                         "code": e.code, "message": e.message,
+                        "count": e.count, "last": rfc3339(e.last_ms), "last_ms": e.last_ms,
                     });
-                    // An XID's catalogue entry: meaning and action (null when not listed).
+                    // An XID's catalogue entry: meaning and action (null when not listed),
+                    // and whose fault it was judged (null: host-wide, or an ignored code).
                     if let (true, Some(c)) = (e.kind == "xid", e.code) {
                         let entry = crate::xid::lookup(c);
                         v["xid_meaning"] = json!(entry.map(|x| x.meaning));
                         v["xid_action"] = json!(entry.map(|x| x.action.as_str()));
+                        v["xid_class"] = json!(verdict.as_ref().map(|j| j.class.as_str()));
+                        v["xid_reason"] = json!(verdict.as_ref().map(|j| j.reason.as_str()));
                     }
                     v
                 }).collect::<Vec<_>>(),
@@ -275,7 +296,7 @@ pub fn run(args: IncidentArgs) -> Result<(), Failure> {
                 &notes,
                 &metrics,
                 (&procs, observed, &holders),
-                &events,
+                (&events, &verdicts),
                 &training,
                 args.window,
             );

@@ -49,6 +49,25 @@ pub enum OverrideClass {
     Hardware,
 }
 
+impl OverrideClass {
+    /// The class the judge is given (`crate::xid::judge`); `None` for `ignore` (never
+    /// judged: not counted at all).
+    pub fn judged(self) -> Option<crate::xid::judge::XidClass> {
+        match self {
+            OverrideClass::Ignore => None,
+            OverrideClass::Application => Some(crate::xid::judge::XidClass::Application),
+            OverrideClass::Hardware => Some(crate::xid::judge::XidClass::Hardware),
+        }
+    }
+}
+
+impl XidConfig {
+    /// The override of `code`, if one names it.
+    pub fn override_of(&self, code: i64) -> Option<&XidOverride> {
+        self.overrides.iter().find(|o| o.codes.contains(&code))
+    }
+}
+
 /// `[[xid.override]]`: `codes`, `class`, and optionally `count` within `within`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct XidOverride {

@@ -16,10 +16,14 @@ pub enum Metric {
     /// A per-GPU sample series of the metric registry (`crate::metric`), in the units the
     /// rule author sees.
     Sample(SampleId),
-    /// Critical XIDs reported at that tick (0 when none); `count`/`sum` over a window.
+    /// Critical XIDs reported at that tick (0 when none): judged `hardware` by
+    /// `crate::xid::judge`, a run's events counted; `sum` over a window.
     XidCritical,
     /// The number of the last XID seen at that tick (no data when none).
     Xid,
+    /// XIDs of a job's crash (judged `application`: on half its GPUs of the host as its
+    /// processes exited; `crate::xid::judge`), on the first of its GPUs with the XID.
+    XidCrash,
     // --- per-process (process scope only) ---
     /// Memory used by the process on this GPU, MiB.
     ProcessMem,

@@ -17,6 +17,7 @@ use crate::metric::{Axis, SampleMetric};
 const OTHER_METRICS: &[(&str, Metric)] = &[
     ("xid_critical", Metric::XidCritical),
     ("xid", Metric::Xid),
+    ("xid_crash", Metric::XidCrash),
     ("process_mem", Metric::ProcessMem),
     ("training_step", Metric::TrainingStep),
     ("training_loss", Metric::TrainingLoss),
@@ -241,8 +242,8 @@ mod tests {
         for (name, s) in STATICS {
             assert_eq!(static_name(*s), *name);
         }
-        // 34, and the test build's probe row (`crate::metric`).
-        assert_eq!(metrics().count(), 35);
+        // 35, and the test build's probe row (`crate::metric`).
+        assert_eq!(metrics().count(), 36);
         assert_eq!(STATICS.len(), 10);
     }
 

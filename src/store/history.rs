@@ -38,12 +38,18 @@ pub struct ProcessSampleRow {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventRow {
+    pub id: i64,
+    /// The first event's time (a run of one XID: `store::events`).
     pub ts_ms: TsMs,
     pub host: String,
     pub gpu_id: Option<i64>,
     pub kind: String,
     pub code: Option<i64>,
     pub message: String,
+    /// Events in the run (1 for a single event).
+    pub count: i64,
+    /// The last event's time (`ts_ms` for a single event).
+    pub last_ms: TsMs,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -134,27 +140,37 @@ pub fn process_samples(
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-/// Events with `after_ms < ts_ms <= upto_ms`, by time.
-pub fn events(
+/// XID runs that began at or before `upto_ms` and ended after `after_ms` (a run is re-read
+/// while it grows: its `count` and `last_ms` are what the store holds now), by first time.
+pub fn xid_runs(
     conn: &Connection,
     after_ms: TsMs,
     upto_ms: TsMs,
 ) -> Result<Vec<EventRow>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT e.ts_ms, h.name, e.gpu_id, e.kind, e.code, e.message
+        "SELECT e.id, e.ts_ms, h.name, e.gpu_id, e.kind, e.code, e.message, e.count,
+                coalesce(e.last_ms, e.ts_ms)
          FROM events e JOIN hosts h ON h.id = e.host_id
-         WHERE e.ts_ms > ?1 AND e.ts_ms <= ?2 ORDER BY e.ts_ms, e.id",
+         WHERE e.ts_ms > ?1 - ?3 AND e.ts_ms <= ?2 AND coalesce(e.last_ms, e.ts_ms) > ?1
+           AND e.kind = 'xid'
+         ORDER BY e.ts_ms, e.id",
     )?;
-    let rows = stmt.query_map(params![after_ms, upto_ms], |r| {
-        Ok(EventRow {
-            ts_ms: r.get(0)?,
-            host: r.get(1)?,
-            gpu_id: r.get(2)?,
-            kind: r.get(3)?,
-            code: r.get(4)?,
-            message: r.get(5)?,
-        })
-    })?;
+    let rows = stmt.query_map(
+        params![after_ms, upto_ms, crate::store::events::XID_RUN_SPAN_MS],
+        |r| {
+            Ok(EventRow {
+                id: r.get(0)?,
+                ts_ms: r.get(1)?,
+                host: r.get(2)?,
+                gpu_id: r.get(3)?,
+                kind: r.get(4)?,
+                code: r.get(5)?,
+                message: r.get(6)?,
+                count: r.get(7)?,
+                last_ms: r.get(8)?,
+            })
+        },
+    )?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 

@@ -259,15 +259,22 @@ pub fn process_observation(
 /// An event of the GPU (or of its host, `gpu` None) in a window.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WindowEvent {
+    pub id: i64,
+    /// The first event's time (an XID run: `store::events`).
     pub ts_ms: TsMs,
     /// False for a host-wide event.
     pub on_gpu: bool,
     pub kind: String,
     pub code: Option<i64>,
     pub message: String,
+    /// Events in the run (1 for one event).
+    pub count: i64,
+    /// The last event's time.
+    pub last_ms: TsMs,
 }
 
-/// Events of GPU `gpu_id` and host-wide events of its host in `[from, to]`, in time order.
+/// Events of GPU `gpu_id` and host-wide events of its host in `[from, to]` (an XID run that
+/// overlaps it), in time order.
 pub fn events(
     conn: &Connection,
     gpu_id: i64,
@@ -275,19 +282,24 @@ pub fn events(
     to: TsMs,
 ) -> Result<Vec<WindowEvent>, StoreError> {
     let mut stmt = conn.prepare(
-        "SELECT e.ts_ms, e.gpu_id IS NOT NULL, e.kind, e.code, e.message
+        "SELECT e.id, e.ts_ms, e.gpu_id IS NOT NULL, e.kind, e.code, e.message, e.count,
+                coalesce(e.last_ms, e.ts_ms)
          FROM events e JOIN gpus g ON g.id = ?1
-         WHERE e.ts_ms >= ?2 AND e.ts_ms <= ?3 AND e.host_id = g.host_id
-           AND (e.gpu_id = ?1 OR e.gpu_id IS NULL)
+         WHERE e.ts_ms >= ?2 - ?4 AND coalesce(e.last_ms, e.ts_ms) >= ?2 AND e.ts_ms <= ?3
+           AND e.host_id = g.host_id AND (e.gpu_id = ?1 OR e.gpu_id IS NULL)
          ORDER BY e.ts_ms, e.id",
     )?;
-    let rows = stmt.query_map(params![gpu_id, from, to], |r| {
+    let span = crate::store::events::XID_RUN_SPAN_MS;
+    let rows = stmt.query_map(params![gpu_id, from, to, span], |r| {
         Ok(WindowEvent {
-            ts_ms: r.get(0)?,
-            on_gpu: r.get(1)?,
-            kind: r.get(2)?,
-            code: r.get(3)?,
-            message: r.get(4)?,
+            id: r.get(0)?,
+            ts_ms: r.get(1)?,
+            on_gpu: r.get(2)?,
+            kind: r.get(3)?,
+            code: r.get(4)?,
+            message: r.get(5)?,
+            count: r.get(6)?,
+            last_ms: r.get(7)?,
         })
     })?;
     Ok(rows.collect::<Result<_, _>>()?)

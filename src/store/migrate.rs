@@ -130,11 +130,16 @@ const MIGRATIONS: &[Migration] = &[
         name: "holder_job",
         sql: include_str!("../../migrations/0021_holder_job.sql"),
     },
+    Migration {
+        version: 22,
+        name: "xid_runs",
+        sql: include_str!("../../migrations/0022_xid_runs.sql"),
+    },
     // The unit-test build's metric registry has one more rollup row (`crate::metric`'s
     // `test_probe`): its columns, always after the last real migration.
     #[cfg(test)]
     Migration {
-        version: 22,
+        version: 23,
         name: "test_probe",
         sql: "ALTER TABLE rollups_1m ADD COLUMN test_probe_min INTEGER;
               ALTER TABLE rollups_1m ADD COLUMN test_probe_max INTEGER;

@@ -63,6 +63,7 @@ mod training;
 pub mod window;
 mod write;
 mod writer;
+pub mod xid_evidence;
 
 pub use reserve::disk_full;
 

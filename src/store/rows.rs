@@ -289,16 +289,16 @@ impl<'a> TickWriter<'a> {
         events::write(
             self.conn,
             self.host_id,
-            &events::NewEvent {
-                ts_ms: e.ts_ms,
+            &events::NewEvent::one(
+                e.ts_ms,
                 gpu_id,
-                kind: &e.kind,
-                code: e.code,
-                message: &e.message,
-                pci: pci.as_ref().map(PciAddr::as_str),
-                source: e.source,
-                kernel_ms: e.kernel_ms,
-            },
+                &e.kind,
+                e.code,
+                &e.message,
+                pci.as_ref().map(PciAddr::as_str),
+                e.source,
+                e.kernel_ms,
+            ),
         )?;
         self.rows += 1;
         Ok(())

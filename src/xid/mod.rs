@@ -8,6 +8,7 @@
 //! compares them).
 
 mod catalogue;
+pub mod judge;
 pub mod nvrm;
 
 /// What an XID asks of the people running the machine, mildest first.

@@ -56,14 +56,15 @@ fn ms(s: &str) -> i64 {
         .timestamp_millis()
 }
 
-/// One row per (code, address, uuid, source): count, first and last time.
+/// One group per (code, address, uuid, source): its events (the runs' counts), first and
+/// last time.
 type Group = (i64, String, Option<String>, String, i64, i64, i64);
 
 fn groups(db: &Path) -> Vec<Group> {
     let c = Connection::open(db).unwrap();
     let mut s = c
         .prepare(
-            "SELECT code, pci_bus_id, gpu_uuid, source, count(*), min(ts_ms), max(ts_ms)
+            "SELECT code, pci_bus_id, gpu_uuid, source, sum(count), min(ts_ms), max(last_ms)
              FROM gpu_events WHERE kind = 'xid' GROUP BY 1, 2, 3, 4 ORDER BY 1, 2",
         )
         .unwrap();
@@ -170,11 +171,17 @@ fn the_real_iso_log_imports_exactly() {
     );
     assert_eq!(kernel, ms("2024-11-15T12:02:03.506Z"));
 
-    // Importing it again stores nothing new.
-    let out = ok(&import(&db, &["--host", "n1"], &file));
+    // Importing it again stores nothing new, and says so with a failing exit.
+    let again = import(&db, &["--host", "n1"], &file);
+    let out = String::from_utf8_lossy(&again.stdout);
+    assert_eq!(again.status.code(), Some(1), "{out}");
     assert!(
         out.contains("0 new, 0 merged with NVML's report of the same XID, 11 already stored"),
         "{out}"
+    );
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("nothing new was imported"),
+        "{again:?}"
     );
     assert_eq!(groups(&db), rows);
 }
@@ -568,23 +575,32 @@ fn a_mixed_file_reads_every_shape() {
     assert!(out.contains("for host node9"), "{out}");
     let c = Connection::open(&db).unwrap();
     let mut s = c
-        .prepare("SELECT code, ts_ms, gpu_uuid FROM gpu_events ORDER BY event_id")
+        .prepare("SELECT code, ts_ms, last_ms, count, gpu_uuid FROM gpu_events ORDER BY event_id")
         .unwrap();
-    let rows: Vec<(i64, i64, Option<String>)> = s
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+    let rows: Vec<(i64, i64, i64, i64, Option<String>)> = s
+        .query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
         .unwrap()
         .map(Result::unwrap)
         .collect();
     let gpu4 = Some(GPU4.to_string());
+    // The two XID 119 lines 42 s apart are one run of two.
+    let one = |code, at: i64, uuid: &Option<String>| (code, at, at, 1, uuid.clone());
     assert_eq!(
         rows,
         [
-            (119, ms("2025-02-23T16:24:18Z"), gpu4.clone()),
-            (119, ms("2025-02-23T16:25:00Z"), gpu4.clone()),
-            (79, boot + 12_400_000, gpu4.clone()),
-            (13, ms("2025-02-23T16:26:00.500Z"), None),
-            (43, ms("2025-02-23T16:27:00Z"), None),
-            (120, ms("2025-02-23T16:28:00Z"), gpu4),
+            (
+                119,
+                ms("2025-02-23T16:24:18Z"),
+                ms("2025-02-23T16:25:00Z"),
+                2,
+                gpu4.clone()
+            ),
+            one(79, boot + 12_400_000, &gpu4),
+            one(13, ms("2025-02-23T16:26:00.500Z"), &None),
+            one(43, ms("2025-02-23T16:27:00Z"), &None),
+            one(120, ms("2025-02-23T16:28:00Z"), &gpu4),
         ]
     );
 }

@@ -1,12 +1,13 @@
 //! XIDs in the store: the same XID from NVML's event API and from the kernel log is one row
-//! (either order, bursts pair one to one, a later one is its own row); a kernel-log XID finds
+//! (either order; a burst is one run counted once; a storm is a row per hour); a kernel-log XID finds
 //! its GPU by PCI address in the inventory or waits for it; the newest stored XID time that
 //! the kernel-log follower starts from.
 
 use std::path::Path;
 
 use gpuwatch::model::{Event, EventSource, GpuInventory, TickBatch};
-use gpuwatch::store::{self, Store, StoreConfig, events::XID_PAIR_WINDOW_MS};
+use gpuwatch::store::events::{XID_RUN_GAP_MS, XID_RUN_SPAN_MS};
+use gpuwatch::store::{self, Store, StoreConfig};
 use rusqlite::Connection;
 
 const T0: i64 = 1_750_000_000_000;
@@ -157,8 +158,47 @@ fn kernel_log_then_nvml_in_one_tick_or_two_is_one_row() {
     );
 }
 
+/// (code, source, count, first, last, nvml count, kernel count, messages) of every XID run.
+type Run = (
+    i64,
+    String,
+    i64,
+    i64,
+    i64,
+    Option<i64>,
+    Option<i64>,
+    Option<String>,
+);
+
+fn runs(path: &Path) -> Vec<Run> {
+    let c = Connection::open(path).unwrap();
+    let mut s = c
+        .prepare(
+            "SELECT v.code, v.source, v.count, v.ts_ms, v.last_ms, e.nvml_count, e.kernel_count,
+                    v.messages
+             FROM gpu_events v JOIN events e ON e.id = v.event_id
+             WHERE v.kind = 'xid' ORDER BY v.event_id",
+        )
+        .unwrap();
+    s.query_map([], |r| {
+        Ok((
+            r.get(0)?,
+            r.get(1)?,
+            r.get(2)?,
+            r.get(3)?,
+            r.get(4)?,
+            r.get(5)?,
+            r.get(6)?,
+            r.get(7)?,
+        ))
+    })
+    .unwrap()
+    .map(Result::unwrap)
+    .collect()
+}
+
 #[test]
-fn bursts_pair_one_to_one_and_far_apart_reports_stay_apart() {
+fn a_burst_seen_by_both_sides_is_one_run_counted_once_and_a_quiet_gap_ends_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("g.db");
     let mut st = open(&path);
@@ -177,19 +217,71 @@ fn bursts_pair_one_to_one_and_far_apart_reports_stay_apart() {
         t + 1000,
         vec![nvml(t + 1000, 13), nvml(t + 1000, 13)],
     );
-    let got = rows(&path);
     assert_eq!(
-        got.iter().map(|r| r.1.as_str()).collect::<Vec<_>>(),
-        ["nvml+kmsg", "nvml+kmsg", "kmsg"]
+        runs(&path),
+        [(
+            13,
+            "nvml+kmsg".into(),
+            3,
+            t,
+            t + 1000,
+            Some(2),
+            Some(3),
+            Some("b\nc".into())
+        )],
+        "3 events (the larger side's count), the distinct messages kept"
     );
-    // Another XID number, or the same number after the window, is another row.
+    // Another XID number is another run; the same number within the quiet gap extends the
+    // run, after it starts a new one.
     write(&mut st, t + 2000, vec![nvml(t + 2000, 31)]);
-    let late = t + 2000 + XID_PAIR_WINDOW_MS + 1;
-    write(&mut st, late, vec![nvml(late, 13)]);
-    let got = rows(&path);
-    assert_eq!(got.len(), 5, "{got:?}");
-    assert_eq!((got[3].0, got[3].1.as_str()), (31, "nvml"));
-    assert_eq!((got[4].0, got[4].1.as_str()), (13, "nvml"));
+    let inside = t + 1000 + XID_RUN_GAP_MS;
+    write(&mut st, inside, vec![nvml(inside, 13)]);
+    let after = inside + XID_RUN_GAP_MS + 1;
+    write(&mut st, after, vec![nvml(after, 13)]);
+    let got = runs(&path);
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert_eq!((got[0].2, got[0].4, got[0].5), (3, inside, Some(3)));
+    assert_eq!((got[1].0, got[1].1.as_str(), got[1].2), (31, "nvml", 1));
+    assert_eq!((got[2].0, got[2].2, got[2].3), (13, 1, after));
+}
+
+#[test]
+fn a_storm_is_one_row_per_hour_with_its_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.db");
+    let mut st = open(&path);
+    let t = T0 + 60_000;
+    // 12,000 kernel-log XID 95 lines over 10 minutes, 20 per one-second tick.
+    for tick in 0..600 {
+        let ts = t + tick * 1000;
+        let events = (0..20)
+            .map(|i| {
+                kmsg(
+                    ts,
+                    95,
+                    "0000:19:00",
+                    &format!("Xid 95 uncontained, {}", i % 2),
+                )
+            })
+            .collect();
+        write(&mut st, ts, events);
+    }
+    let got = runs(&path);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        (got[0].2, got[0].3, got[0].4, got[0].6),
+        (12_000, t, t + 599_000, Some(12_000))
+    );
+    assert_eq!(got[0].7.as_deref(), Some("Xid 95 uncontained, 1"));
+    // The storm goes on, one line every 30 s, for another hour: it is cut at an hour.
+    for k in 1..=120 {
+        let ts = t + 599_000 + k * 30_000;
+        write(&mut st, ts, vec![kmsg(ts, 95, "0000:19:00", "x")]);
+    }
+    let got = runs(&path);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(got[0].4 - got[0].3 < XID_RUN_SPAN_MS, "{got:?}");
+    assert_eq!(got.iter().map(|r| r.2).sum::<i64>(), 12_120);
 }
 
 #[test]

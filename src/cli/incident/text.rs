@@ -41,7 +41,7 @@ pub(super) fn render(
     notes: &[q::NotificationRow],
     metrics: &[(&str, &str, Stats, Stats)],
     (procs, (observed, samples), holders): (&[q::WindowProcess], (u64, u64), &[Holder]),
-    events: &[q::WindowEvent],
+    (events, verdicts): (&[q::WindowEvent], &[Option<crate::xid::judge::Verdict>]),
     training: &[Training],
     window: Duration,
 ) -> String {
@@ -230,11 +230,25 @@ pub(super) fn render(
     if events.is_empty() {
         o.push_str("  none\n");
     }
-    for e in events {
+    for (e, verdict) in events.iter().zip(verdicts) {
         let whose = if e.on_gpu { "" } else { " (host)" };
-        // An XID says what it means and what to do once, from the catalogue (docs/XID.md).
+        let times = if e.count > 1 {
+            format!(" x{} until {}", e.count, short(e.last_ms))
+        } else {
+            String::new()
+        };
+        // An XID says what it means and what to do once, from the catalogue (docs/XID.md),
+        // and whose fault it was judged.
         let text = match (e.kind.as_str(), e.code) {
-            ("xid", Some(c)) => format!("xid{whose}: {}", crate::xid::event_text(c, &e.message)),
+            ("xid", Some(c)) => {
+                let judged = verdict.as_ref().map_or(String::new(), |j| {
+                    format!(" [{}: {}]", j.class.as_str(), j.reason)
+                });
+                format!(
+                    "xid{whose}{times}: {}{judged}",
+                    crate::xid::event_text(c, &e.message)
+                )
+            }
             _ => {
                 let code = e.code.map_or(String::new(), |c| format!(" {c}"));
                 format!("{}{code}{whose}: {}", e.kind, e.message)

@@ -22,6 +22,8 @@ use super::needs::{Need, Needs};
 use super::series::Series;
 use super::window::TrendCache;
 
+mod xids;
+
 /// How far back training points are read again on every fetch (they are written by the
 /// Prometheus fetcher after the fact).
 const TRAINING_OVERLAP_MS: i64 = 5 * 60_000;
@@ -173,8 +175,8 @@ pub struct World {
     pub job_label: Option<String>,
     /// `[[xid.override]]`: what particular codes count as here.
     pub xid_overrides: Vec<crate::config::XidOverride>,
-    /// (GPU, override) → the times of its recent events, for `count` within `within`.
-    xid_recent: HashMap<(i64, usize), VecDeque<TsMs>>,
+    /// XID runs being fed, and what the GPUs' XIDs were judged.
+    xids: xids::Xids,
 }
 
 /// Rows read from the store but not yet fed (the evaluation time has not reached them).
@@ -183,7 +185,6 @@ struct Pending {
     fetched_to: TsMs,
     samples: VecDeque<(i64, GpuSample)>,
     procs: VecDeque<history::ProcessSampleRow>,
-    events: VecDeque<history::EventRow>,
     training: VecDeque<(i64, TsMs, f64)>,
 }
 
@@ -204,36 +205,6 @@ impl World {
             fed_to: start_after,
             proc_ttl_ms: longest.max(600_000),
             ..Self::default()
-        }
-    }
-
-    /// Whether an XID event of `code` on GPU `gpu_id` at `ts` is critical: the catalogue's
-    /// severity unless an `[[xid.override]]` says otherwise (`ignore`: `None`, not counted at
-    /// all; `hardware` with `count` within `within`: from the count-th event of its codes on
-    /// the GPU within that time).
-    fn xid_counts(&mut self, gpu_id: i64, code: i64, ts: TsMs) -> Option<bool> {
-        use crate::config::OverrideClass;
-        let Some((i, o)) = self
-            .xid_overrides
-            .iter()
-            .enumerate()
-            .find(|(_, o)| o.codes.contains(&code))
-        else {
-            return Some(crate::xid::is_critical(code));
-        };
-        match (o.class, o.count_within) {
-            (OverrideClass::Ignore, _) => None,
-            (OverrideClass::Application, _) => Some(false),
-            (OverrideClass::Hardware, None) => Some(true),
-            (OverrideClass::Hardware, Some((n, within))) => {
-                let recent = self.xid_recent.entry((gpu_id, i)).or_default();
-                recent.push_back(ts);
-                let from = ts - within.as_millis() as i64;
-                while recent.front().is_some_and(|t| *t <= from) {
-                    recent.pop_front();
-                }
-                Some(recent.len() >= n as usize)
-            }
         }
     }
 
@@ -334,11 +305,7 @@ impl World {
             }
         }
         self.pending.samples.extend(samples);
-        self.pending.events.extend(
-            history::events(conn, after, to)?
-                .into_iter()
-                .filter(|e| e.kind == "xid"),
-        );
+        self.xids.read(history::xid_runs(conn, after, to)?);
         if self.keep(Metric::TrainingStep).is_some() || self.keep(Metric::TrainingLoss).is_some() {
             // Training points arrive late (scrape and poll lag): read an overlap again; a
             // series ignores points it already has.
@@ -414,22 +381,7 @@ impl World {
             let pending: HashSet<i64> = self.pending.procs.iter().map(|p| p.process_id).collect();
             self.placements.retain(|id, _| pending.contains(id));
         }
-        while self.pending.events.front().is_some_and(|e| e.ts_ms <= upto) {
-            let Some(e) = self.pending.events.pop_front() else {
-                break;
-            };
-            let (Some(gpu_id), Some(code)) = (e.gpu_id, e.code) else {
-                continue;
-            };
-            let Some(critical) = self.xid_counts(gpu_id, code, e.ts_ms) else {
-                continue; // an ignored code
-            };
-            if let Some(g) = self.gpus.get_mut(&gpu_id) {
-                push(g, Metric::Xid, e.ts_ms, code as f64, &self.needs);
-                let critical = if critical { 1.0 } else { 0.0 };
-                push(g, Metric::XidCritical, e.ts_ms, critical, &self.needs);
-            }
-        }
+        self.feed_xids(upto);
         while self.pending.training.front().is_some_and(|p| p.1 <= upto) {
             let Some((id, ts, v)) = self.pending.training.pop_front() else {
                 break;
@@ -609,57 +561,4 @@ fn push(g: &mut Gpu, m: Metric, ts: TsMs, v: f64, needs: &Needs) {
         .or_insert_with(|| Tracked::new(need))
         .series
         .push(ts, v);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::{OverrideClass, XidOverride};
-    use std::time::Duration;
-
-    #[test]
-    fn xid_overrides_decide_what_counts_as_critical() {
-        let mut w = World::default();
-        // The catalogue alone: 79 critical, 13 (the application's) not, an unknown code not.
-        assert_eq!(w.xid_counts(1, 79, 0), Some(true));
-        assert_eq!(w.xid_counts(1, 13, 0), Some(false));
-        assert_eq!(w.xid_counts(1, 9999, 0), Some(false));
-        w.xid_overrides = vec![
-            XidOverride {
-                codes: vec![13, 31],
-                class: OverrideClass::Ignore,
-                count_within: None,
-            },
-            XidOverride {
-                codes: vec![79],
-                class: OverrideClass::Application,
-                count_within: None,
-            },
-            XidOverride {
-                codes: vec![43, 45],
-                class: OverrideClass::Hardware,
-                count_within: Some((3, Duration::from_secs(3600))),
-            },
-        ];
-        assert_eq!(w.xid_counts(1, 13, 0), None, "ignored: not counted at all");
-        assert_eq!(w.xid_counts(1, 79, 0), Some(false));
-        assert_eq!(
-            w.xid_counts(1, 48, 0),
-            Some(true),
-            "no override: the catalogue"
-        );
-        // 3 of 43/45 within an hour on one GPU: critical at the third, not on another GPU.
-        let min = 60_000;
-        assert_eq!(w.xid_counts(1, 43, 0), Some(false));
-        assert_eq!(w.xid_counts(2, 43, 10 * min), Some(false));
-        assert_eq!(w.xid_counts(1, 45, 30 * min), Some(false));
-        assert_eq!(
-            w.xid_counts(1, 43, 59 * min),
-            Some(true),
-            "the third within 1 h"
-        );
-        // The first fell out of the hour: two left, then a third again.
-        assert_eq!(w.xid_counts(1, 43, 95 * min), Some(false));
-        assert_eq!(w.xid_counts(1, 43, 96 * min), Some(true));
-    }
 }

@@ -8,13 +8,16 @@
 //!   lacks it: the UUID is real), else by the host's inventory at that PCI address, else
 //!   the row keeps the address alone (`gpu_id` NULL). Rows stored earlier with only an address
 //!   that this import's `GPU at` lines name are attached to that GPU.
-//! - Importing the same log twice stores its XIDs once: an XID equal (host, address, number,
-//!   message) to a kernel-log row already stored whose kernel time is within
-//!   [`KERNEL_DUPLICATE_MS`] is that row (each stored row matches one imported line, so a
-//!   burst of identical lines keeps its count). An XID NVML reported is merged into its row
-//!   (`store/events.rs`).
+//! - The lines are folded into runs in memory first (repeats of one XID at one address, as
+//!   `store/events.rs` folds them), so a storm of 100,000 lines is a handful of rows and
+//!   statements, not 100,000.
+//! - Importing the same log twice stores its XIDs once: a run whose (host, address, number)
+//!   kernel-log rows already stored overlap in kernel time (give or take
+//!   [`KERNEL_DUPLICATE_MS`]) and hold as many events is already stored; a longer save of
+//!   the log extends the stored run by what it adds. A run NVML reported is merged into its
+//!   row (`store/events.rs`).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use rusqlite::{Connection, params};
 
@@ -47,6 +50,8 @@ pub struct XidsPublished {
     pub merged: u64,
     /// Already stored by an earlier import or the daemon's kernel-log follower.
     pub duplicates: u64,
+    /// Rows the new XIDs were folded into (one per run of one XID on one GPU).
+    pub runs: u64,
     /// Rows stored earlier with only an address, now attached to their GPU.
     pub joined: u64,
     /// Per address: the GPU's UUID, or `None` when only the address is known.
@@ -77,11 +82,9 @@ impl Store {
 fn publish(conn: &Connection, host: &str, xids: &[KernelXid]) -> Result<XidsPublished, StoreError> {
     let host_id = ensure_host(conn, host)?;
     let mut out = XidsPublished::default();
-    let mut order: Vec<&KernelXid> = xids.iter().collect();
-    order.sort_by_key(|x| x.ts_ms);
     // The GPU of each (address, UUID named by the log).
     let mut gpu_of: BTreeMap<(PciAddr, Option<String>), Option<i64>> = BTreeMap::new();
-    for x in &order {
+    for x in xids {
         let key = (x.pci.clone(), x.uuid.clone());
         if gpu_of.contains_key(&key) {
             continue;
@@ -100,42 +103,48 @@ fn publish(conn: &Connection, host: &str, xids: &[KernelXid]) -> Result<XidsPubl
         out.gpus.entry(x.pci.clone()).or_insert(uuid);
         gpu_of.insert(key, id);
     }
-    let mut matched: HashSet<i64> = HashSet::new();
-    for x in &order {
-        if let Some(id) = duplicate(conn, host_id, x, &matched)? {
-            matched.insert(id);
-            out.duplicates += 1;
+    for run in runs(xids) {
+        let stored = stored_runs(conn, host_id, &run)?;
+        let new = run.count.saturating_sub(stored.count);
+        out.duplicates += (run.count - new) as u64;
+        if stored.count > 0 {
+            // An earlier save of the log (or the daemon's follower) stored this run: only
+            // what this log adds beyond it extends it.
+            if let Some(id) = stored.latest
+                && (new > 0 || run.first_ms < stored.first_ms || run.last_ms > stored.last_ms)
+            {
+                extend(conn, id, &run, new)?;
+                out.merged += new as u64;
+            }
             continue;
         }
         let gpu_id = gpu_of
-            .get(&(x.pci.clone(), x.uuid.clone()))
+            .get(&(run.pci.clone(), run.uuid.clone()))
             .copied()
             .flatten();
         let written = events::write(
             conn,
             host_id,
             &NewEvent {
-                ts_ms: x.ts_ms,
+                ts_ms: run.first_ms,
                 gpu_id,
                 kind: "xid",
-                code: Some(x.code),
-                message: &x.message,
-                pci: Some(x.pci.as_str()),
+                code: Some(run.code),
+                message: &run.message,
+                pci: Some(run.pci.as_str()),
                 source: Some(EventSource::Import),
-                kernel_ms: Some(x.ts_ms),
+                kernel_ms: Some(run.first_ms),
+                count: run.count as i64,
+                last_ms: run.last_ms,
+                kernel_last_ms: Some(run.last_ms),
+                more_messages: &run.messages,
             },
         )?;
         match written {
-            // A row of this import is no earlier save of the log: never its duplicate.
-            Written::Inserted(id) => {
-                matched.insert(id);
-                out.inserted += 1;
-            }
-            Written::Merged(id) => {
-                matched.insert(id);
-                out.merged += 1;
-            }
+            Written::Inserted(_) => out.inserted += run.count as u64,
+            Written::Merged(_) => out.merged += run.count as u64,
         }
+        out.runs += 1;
     }
     // The log's `GPU at` lines name the GPU of rows stored earlier with its address alone.
     for ((pci, uuid), id) in &gpu_of {
@@ -144,6 +153,125 @@ fn publish(conn: &Connection, host: &str, xids: &[KernelXid]) -> Result<XidsPubl
         }
     }
     Ok(out)
+}
+
+/// Repeats of one XID at one address, folded as the store folds them (`store/events.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct XidRun {
+    pci: PciAddr,
+    uuid: Option<String>,
+    code: i64,
+    first_ms: TsMs,
+    last_ms: TsMs,
+    count: usize,
+    message: String,
+    /// Distinct messages besides `message`, at most [`events::XID_RUN_MESSAGES`].
+    messages: Vec<String>,
+}
+
+/// The runs of `xids` (any order): by address, UUID and code, a run ending after a quiet gap
+/// of [`events::XID_RUN_GAP_MS`] or a span of [`events::XID_RUN_SPAN_MS`].
+fn runs(xids: &[KernelXid]) -> Vec<XidRun> {
+    let mut order: Vec<&KernelXid> = xids.iter().collect();
+    order.sort_by(|a, b| {
+        (&a.pci, &a.uuid, a.code, a.ts_ms).cmp(&(&b.pci, &b.uuid, b.code, b.ts_ms))
+    });
+    let mut out: Vec<XidRun> = Vec::new();
+    for x in order {
+        if let Some(r) = out.last_mut()
+            && r.pci == x.pci
+            && r.uuid == x.uuid
+            && r.code == x.code
+            && x.ts_ms - r.last_ms <= events::XID_RUN_GAP_MS
+            && x.ts_ms - r.first_ms < events::XID_RUN_SPAN_MS
+        {
+            r.last_ms = x.ts_ms;
+            r.count += 1;
+            if r.messages.len() < events::XID_RUN_MESSAGES
+                && x.message != r.message
+                && !r.messages.contains(&x.message)
+            {
+                r.messages.push(x.message.clone());
+            }
+            continue;
+        }
+        out.push(XidRun {
+            pci: x.pci.clone(),
+            uuid: x.uuid.clone(),
+            code: x.code,
+            first_ms: x.ts_ms,
+            last_ms: x.ts_ms,
+            count: 1,
+            message: x.message.clone(),
+            messages: Vec::new(),
+        });
+    }
+    out.sort_by_key(|r| (r.first_ms, r.code));
+    out
+}
+
+/// The kernel-log rows already stored that overlap a run.
+#[derive(Debug, Default)]
+struct Stored {
+    /// Their kernel-log events.
+    count: usize,
+    first_ms: TsMs,
+    last_ms: TsMs,
+    /// The row that ends last.
+    latest: Option<i64>,
+}
+
+/// Kernel-log rows of the run's code and address whose kernel times overlap the run's,
+/// give or take [`KERNEL_DUPLICATE_MS`].
+fn stored_runs(conn: &Connection, host_id: i64, run: &XidRun) -> Result<Stored, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, kernel_count, kernel_ms, coalesce(kernel_last_ms, kernel_ms) FROM events
+         WHERE host_id = ?1 AND kind = 'xid' AND code = ?2 AND pci_bus_id = ?3
+           AND kernel_count IS NOT NULL
+           AND kernel_ms <= ?5 + ?6 AND coalesce(kernel_last_ms, kernel_ms) >= ?4 - ?6
+         ORDER BY coalesce(kernel_last_ms, kernel_ms), id",
+    )?;
+    let mut rows = stmt.query(params![
+        host_id,
+        run.code,
+        run.pci.as_str(),
+        run.first_ms,
+        run.last_ms,
+        KERNEL_DUPLICATE_MS
+    ])?;
+    let mut out = Stored {
+        first_ms: TsMs::MAX,
+        last_ms: TsMs::MIN,
+        ..Stored::default()
+    };
+    while let Some(r) = rows.next()? {
+        let n: i64 = r.get(1)?;
+        out.count += usize::try_from(n).unwrap_or(0);
+        out.first_ms = out.first_ms.min(r.get(2)?);
+        out.last_ms = out.last_ms.max(r.get(3)?);
+        out.latest = Some(r.get(0)?);
+    }
+    Ok(out)
+}
+
+/// Extends stored row `id` by what a longer save of the log adds: `new` events, its times.
+fn extend(conn: &Connection, id: i64, run: &XidRun, new: usize) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "UPDATE events SET
+           kernel_count = kernel_count + ?2,
+           kernel_ms = min(kernel_ms, ?3),
+           kernel_last_ms = max(coalesce(kernel_last_ms, kernel_ms), ?4),
+           last_ms = CASE WHEN max(coalesce(last_ms, ts_ms), ?4) > ts_ms
+                          THEN max(coalesce(last_ms, ts_ms), ?4) END
+         WHERE id = ?1",
+    )?
+    .execute(params![id, new as i64, run.first_ms, run.last_ms])?;
+    conn.prepare_cached(
+        "UPDATE events SET count = max(coalesce(nvml_count, 0), coalesce(kernel_count, 0), 1)
+         WHERE id = ?1",
+    )?
+    .execute([id])?;
+    Ok(())
 }
 
 /// The row of GPU `uuid` of the host, made bare (no inventory) when missing.
@@ -161,34 +289,4 @@ fn gpu_by_uuid(
              RETURNING id",
         )?
         .query_row(params![host_id, uuid, ts_ms], |r| r.get(0))?)
-}
-
-/// A kernel-log row already stored that is this XID, not matched yet.
-fn duplicate(
-    conn: &Connection,
-    host_id: i64,
-    x: &KernelXid,
-    matched: &HashSet<i64>,
-) -> Result<Option<i64>, StoreError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT id FROM events WHERE host_id = ?1 AND kind = 'xid' AND code = ?2
-           AND pci_bus_id = ?3 AND message = ?4
-           AND kernel_ms BETWEEN ?5 - ?6 AND ?5 + ?6
-         ORDER BY abs(kernel_ms - ?5), id",
-    )?;
-    let mut rows = stmt.query(params![
-        host_id,
-        x.code,
-        x.pci.as_str(),
-        x.message,
-        x.ts_ms,
-        KERNEL_DUPLICATE_MS
-    ])?;
-    while let Some(r) = rows.next()? {
-        let id: i64 = r.get(0)?;
-        if !matched.contains(&id) {
-            return Ok(Some(id));
-        }
-    }
-    Ok(None)
 }
