@@ -22,10 +22,13 @@ pub enum B {
         delay: Option<u64>,
         noise: f64,
     },
+    /// `sawtooth = [low, high]` rising over each `period` seconds, after holding `low` for
+    /// `delay` seconds; with noise.
     Sawtooth {
         low: f64,
         high: f64,
         period: u64,
+        delay: Option<u64>,
         noise: f64,
     },
 }
@@ -74,13 +77,20 @@ impl B {
                 low,
                 high,
                 period,
+                delay,
                 noise,
-            } => format!(
-                "{{ sawtooth = [{}, {}], period = {period}, noise = {}",
-                num(low),
-                num(high),
-                num(noise)
-            ),
+            } => {
+                let mut s = format!(
+                    "{{ sawtooth = [{}, {}], period = {period}",
+                    num(low),
+                    num(high)
+                );
+                if let Some(d) = delay {
+                    let _ = write!(s, ", delay = {d}");
+                }
+                let _ = write!(s, ", noise = {}", num(noise));
+                s
+            }
         };
         s.push_str(" }");
         s
@@ -154,6 +164,8 @@ pub struct Stall {
 pub struct Training {
     pub job: String,
     pub gpus: Vec<usize>,
+    /// `None`: from tick 0.
+    pub start: Option<u64>,
     pub end: Option<u64>,
     pub steps_per_sec: f64,
     pub stalls: Vec<Stall>,
@@ -224,6 +236,9 @@ impl ScenarioText {
                 gpus.join(", "),
                 num(t.steps_per_sec)
             );
+            if let Some(b) = t.start {
+                let _ = writeln!(s, "start = {b}");
+            }
             if let Some(e) = t.end {
                 let _ = writeln!(s, "end = {e}");
             }
@@ -278,6 +293,7 @@ mod tests {
                     low: 1000.0,
                     high: 2000.0,
                     period: 60,
+                    delay: Some(30),
                     noise: 5.0,
                 },
             }],
@@ -285,6 +301,7 @@ mod tests {
             training: vec![Training {
                 job: "j".into(),
                 gpus: vec![0],
+                start: Some(50),
                 end: None,
                 steps_per_sec: 0.5,
                 stalls: vec![Stall {
@@ -300,6 +317,10 @@ mod tests {
         assert_eq!(s.duration_ticks(), 600);
         assert_eq!(s.gpu_state(0, 90).throttle_reasons, 0x20);
         assert_eq!(s.processes_at(0, 10).len(), 1);
+        // The sawtooth holds its low until the delay, then rises.
+        let mib = |t: u64| s.processes_at(0, t)[0].used_bytes as f64 / 1_048_576.0;
+        assert!((mib(20) - 1000.0).abs() <= 5.0 && (mib(60) - 1500.0).abs() <= 5.0);
+        assert_eq!(s.training_jobs()[0].start_tick, 50);
         assert_eq!(s.events().len(), 1);
     }
 }

@@ -1,7 +1,7 @@
 //! Fault families: scenarios in which a correct monitor raises specific alerts, with their
 //! labels (rule, GPU, onset, the longest delay that still counts, what a shape must record).
 //! This file holds the workload faults (idle, leak, hang, heat, orphaned memory);
-//! `hardware.rs` the driver and hardware ones and stragglers.
+//! `hardware.rs` the driver and hardware ones, the XID patterns and stragglers.
 //!
 //! Invariants: a fault's onset is the moment the fault is observable in the data (the idle
 //! start, the first tick within 3 °C of slowdown, ...), computed from the sim where noise
@@ -30,6 +30,9 @@ pub(super) fn build(family: Family, c: &mut Ctx) -> Result<Draft, String> {
         Family::Xid => hardware::xid(c),
         Family::Ecc => hardware::ecc(c),
         Family::Straggler => hardware::straggler(c),
+        Family::XidAppCrash => hardware::xid_app_crash(c),
+        Family::XidRepeat => hardware::xid_repeat(c),
+        Family::XidStorm => hardware::xid_storm(c),
         other => Err(format!("{} is not a fault family", other.name())),
     }
 }

@@ -24,6 +24,10 @@ use crate::shape::Shape;
 pub use workload::MODELS;
 
 /// A kind of case; each family is built with several seeded variants.
+///
+/// The discriminant is mixed into every case's seed, so families added later are appended
+/// (the older families' cases stay the same); [`Family::ALL`] gives the reading order, faults
+/// first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Family {
@@ -52,10 +56,15 @@ pub enum Family {
     BusyNoProcs,
     DataloaderBound,
     XidBenign,
+    XidAppCrash,
+    XidRepeat,
+    XidStorm,
+    CkptLong,
+    WarmupSawtooth,
 }
 
 impl Family {
-    pub const ALL: [Family; 25] = [
+    pub const ALL: [Family; 30] = [
         Family::IdleHeld,
         Family::IdleContext,
         Family::Leak,
@@ -68,10 +77,15 @@ impl Family {
         Family::Xid,
         Family::Ecc,
         Family::Straggler,
+        Family::XidAppCrash,
+        Family::XidRepeat,
+        Family::XidStorm,
         Family::Checkpoints,
         Family::EvalHighUtil,
+        Family::CkptLong,
         Family::Warmup,
         Family::Sawtooth,
+        Family::WarmupSawtooth,
         Family::CkptBumps,
         Family::HotHealthy,
         Family::Free,
@@ -128,21 +142,40 @@ impl Family {
             BusyNoProcs => "busy_no_procs",
             DataloaderBound => "dataloader_bound",
             XidBenign => "xid_benign",
+            XidAppCrash => "xid_app_crash",
+            XidRepeat => "xid_repeat",
+            XidStorm => "xid_storm",
+            CkptLong => "ckpt_long",
+            WarmupSawtooth => "warmup_sawtooth",
         }
     }
 
     /// True for healthy traps: any alert on them is a false alarm.
     pub fn healthy(self) -> bool {
-        self >= Family::Checkpoints
+        use Family::*;
+        match self {
+            IdleHeld | IdleContext | Leak | NcclHang | ZeroHang | Overheat | Orphaned | Wedged
+            | Lost | Xid | Ecc | Straggler | XidAppCrash | XidRepeat | XidStorm => false,
+            Checkpoints | EvalHighUtil | Warmup | Sawtooth | CkptBumps | HotHealthy | Free
+            | JobEnded | Restart | PromGap | BusyNoProcs | DataloaderBound | XidBenign
+            | CkptLong | WarmupSawtooth => true,
+        }
     }
 
-    /// Variants in the full set: 3 per fault family (one per leak rate for leaks, more where a
-    /// family runs in one shape only), 2 per healthy family (3 for the nvml-only one).
+    /// Variants in the full set: 3 per fault family (one per leak rate for leaks, one per XID
+    /// code for the XID patterns, more where a family runs in one shape only), 2 per healthy
+    /// family (3 for the nvml-only one, one per climb for the warm-up sawtooth, 4 for long
+    /// pauses: two of each kind).
     fn full_variants(self) -> u32 {
         match self {
             Family::Leak => workload::LEAK_RATES.len() as u32,
             Family::Lost | Family::Xid => 4,
+            Family::XidAppCrash => hardware::APP_CRASH_XIDS.len() as u32,
+            Family::XidRepeat => hardware::REPEAT_XIDS.len() as u32,
+            Family::XidStorm => hardware::STORM_XIDS.len() as u32,
             Family::XidBenign => 3,
+            Family::WarmupSawtooth => traps::WARMUP_CLIMB_GB.len() as u32,
+            Family::CkptLong => 4,
             f if f.healthy() => 2,
             _ => 3,
         }
@@ -363,6 +396,133 @@ mod tests {
         }
         let quick = catalogue(Set::Quick, 7).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(quick.len(), 13);
+    }
+
+    fn case(family: Family, variant: u32) -> Case {
+        build(family, variant, Set::Full, 7).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn every_family_is_listed_once_faults_first() {
+        for (i, f) in Family::ALL.iter().enumerate() {
+            assert!(
+                Family::ALL[..i]
+                    .iter()
+                    .all(|g| g != f && g.name() != f.name()),
+                "{}",
+                f.name()
+            );
+            assert_eq!(
+                serde_json::to_value(f).ok(),
+                Some(serde_json::Value::from(f.name()))
+            );
+        }
+        let traps = Family::ALL
+            .iter()
+            .position(|f| f.healthy())
+            .unwrap_or(Family::ALL.len());
+        assert!(Family::ALL[traps..].iter().all(|f| f.healthy()));
+    }
+
+    #[test]
+    fn xid_patterns_hold_their_shape() {
+        for v in 0..Family::XidAppCrash.full_variants() {
+            let c = case(Family::XidAppCrash, v);
+            let (s, l) = (&c.scenario, &c.labels[0]);
+            let mut hit: Vec<usize> = s.events().iter().map(|e| e.gpu).collect();
+            hit.sort_unstable();
+            hit.dedup();
+            assert_eq!(hit.len(), s.events().len(), "{}", c.name);
+            assert!(2 * hit.len() >= s.gpu_count(), "{}", c.name);
+            assert_eq!(hit[0], l.gpu as usize, "{}", c.name);
+            let t = l.onset_s;
+            assert!(s.events().iter().all(|e| (t..=t + 5).contains(&e.tick)));
+            assert!(
+                s.processes()
+                    .iter()
+                    .all(|p| p.end_tick.is_some_and(|e| (t..=t + 30).contains(&e))),
+                "{}",
+                c.name
+            );
+            assert!(s.training_jobs().iter().all(|j| j.end_tick == Some(t)));
+        }
+        for v in 0..Family::XidRepeat.full_variants() {
+            let c = case(Family::XidRepeat, v);
+            let s = &c.scenario;
+            let ev = s.events();
+            assert_eq!(ev.len(), 2, "{}", c.name);
+            assert!(ev[0].gpu == ev[1].gpu && ev[0].xid == ev[1].xid);
+            let jobs = s.training_jobs();
+            assert_eq!(jobs.len(), 2, "{}", c.name);
+            assert!(jobs[0].end_tick.is_some_and(|e| ev[0].tick + 600 <= e));
+            assert!(jobs[0].end_tick.is_some_and(|e| e < jobs[1].start_tick));
+            assert!(jobs[1].start_tick + 600 <= ev[1].tick);
+            for e in ev {
+                assert!(!s.processes_at(e.gpu, e.tick + 60).is_empty(), "{}", c.name);
+            }
+            let onsets: Vec<u64> = c.labels.iter().map(|l| l.onset_s).collect();
+            let want = if matches!(ev[0].xid, 13 | 31) {
+                vec![ev[1].tick]
+            } else {
+                vec![ev[0].tick, ev[1].tick]
+            };
+            assert_eq!(onsets, want, "{}", c.name);
+        }
+        for v in 0..Family::XidStorm.full_variants() {
+            let c = case(Family::XidStorm, v);
+            let (ev, l) = (c.scenario.events(), &c.labels[0]);
+            assert!(ev.len() >= 10_000, "{}", c.name);
+            assert!(
+                ev.iter()
+                    .all(|e| e.gpu == l.gpu as usize && e.xid == ev[0].xid)
+            );
+            assert_eq!(ev[0].tick, l.onset_s);
+            assert!(ev[ev.len() - 1].tick < l.onset_s + 600);
+        }
+    }
+
+    #[test]
+    fn long_pauses_and_warm_up_sawtooths_hold_their_shape() {
+        for v in 0..Family::CkptLong.full_variants() {
+            let c = case(Family::CkptLong, v);
+            let jobs = c.scenario.training_jobs();
+            let stalls = &jobs[0].stalls;
+            let lens: Vec<u64> = stalls.iter().map(|s| s.to_tick - s.from_tick).collect();
+            let longest = lens.iter().copied().max().unwrap_or(0);
+            let at = lens.iter().position(|&l| l == longest).unwrap_or(0);
+            assert!((2..=3).contains(&at), "{}: {lens:?}", c.name);
+            assert!(lens[..at].iter().all(|&l| 2 * l <= longest), "{}", c.name);
+            assert!(stalls[at].to_tick + 1800 <= c.scenario.duration_ticks());
+        }
+        for v in 0..Family::WarmupSawtooth.full_variants() {
+            let c = case(Family::WarmupSawtooth, v);
+            let s = &c.scenario;
+            let mib = |t: u64| s.gpu_state(0, t).mem_used_bytes as f64 / 1_048_576.0;
+            let param = |k: &str| {
+                c.params
+                    .get(k)
+                    .and_then(serde_json::Value::as_u64)
+                    .unwrap_or(0)
+            };
+            let (warmup, period, d) = (param("warmup_s"), param("period_s"), s.duration_ticks());
+            assert!(warmup > 0 && period > 0, "{}", c.name);
+            let starts: Vec<u64> = (0u64..)
+                .map(|i| warmup + i * period)
+                .take_while(|&t| t + period <= d)
+                .collect();
+            let troughs: Vec<f64> = starts.iter().map(|&t| mib(t)).collect();
+            let lo = troughs.iter().copied().fold(f64::MAX, f64::min);
+            let hi = troughs.iter().copied().fold(f64::MIN, f64::max);
+            assert!(hi - lo < 50.0, "{}: troughs {lo}..{hi}", c.name);
+            assert!(mib(0) + 5_000.0 < lo, "{}: no warm-up", c.name);
+            for &t in &starts {
+                assert!(
+                    mib(t + period - 1) > lo + 700.0,
+                    "{}: no peak at {t}",
+                    c.name
+                );
+            }
+        }
     }
 
     #[test]

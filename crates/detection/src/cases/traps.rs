@@ -21,8 +21,10 @@ pub(super) fn build(family: Family, c: &mut Ctx) -> Result<Draft, String> {
     match family {
         Family::Checkpoints => checkpoints(c, n),
         Family::EvalHighUtil => eval_high_util(c, n),
+        Family::CkptLong => ckpt_long(c, n),
         Family::Warmup => memory(c, n, Memory::Warmup),
         Family::Sawtooth => memory(c, n, Memory::Sawtooth),
+        Family::WarmupSawtooth => warmup_sawtooth(c, n),
         Family::CkptBumps => ckpt_bumps(c, n),
         Family::HotHealthy => hot_healthy(c, n),
         Family::Free => free_gpus(c, n),
@@ -109,6 +111,72 @@ fn eval_high_util(c: &mut Ctx, n: usize) {
     c.training((0..n).collect(), None, stalls);
 }
 
+/// Regular pauses, then one much longer: checkpoints of 45–90 s at ~1 % every 15–30 min
+/// (even variants), or evals of 5–10 min at 95–100 % with power at 55–80 % of training every
+/// 25–40 min (odd variants, as in `eval_high_util`). After 2–3 of them comes one pause of the
+/// same kind 2–3× as long as the longest before it (a bigger save, a full eval), then training
+/// and the regular pauses go on for at least 30 min. Memory holds its plateau and the step
+/// stops in every pause.
+fn ckpt_long(c: &mut Ctx, n: usize) {
+    let eval = c.variant % 2 == 1;
+    let (first, every, len) = if eval {
+        (c.mins(25, 40), (25, 40), (5 * MIN, 10 * MIN))
+    } else {
+        (c.mins(20, 30), (15, 30), (45, 90))
+    };
+    let before = c.int(2, 3);
+    let mut windows = Vec::new();
+    let mut at = first;
+    for _ in 0..before {
+        let len_s = c.int(len.0, len.1);
+        windows.push((at, at + len_s));
+        at += len_s + c.mins(every.0, every.1);
+    }
+    let longest = windows.iter().map(|&(a, b)| b - a).max().unwrap_or(len.1);
+    let long_s = (longest as f64 * c.real(2.0, 3.0)).round() as u64;
+    let long_at = at;
+    windows.push((long_at, long_at + long_s));
+    let d = c.set_duration(long_at + long_s + 30 * MIN);
+    at = long_at + long_s + c.mins(every.0, every.1);
+    loop {
+        let len_s = c.int(len.0, len.1);
+        if at + len_s >= d {
+            break;
+        }
+        windows.push((at, at + len_s));
+        at += len_s + c.mins(every.0, every.1);
+    }
+    c.busy_fleet();
+    for &(from, to) in &windows {
+        if eval {
+            for g in 0..n {
+                let power = power_at(c.preset(g), 95.0) * c.real(0.55, 0.8);
+                c.segment(
+                    g,
+                    Segment::new(from, Some(to))
+                        .set("util_gpu", B::noisy(97.5, 2.5))
+                        .set("power_w", B::noisy(power, 3.0)),
+                );
+            }
+        } else {
+            let util = c.real(0.5, 1.5);
+            for g in 0..n {
+                c.segment(
+                    g,
+                    Segment::new(from, Some(to)).set("util_gpu", B::noisy(util, 0.5)),
+                );
+            }
+        }
+    }
+    c.param("pause", if eval { "eval" } else { "checkpoint" });
+    c.param("pauses", windows.len());
+    c.param("longest_before_s", longest);
+    c.param("long_pause_s", long_at);
+    c.param("long_pause_len_s", long_s);
+    let stalls = windows.iter().map(|&(a, b)| pause(a, b)).collect();
+    c.training((0..n).collect(), None, stalls);
+}
+
 enum Memory {
     /// 2 GB → 40–70 GB over 3–12 min, then a plateau.
     Warmup,
@@ -137,6 +205,7 @@ fn memory(c: &mut Ctx, n: usize, kind: Memory) {
                     low,
                     high: low + amp,
                     period,
+                    delay: None,
                     noise: 8.0,
                 }
             }
@@ -171,6 +240,68 @@ fn memory(c: &mut Ctx, n: usize, kind: Memory) {
     if !matches!(kind, Memory::Busy) {
         c.training((0..n).collect(), None, Vec::new());
     }
+}
+
+/// Climbs of the `warmup_sawtooth` variants, GB (less where the GPU cannot hold it).
+pub const WARMUP_CLIMB_GB: [f64; 3] = [10.0, 20.0, 30.0];
+
+/// A warm-up, then an allocator sawtooth: memory climbs 10, 20 or 30 GB (by variant) over
+/// 8–12 min, then rises by 1–3 GB over each period of 3–10 min and is released at its end;
+/// each peak is within ±20 % of the mean rise and every trough is at the same level.
+///
+/// The sim gives a process one memory behaviour, so the job is two processes on each GPU:
+/// the trainer ramps, then holds; a second process of the job holds 300–600 MiB and saws with
+/// the mean rise from the end of the warm-up (the process rows). The peaks' variation is in
+/// the GPU's memory: one segment per period from the end of the warm-up (as `ckpt_bumps`
+/// does), aligned with the second process's periods and starting from the same trough.
+fn warmup_sawtooth(c: &mut Ctx, n: usize) {
+    let d = c.text.duration;
+    let climb_gb = WARMUP_CLIMB_GB[c.variant as usize % WARMUP_CLIMB_GB.len()];
+    let warmup = c.mins(8, 12);
+    let period = c.mins(3, 10);
+    let rise = (c.real(1.0, 3.0) * 1024.0).round();
+    let mut climbs = Vec::new();
+    for g in 0..n {
+        let room = c.room_mib(g);
+        let from = (c.real(1.0, 2.0) * 1024.0).round();
+        let helper = c.int(300, 600) as f64;
+        let climb = (climb_gb * 1024.0)
+            .min(room * 0.9 - from - helper - 1.2 * rise)
+            .round();
+        let level = from + climb;
+        c.busy(g, 0, None);
+        c.process(g, 0, None, B::ramp(from, level, Some(warmup), 16.0));
+        c.process(
+            g,
+            0,
+            None,
+            B::Sawtooth {
+                low: helper,
+                high: helper + rise,
+                period,
+                delay: Some(warmup),
+                noise: 8.0,
+            },
+        );
+        let baseline = c.text.gpus[g].baseline_mib.unwrap_or(450) as f64;
+        let trough = baseline + level + helper;
+        let mut at = warmup;
+        while at < d {
+            let peak = trough + rise * c.real(0.8, 1.2);
+            c.segment(
+                g,
+                Segment::new(at, Some(at + period))
+                    .set("mem_used_mib", B::ramp(trough, peak, None, 8.0)),
+            );
+            at += period;
+        }
+        climbs.push(climb);
+    }
+    c.param("climb_mib", climbs);
+    c.param("warmup_s", warmup);
+    c.param("period_s", period);
+    c.param("rise_mib", rise);
+    c.training((0..n).collect(), None, Vec::new());
 }
 
 /// Memory +2–6 GB for 1–3 min about every 20 min (checkpoint copies), on a flat plateau.

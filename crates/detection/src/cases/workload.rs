@@ -191,13 +191,26 @@ impl Ctx {
         }
     }
 
-    /// A per-GPU training job on `gpus` at 0.1–2 steps/s.
+    /// A per-GPU training job on `gpus` at 0.1–2 steps/s, from tick 0.
     pub fn training(&mut self, gpus: Vec<usize>, end: Option<u64>, stalls: Vec<Stall>) {
+        self.training_from(gpus, None, end, stalls);
+    }
+
+    /// [`Ctx::training`] for a job that starts at `start` (`None`: tick 0); jobs are named
+    /// `job-0`, `job-1`, ... in the order they are added.
+    pub fn training_from(
+        &mut self,
+        gpus: Vec<usize>,
+        start: Option<u64>,
+        end: Option<u64>,
+        stalls: Vec<Stall>,
+    ) {
         let steps_per_sec = self.real(0.1, 2.0);
         self.param("steps_per_sec", steps_per_sec);
         self.text.training.push(Training {
             job: format!("job-{}", self.text.training.len()),
             gpus,
+            start,
             end,
             steps_per_sec,
             stalls,
