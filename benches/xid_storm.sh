@@ -29,7 +29,8 @@ n, span, real = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 start = datetime.datetime(2024, 11, 15, 13, 0, 0, tzinfo=datetime.timezone.utc)
 out = sys.stdout
 with open(real) as f:
-    out.write(f.read())
+    text = f.read()
+out.write(text if text.endswith("\n") else text + "\n")
 for i in range(n):
     t = start + datetime.timedelta(seconds=span * i / max(n - 1, 1))
     stamp = t.strftime("%Y-%m-%dT%H:%M:%S,%f+00:00")
