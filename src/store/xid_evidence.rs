@@ -15,8 +15,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::StoreError;
 use crate::model::TsMs;
 use crate::xid::judge::{
-    CRASH_WINDOW_MS, Evidence, JobCrash, REPEAT_WINDOW_MS, Verdict, XidClass, judge,
-    may_crash_a_job,
+    CRASH_WINDOW_MS, Evidence, JobCrash, REPEAT_WINDOW_MS, Verdict, XidClass, job_key_of_pids,
+    judge, may_crash_a_job, other_job,
 };
 
 /// Earlier runs of the code on the GPU looked at for another job.
@@ -46,7 +46,7 @@ pub fn evidence(
         .collect::<Result<_, _>>()?;
     for t in earlier {
         if let Some(j) = job_at(conn, gpu_id, t)?
-            && j != job
+            && other_job(&j, &job)
         {
             others.insert(j);
         }
@@ -107,8 +107,7 @@ fn job_at(conn: &Connection, gpu_id: i64, ts: TsMs) -> Result<Option<String>, St
     if pids.is_empty() {
         return Ok(None);
     }
-    let pids: Vec<String> = pids.iter().map(i64::to_string).collect();
-    Ok(Some(format!("pids:{}", pids.join(","))))
+    Ok(Some(job_key_of_pids(pids)))
 }
 
 /// Whether GPU `gpu_id` had an XID that may crash a job within ±60 s of `ts`.

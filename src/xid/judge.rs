@@ -85,6 +85,28 @@ pub struct Verdict {
     pub reason: String,
 }
 
+/// The job key of a GPU whose job has no name: the set of its processes, `pids:1,2`.
+pub fn job_key_of_pids(pids: impl IntoIterator<Item = i64>) -> String {
+    let mut pids: Vec<i64> = pids.into_iter().collect();
+    pids.sort_unstable();
+    pids.dedup();
+    let pids: Vec<String> = pids.iter().map(i64::to_string).collect();
+    format!("pids:{}", pids.join(","))
+}
+
+/// Whether job keys `a` and `b` (`job:…`, `pod:…`, or `pids:…`) are different jobs: named
+/// ones by name; sets of processes only when they share none (a job that started a helper
+/// process is the same job).
+pub fn other_job(a: &str, b: &str) -> bool {
+    match (a.strip_prefix("pids:"), b.strip_prefix("pids:")) {
+        (Some(x), Some(y)) => {
+            let x: Vec<&str> = x.split(',').filter(|p| !p.is_empty()).collect();
+            !y.split(',').any(|p| x.contains(&p))
+        }
+        _ => a != b,
+    }
+}
+
 /// Codes that count towards a job's crash: any but the informational ones.
 pub fn may_crash_a_job(code: i64) -> bool {
     lookup(code).is_none_or(|e| e.class != Class::Informational)
@@ -236,6 +258,19 @@ mod tests {
             ..crash(4, 4, 4)
         });
         assert_eq!((j.class, j.crash), (XidClass::Hardware, false));
+    }
+
+    #[test]
+    fn process_sets_are_other_jobs_only_when_disjoint() {
+        assert_eq!(job_key_of_pids([3, 1, 3]), "pids:1,3");
+        assert!(other_job("pids:1,2", "pids:3"));
+        assert!(
+            !other_job("pids:1,2", "pids:2,4"),
+            "a helper joined the job"
+        );
+        assert!(other_job("job:a", "job:b"));
+        assert!(!other_job("job:a", "job:a"));
+        assert!(other_job("job:a", "pids:1"));
     }
 
     #[test]

@@ -134,3 +134,34 @@ fn faults_at_5_s_on_other_models_are_found() {
         .collect();
     assert!(others.is_empty(), "false alarms: {others:?}");
 }
+
+#[test]
+fn xids_are_judged_by_their_job_and_the_gpu_s_history() {
+    let seen = alerts_for("xid-judged.toml");
+    let firing = |rule: &str, gpu: u32| {
+        seen.iter()
+            .filter(|(_, r, s, g)| r == rule && s == "firing" && *g == Some(gpu))
+            .count()
+    };
+    // The job's crash: one application alert, on its first GPU, and nothing of the hardware.
+    let crash = first(&seen, "xid_application_crash", "firing", 0)
+        .unwrap_or_else(|| panic!("crash: {seen:?}"));
+    assert!((19.8..=21.5).contains(&crash), "crash at {crash}: {seen:?}");
+    assert_eq!(firing("xid_application_crash", 1), 0, "{seen:?}");
+    for gpu in [0, 1] {
+        assert_eq!(firing("gpu_xid_error", gpu), 0, "{seen:?}");
+    }
+    // XID 13 in a job that ran on is no alert; the same code in the next job is the GPU's.
+    let hw = first(&seen, "gpu_xid_error", "firing", 2).unwrap_or_else(|| panic!("{seen:?}"));
+    assert!((25.0..=26.0).contains(&hw), "hardware at {hw}: {seen:?}");
+    assert_eq!(firing("gpu_xid_error", 2), 1, "{seen:?}");
+    // A storm of 3,000 events: one alert.
+    assert_eq!(firing("gpu_xid_error", 3), 1, "{seen:?}");
+    let rules: Vec<&str> = seen.iter().map(|s| s.1.as_str()).collect();
+    assert!(
+        rules
+            .iter()
+            .all(|r| ["xid_application_crash", "gpu_xid_error"].contains(r)),
+        "{seen:?}"
+    );
+}

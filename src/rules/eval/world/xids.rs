@@ -147,7 +147,7 @@ impl World {
             .iter()
             .filter(|s| s.code == code)
             .filter_map(|s| s.job.as_deref())
-            .filter(|j| Some(*j) != job.as_deref())
+            .filter(|j| job.as_deref().is_some_and(|now| judge::other_job(j, now)))
             .collect();
         let forced = over.as_ref().and_then(|(_, o)| o.class.judged());
         let verdict = judge::judge(&Evidence {
@@ -278,7 +278,8 @@ impl World {
     }
 
     /// The job GPU `g` works for, to tell one job from another: its training job, else its
-    /// pod, else (no identity known) the set of its processes.
+    /// pod, else (no identity known) the set of its processes of the last minute
+    /// (`judge::job_key_of_pids`; two such sets are two jobs only when they share no process).
     fn job_key(&self, g: &Gpu) -> Option<String> {
         if let Some(j) = self.training_job(g) {
             return Some(format!("job:{}", j.name));
@@ -286,13 +287,18 @@ impl World {
         if let Some(p) = g.pod() {
             return Some(format!("pod:{}/{}", p.namespace, p.pod));
         }
-        let mut pids: Vec<u32> = g.procs.values().map(|p| p.pid).collect();
+        // The processes running now (the world keeps gone ones a while).
+        let now = g.last_ts.unwrap_or(TsMs::MIN);
+        let pids: Vec<u32> = g
+            .procs
+            .values()
+            .filter(|p| p.last_seen >= now - CRASH_WINDOW_MS)
+            .map(|p| p.pid)
+            .collect();
         if pids.is_empty() {
             return None;
         }
-        pids.sort_unstable();
-        let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
-        Some(format!("pids:{}", pids.join(",")))
+        Some(judge::job_key_of_pids(pids.into_iter().map(i64::from)))
     }
 
     /// The GPUs of the host working for `g`'s job at `ts`: those with the same training job
