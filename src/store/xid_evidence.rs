@@ -123,7 +123,8 @@ fn xid_near(conn: &Connection, gpu_id: i64, ts: TsMs) -> Result<bool, StoreError
 }
 
 /// Whether a process on GPU `gpu_id` was last sampled within ±60 s of `ts` (and not in the
-/// 5 minutes after) while the GPU was sampled after it (it exited, not the sampling).
+/// 5 minutes after) while the GPU was sampled after it (it exited, not the sampling), and no
+/// process runs on the GPU in the minute after.
 fn exited_near(conn: &Connection, gpu_id: i64, ts: TsMs) -> Result<bool, StoreError> {
     let last: Option<TsMs> = conn
         .prepare_cached(
@@ -144,7 +145,16 @@ fn exited_near(conn: &Connection, gpu_id: i64, ts: TsMs) -> Result<bool, StoreEr
         .prepare_cached("SELECT 1 FROM samples WHERE gpu_id = ?1 AND ts_ms > ?2 LIMIT 1")?
         .query_row(params![gpu_id, last], |r| r.get(0))
         .optional()?;
-    Ok(after.is_some())
+    // None runs on in the minute after the window (a helper process that ends beside a job
+    // running on is no crash).
+    let running: Option<i64> = conn
+        .prepare_cached(
+            "SELECT 1 FROM process_samples WHERE gpu_id = ?1 AND ts_ms > ?2 + ?3
+               AND ts_ms <= ?2 + 2 * ?3 LIMIT 1",
+        )?
+        .query_row(params![gpu_id, ts, CRASH_WINDOW_MS], |r| r.get(0))
+        .optional()?;
+    Ok(after.is_some() && running.is_none())
 }
 
 /// The judgement of the XID of `code` on GPU `gpu_id` at `ts` from the stored evidence,

@@ -222,3 +222,94 @@ fn an_nccl_hang_on_8_gpus_is_one_incident_that_names_the_first_rank() {
         }
     }
 }
+
+#[test]
+fn incidents_say_whose_fault_each_xid_was() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = play(dir.path(), "scenarios/demo.toml", "demo");
+    let mut classes: Vec<(i64, String, String)> = Vec::new();
+    for (id, rule, _) in alerts(&db) {
+        let j = incident_json(&db, id);
+        if rule == "gpu_xid_error" {
+            let labels = j["alert"]["labels"].to_string();
+            assert!(labels.contains("\"xid_class\":\"hardware\""), "{labels}");
+        }
+        for e in j["events"].as_array().expect("events") {
+            if e["kind"] == "xid" && e["gpu"] == true {
+                classes.push((
+                    e["code"].as_i64().expect("code"),
+                    e["xid_class"].as_str().expect("class").to_string(),
+                    e["xid_reason"].as_str().expect("reason").to_string(),
+                ));
+            }
+        }
+    }
+    // GPU 2's XID 48: the hardware's (the catalogue); GPU 3's XID 13 while its sweep runs
+    // on (only the eval process beside it ended): the application's, no crash.
+    let of = |code: i64| {
+        classes
+            .iter()
+            .find(|c| c.0 == code)
+            .unwrap_or_else(|| panic!("XID {code} in no incident: {classes:?}"))
+            .clone()
+    };
+    let (_, class, reason) = of(48);
+    assert_eq!(class, "hardware", "{reason}");
+    let (_, class, reason) = of(13);
+    assert_eq!(class, "application", "{reason}");
+    assert!(reason.contains("usually the application"), "{reason}");
+}
+
+#[test]
+fn incidents_judge_a_crash_a_repeat_and_count_a_storm_as_the_rules_did() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = play(dir.path(), "tests/scenarios/xid-judged.toml", "xid");
+    // (rule, GPU) → the XID events of its incident: (code, class, reason, count).
+    let mut seen: Vec<(String, Option<i64>, Vec<(i64, String, String, i64)>)> = Vec::new();
+    for (id, rule, gpu) in alerts(&db) {
+        let j = incident_json(&db, id);
+        let xids = j["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .filter(|e| e["kind"] == "xid" && e["gpu"] == true)
+            .map(|e| {
+                (
+                    e["code"].as_i64().expect("code"),
+                    e["xid_class"].as_str().expect("class").to_string(),
+                    e["xid_reason"].as_str().expect("reason").to_string(),
+                    e["count"].as_i64().expect("count"),
+                )
+            })
+            .collect();
+        seen.push((rule, gpu, xids));
+    }
+    let of = |rule: &str, gpu: i64| {
+        seen.iter()
+            .find(|s| s.0 == rule && s.1 == Some(gpu))
+            .unwrap_or_else(|| panic!("{rule} on GPU {gpu}: {seen:?}"))
+            .2
+            .clone()
+    };
+    let crash = of("xid_application_crash", 0);
+    assert!(
+        crash
+            .iter()
+            .any(|x| x.0 == 31 && x.1 == "application" && x.2.contains("crashed")),
+        "{crash:?}"
+    );
+    let repeat = of("gpu_xid_error", 2);
+    let second = repeat.last().expect("the second XID 13");
+    assert_eq!(
+        (second.0, second.1.as_str()),
+        (13, "hardware"),
+        "{repeat:?}"
+    );
+    assert!(second.2.contains("2 different job"), "{repeat:?}");
+    let storm = of("gpu_xid_error", 3);
+    assert_eq!(
+        storm.iter().map(|x| (x.0, x.3)).collect::<Vec<_>>(),
+        [(94, 3000)],
+        "one run: {storm:?}"
+    );
+}
