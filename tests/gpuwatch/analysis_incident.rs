@@ -260,12 +260,15 @@ fn incidents_say_whose_fault_each_xid_was() {
     assert!(reason.contains("usually the application"), "{reason}");
 }
 
+/// An XID of an incident: (code, class, reason, count).
+type IncidentXid = (i64, String, String, i64);
+
 #[test]
 fn incidents_judge_a_crash_a_repeat_and_count_a_storm_as_the_rules_did() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = play(dir.path(), "tests/scenarios/xid-judged.toml", "xid");
-    // (rule, GPU) → the XID events of its incident: (code, class, reason, count).
-    let mut seen: Vec<(String, Option<i64>, Vec<(i64, String, String, i64)>)> = Vec::new();
+    // (rule, GPU) → the XID events of its incident.
+    let mut seen: Vec<(String, Option<i64>, Vec<IncidentXid>)> = Vec::new();
     for (id, rule, gpu) in alerts(&db) {
         let j = incident_json(&db, id);
         let xids = j["events"]
