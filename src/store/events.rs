@@ -210,11 +210,16 @@ fn fold(conn: &Connection, run: &Run, e: &NewEvent, source: EventSource) -> Resu
         e.kernel_ms,
         e.kernel_last_ms.or(e.kernel_ms)
     ])?;
+    recount(conn, run.id)
+}
+
+/// Sets run `id`'s `count` from its sides' counts (the larger: both saw the same events).
+pub(super) fn recount(conn: &Connection, id: i64) -> Result<(), StoreError> {
     conn.prepare_cached(
         "UPDATE events SET count = max(coalesce(nvml_count, 0), coalesce(kernel_count, 0), 1)
          WHERE id = ?1",
     )?
-    .execute([run.id])?;
+    .execute([id])?;
     Ok(())
 }
 

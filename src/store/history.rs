@@ -37,15 +37,13 @@ pub struct ProcessSampleRow {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct EventRow {
+pub struct XidRunRow {
+    /// The `events` row.
     pub id: i64,
     /// The first event's time (a run of one XID: `store::events`).
     pub ts_ms: TsMs,
-    pub host: String,
     pub gpu_id: Option<i64>,
-    pub kind: String,
     pub code: Option<i64>,
-    pub message: String,
     /// Events in the run (1 for a single event).
     pub count: i64,
     /// The last event's time (`ts_ms` for a single event).
@@ -146,11 +144,10 @@ pub fn xid_runs(
     conn: &Connection,
     after_ms: TsMs,
     upto_ms: TsMs,
-) -> Result<Vec<EventRow>, StoreError> {
+) -> Result<Vec<XidRunRow>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT e.id, e.ts_ms, h.name, e.gpu_id, e.kind, e.code, e.message, e.count,
-                coalesce(e.last_ms, e.ts_ms)
-         FROM events e JOIN hosts h ON h.id = e.host_id
+        "SELECT e.id, e.ts_ms, e.gpu_id, e.code, e.count, coalesce(e.last_ms, e.ts_ms)
+         FROM events e
          WHERE e.ts_ms > ?1 - ?3 AND e.ts_ms <= ?2 AND coalesce(e.last_ms, e.ts_ms) > ?1
            AND e.kind = 'xid'
          ORDER BY e.ts_ms, e.id",
@@ -158,16 +155,13 @@ pub fn xid_runs(
     let rows = stmt.query_map(
         params![after_ms, upto_ms, crate::store::events::XID_RUN_SPAN_MS],
         |r| {
-            Ok(EventRow {
+            Ok(XidRunRow {
                 id: r.get(0)?,
                 ts_ms: r.get(1)?,
-                host: r.get(2)?,
-                gpu_id: r.get(3)?,
-                kind: r.get(4)?,
-                code: r.get(5)?,
-                message: r.get(6)?,
-                count: r.get(7)?,
-                last_ms: r.get(8)?,
+                gpu_id: r.get(2)?,
+                code: r.get(3)?,
+                count: r.get(4)?,
+                last_ms: r.get(5)?,
             })
         },
     )?;

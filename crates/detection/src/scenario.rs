@@ -171,6 +171,28 @@ pub struct Training {
     pub stalls: Vec<Stall>,
 }
 
+/// An XID event (`[[event]]`), or a storm of one XID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XidAt {
+    pub gpu: usize,
+    /// Seconds from tick 0.
+    pub at: u64,
+    pub xid: u32,
+    /// A storm: (how many times, ms between two).
+    pub repeat: Option<(u64, u64)>,
+}
+
+impl XidAt {
+    pub fn once(gpu: usize, at: u64, xid: u32) -> Self {
+        Self {
+            gpu,
+            at,
+            xid,
+            repeat: None,
+        }
+    }
+}
+
 /// A whole scenario, written by [`ScenarioText::toml`].
 #[derive(Debug, Clone, Default)]
 pub struct ScenarioText {
@@ -179,8 +201,7 @@ pub struct ScenarioText {
     pub duration: u64,
     pub gpus: Vec<Gpu>,
     pub processes: Vec<Process>,
-    /// (gpu, at, xid).
-    pub events: Vec<(usize, u64, u32)>,
+    pub events: Vec<XidAt>,
     pub training: Vec<Training>,
 }
 
@@ -224,8 +245,15 @@ impl ScenarioText {
                 let _ = writeln!(s, "end = {e}");
             }
         }
-        for (gpu, at, xid) in &self.events {
-            let _ = writeln!(s, "\n[[event]]\ngpu = {gpu}\nat = {at}\nxid = {xid}");
+        for e in &self.events {
+            let _ = writeln!(
+                s,
+                "\n[[event]]\ngpu = {}\nat = {}\nxid = {}",
+                e.gpu, e.at, e.xid
+            );
+            if let Some((times, every_ms)) = e.repeat {
+                let _ = writeln!(s, "repeat = {times}\nevery = \"{every_ms}ms\"");
+            }
         }
         for t in &self.training {
             let gpus: Vec<String> = t.gpus.iter().map(usize::to_string).collect();
@@ -297,7 +325,7 @@ mod tests {
                     noise: 5.0,
                 },
             }],
-            events: vec![(0, 30, 13)],
+            events: vec![XidAt::once(0, 30, 13)],
             training: vec![Training {
                 job: "j".into(),
                 gpus: vec![0],

@@ -22,6 +22,8 @@ use crate::types::{PodSpec, ProcessSpec, XidEvent};
 
 /// Most GPUs a scenario may describe (the fake library has this many handle slots).
 pub const MAX_GPUS: usize = 64;
+/// The most times one `[[event]]` may repeat its XID (`repeat`).
+pub const MAX_EVENT_REPEAT: i64 = 1_000_000;
 
 /// Faults as the engine checks them.
 #[derive(Debug, Clone, PartialEq)]
@@ -205,12 +207,28 @@ pub(crate) fn parse(text: &str, origin: &str) -> Result<Scenario, ScenarioError>
                 "xid must be a positive number (e.g. 13, 48, 79)",
             );
         }
-        if let Some(gpu) = gpu {
-            events.push(XidEvent {
+        let repeat = e.repeat.as_ref().map_or(1, |r| *r.get_ref());
+        let every = e.every.as_ref().map_or(0, |d| d.get_ref().0);
+        if !(1..=MAX_EVENT_REPEAT).contains(&repeat) {
+            p.at(
+                e.repeat.as_ref().map(Spanned::span),
+                "repeat must be between 1 and 1000000 (how many times the XID happens)",
+            );
+        } else if repeat > 1 && every == 0 {
+            p.at(
+                Some(e.xid.span()),
+                "a repeated event needs `every` (e.g. every = \"50ms\"), the time between two",
+            );
+        }
+        if let Some(gpu) = gpu
+            && (1..=MAX_EVENT_REPEAT).contains(&repeat)
+        {
+            let at = e.at.get_ref().0;
+            events.extend((0..repeat as u64).map(|k| XidEvent {
                 gpu,
-                tick: e.at.get_ref().0 / tick_ms,
+                tick: (at + k * every) / tick_ms,
                 xid: *e.xid.get_ref() as u64,
-            });
+            }));
         }
     }
     events.sort_by_key(|e| e.tick);

@@ -177,6 +177,9 @@ pub struct RawEvent {
     pub gpu: Spanned<i64>,
     pub at: Spanned<Dur>,
     pub xid: Spanned<i64>,
+    /// The same XID this many times in all (a storm), `every` apart (default 1).
+    pub repeat: Option<Spanned<i64>>,
+    pub every: Option<Spanned<Dur>>,
 }
 
 #[derive(Debug, Deserialize)]

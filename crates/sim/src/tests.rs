@@ -396,6 +396,30 @@ fn events_in_ranges() {
 }
 
 #[test]
+fn a_repeated_event_is_a_storm_of_one_xid() {
+    let s = parse(
+        "[[gpu]]\nmodel = \"T4\"\n\
+         [[event]]\ngpu = 0\nat = \"1m\"\nxid = 94\nrepeat = 1000\nevery = \"50ms\"\n",
+    );
+    let all = s.events_between(None, 1000);
+    assert_eq!(all.len(), 1000);
+    assert!(all.iter().all(|e| e.gpu == 0 && e.xid == 94));
+    assert_eq!(
+        (all[0].tick, all[999].tick),
+        (60, 109),
+        "50 s at 20 a second"
+    );
+    for bad in ["repeat = 0", "repeat = 3"] {
+        let text =
+            format!("[[gpu]]\nmodel = \"T4\"\n[[event]]\ngpu = 0\nat = \"1m\"\nxid = 94\n{bad}\n");
+        assert!(
+            Scenario::from_toml_str(&text, "bad.toml").is_err(),
+            "{bad} (no `every`) is refused"
+        );
+    }
+}
+
+#[test]
 fn training_series_with_hang() {
     let s = parse(
         r#"[[gpu]]

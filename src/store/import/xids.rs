@@ -266,12 +266,7 @@ fn extend(conn: &Connection, id: i64, run: &XidRun, new: usize) -> Result<(), St
          WHERE id = ?1",
     )?
     .execute(params![id, new as i64, run.first_ms, run.last_ms])?;
-    conn.prepare_cached(
-        "UPDATE events SET count = max(coalesce(nvml_count, 0), coalesce(kernel_count, 0), 1)
-         WHERE id = ?1",
-    )?
-    .execute([id])?;
-    Ok(())
+    events::recount(conn, id)
 }
 
 /// The row of GPU `uuid` of the host, made bare (no inventory) when missing.

@@ -9,7 +9,7 @@
 use super::faults::{background, fault_gpu, gpus};
 use super::workload::{Ctx, MODELS};
 use super::{Draft, Label, Need};
-use crate::scenario::{B, Segment};
+use crate::scenario::{B, Segment, XidAt};
 
 const MIN: u64 = 60;
 
@@ -67,7 +67,7 @@ pub(super) fn xid(c: &mut Ctx) -> Result<Draft, String> {
     c.busy_fleet();
     let at = c.mins(20, 60);
     let code = [79, 48, 94, 119][c.variant as usize % 4];
-    c.text.events.push((g, at, code));
+    c.text.events.push(XidAt::once(g, at, code));
     c.param("xid", code);
     Ok(Draft {
         labels: vec![Label::new("gpu_xid_error", g, at, 3 * MIN, Need::Nvml)],
@@ -96,7 +96,7 @@ pub(super) fn xid_app_crash(c: &mut Ctx) -> Result<Draft, String> {
     hit.sort_unstable();
     for (i, &g) in hit.iter().enumerate() {
         let t = if i == 0 { at } else { at + c.int(0, 5) };
-        c.text.events.push((g, t, code));
+        c.text.events.push(XidAt::once(g, t, code));
     }
     let mut last_exit = at;
     for g in 0..n {
@@ -151,8 +151,8 @@ pub(super) fn xid_repeat(c: &mut Ctx) -> Result<Draft, String> {
     }
     c.training((0..n).collect(), Some(a_end), Vec::new());
     c.training_from((0..n).collect(), Some(b_start), None, Vec::new());
-    c.text.events.push((g, first, code));
-    c.text.events.push((g, second, code));
+    c.text.events.push(XidAt::once(g, first, code));
+    c.text.events.push(XidAt::once(g, second, code));
     c.param("xid", code);
     c.param("first_xid_s", first);
     c.param("job_a_end_s", a_end);
@@ -185,9 +185,11 @@ pub(super) fn xid_storm(c: &mut Ctx) -> Result<Draft, String> {
     let span = c.mins(5, 10);
     let count = c.int(10_000, 12_000);
     let code = STORM_XIDS[c.variant as usize % STORM_XIDS.len()];
-    for i in 0..count {
-        c.text.events.push((g, at + i * span / count, code));
-    }
+    // `count` events evenly over `span` seconds, the first at `at`.
+    c.text.events.push(XidAt {
+        repeat: Some((count, span * 1000 / count)),
+        ..XidAt::once(g, at, code)
+    });
     c.param("xid", code);
     c.param("storm_s", at);
     c.param("storm_len_s", span);

@@ -8,7 +8,7 @@
 
 use super::workload::{Ctx, MODELS, power_at};
 use super::{Draft, Family, Need};
-use crate::scenario::{B, Segment, Stall};
+use crate::scenario::{B, Segment, Stall, XidAt};
 
 const MIN: u64 = 60;
 
@@ -90,6 +90,17 @@ fn checkpoints(c: &mut Ctx, n: usize) {
 
 /// Eval phases with the step frozen 5–10 min while utilisation stays at 95–100 % and power
 /// drops to 55–80 % of training power (unlike a NCCL hang, which sits near idle power).
+/// An eval phase on GPU `g` in `[from, to)`: 95–100 % utilisation at 55–80 % of training power.
+fn eval_phase(c: &mut Ctx, g: usize, from: u64, to: u64) {
+    let power = power_at(c.preset(g), 95.0) * c.real(0.55, 0.8);
+    c.segment(
+        g,
+        Segment::new(from, Some(to))
+            .set("util_gpu", B::noisy(97.5, 2.5))
+            .set("power_w", B::noisy(power, 3.0)),
+    );
+}
+
 fn eval_high_util(c: &mut Ctx, n: usize) {
     c.busy_fleet();
     let d = c.text.duration;
@@ -97,13 +108,7 @@ fn eval_high_util(c: &mut Ctx, n: usize) {
     let evals = c.schedule(first, (25, 40), (5, 10), d);
     for &(from, to) in &evals {
         for g in 0..n {
-            let power = power_at(c.preset(g), 95.0) * c.real(0.55, 0.8);
-            c.segment(
-                g,
-                Segment::new(from, Some(to))
-                    .set("util_gpu", B::noisy(97.5, 2.5))
-                    .set("power_w", B::noisy(power, 3.0)),
-            );
+            eval_phase(c, g, from, to);
         }
     }
     c.param("evals", evals.len());
@@ -150,13 +155,7 @@ fn ckpt_long(c: &mut Ctx, n: usize) {
     for &(from, to) in &windows {
         if eval {
             for g in 0..n {
-                let power = power_at(c.preset(g), 95.0) * c.real(0.55, 0.8);
-                c.segment(
-                    g,
-                    Segment::new(from, Some(to))
-                        .set("util_gpu", B::noisy(97.5, 2.5))
-                        .set("power_w", B::noisy(power, 3.0)),
-                );
+                eval_phase(c, g, from, to);
             }
         } else {
             let util = c.real(0.5, 1.5);
@@ -435,6 +434,6 @@ fn xid_benign(c: &mut Ctx, n: usize) {
     for xid in [13, 31] {
         let g = c.rng.usize(..n);
         let at = c.int(10 * MIN, d - 20 * MIN);
-        c.text.events.push((g, at, xid));
+        c.text.events.push(XidAt::once(g, at, xid));
     }
 }

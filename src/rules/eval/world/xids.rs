@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use crate::config::OverrideClass;
 use crate::model::TsMs;
 use crate::rules::ast::Metric;
-use crate::store::history::EventRow;
+use crate::store::history::XidRunRow;
 use crate::xid::judge::{self, CRASH_WINDOW_MS, Evidence, JobCrash, REPEAT_WINDOW_MS, XidClass};
 
 use super::{Gpu, World, push};
@@ -70,7 +70,7 @@ pub(super) struct Xids {
 
 impl Xids {
     /// Takes the runs read from the store (new ones, and the same ones grown).
-    pub(super) fn read(&mut self, rows: Vec<EventRow>) {
+    pub(super) fn read(&mut self, rows: Vec<XidRunRow>) {
         for e in rows {
             let (Some(gpu_id), Some(code)) = (e.gpu_id, e.code) else {
                 continue;
