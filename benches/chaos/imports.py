@@ -32,7 +32,9 @@ REPORT = re.compile(
 
 
 def counts(db):
-    con = sqlite3.connect("file:%s?mode=ro" % db, uri=True, timeout=10)
+    # Read-write: after a kill -9 the WAL may need recovery, which a read-only connection
+    # cannot do ("attempt to write a readonly database"); recovery is what any reader does.
+    con = sqlite3.connect(db, timeout=10)
     try:
         check = [r[0] for r in con.execute("PRAGMA integrity_check")]
         try:
