@@ -24,6 +24,13 @@ pub enum Metric {
     /// XIDs of a job's crash (judged `application`: on half its GPUs of the host as its
     /// processes exited; `crate::xid::judge`), on the first of its GPUs with the XID.
     XidCrash,
+    /// 1 while the GPU's training step stands still in a pause judged of this kind by its GPU
+    /// signature (`rules::eval::world::pauses`), 0 while it is not (a pause of another kind,
+    /// one not judged yet, or no pause); no data for a GPU without a training step.
+    Pause(PauseKind),
+    /// One point per ended pause of this kind: its length in seconds, at its end (the job's
+    /// own pauses of a kind, learnt: `max(pause_flat_s[6h])`).
+    PauseLen(PauseKind),
     // --- per-process (process scope only) ---
     /// Memory used by the process on this GPU, MiB.
     ProcessMem,
@@ -34,6 +41,23 @@ pub enum Metric {
     /// answers; no data for a host that never had training metrics, and in replays (a replay
     /// cannot know past outages). An instant value only (no windows).
     TrainingSourceFailing,
+}
+
+/// What a GPU did while its job's training step stood still.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PauseKind {
+    /// Nothing moves: utilisation under 10 % and power at its floor on every sample (a host
+    /// that stopped feeding the GPU: a dead dataloader, a deadlock).
+    Flat,
+    /// Near idle with short bursts of kernels or power (a checkpoint copying the model out,
+    /// a host-side phase that still touches the GPU).
+    Bursty,
+    /// Kernels running most of the time (an eval, or a collective spinning).
+    Busy,
+}
+
+impl PauseKind {
+    pub const ALL: [PauseKind; 3] = [PauseKind::Flat, PauseKind::Bursty, PauseKind::Busy];
 }
 
 /// Inventory facts (constant per GPU; no data when NVML did not report them).

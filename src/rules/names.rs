@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::ast::{Metric, SampleId, Static};
+use super::ast::{Metric, PauseKind, SampleId, Static};
 use super::functions::{function_names, is_function, usage};
 use super::lex::ExprError;
 use crate::metric::{Axis, SampleMetric};
@@ -18,6 +18,12 @@ const OTHER_METRICS: &[(&str, Metric)] = &[
     ("xid_critical", Metric::XidCritical),
     ("xid", Metric::Xid),
     ("xid_crash", Metric::XidCrash),
+    ("pause_flat", Metric::Pause(PauseKind::Flat)),
+    ("pause_bursty", Metric::Pause(PauseKind::Bursty)),
+    ("pause_busy", Metric::Pause(PauseKind::Busy)),
+    ("pause_flat_s", Metric::PauseLen(PauseKind::Flat)),
+    ("pause_bursty_s", Metric::PauseLen(PauseKind::Bursty)),
+    ("pause_busy_s", Metric::PauseLen(PauseKind::Busy)),
     ("process_mem", Metric::ProcessMem),
     ("training_step", Metric::TrainingStep),
     ("training_loss", Metric::TrainingLoss),
@@ -108,6 +114,7 @@ pub fn static_name(s: Static) -> &'static str {
 pub fn is_flag(m: Metric) -> bool {
     match m {
         Metric::Sample(id) => id.def().axis == Axis::Flag,
+        Metric::Pause(_) => true,
         m => m == Metric::TrainingSourceFailing,
     }
 }

@@ -31,6 +31,14 @@ pub enum B {
         delay: Option<u64>,
         noise: f64,
     },
+    /// `pulse = [low, high]`: `high` for `width` seconds at the start of every `period`.
+    Pulse {
+        low: f64,
+        high: f64,
+        period: u64,
+        width: u64,
+        noise: f64,
+    },
 }
 
 impl B {
@@ -91,6 +99,18 @@ impl B {
                 let _ = write!(s, ", noise = {}", num(noise));
                 s
             }
+            B::Pulse {
+                low,
+                high,
+                period,
+                width,
+                noise,
+            } => format!(
+                "{{ pulse = [{}, {}], period = {period}, width = {width}, noise = {}",
+                num(low),
+                num(high),
+                num(noise)
+            ),
         };
         s.push_str(" }");
         s

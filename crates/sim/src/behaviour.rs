@@ -30,6 +30,15 @@ pub enum Shape {
         period: u64,
         delay: u64,
     },
+    /// Stays at `low` for `delay` ticks, then is `high` for the first `width` ticks of every
+    /// `period` and `low` for the rest (short bursts on a quiet base).
+    Pulse {
+        low: f64,
+        high: f64,
+        period: u64,
+        width: u64,
+        delay: u64,
+    },
 }
 
 /// `sum_{k=0}^{m-1} k` as an exact integer turned into f64 once.
@@ -69,6 +78,19 @@ impl Shape {
                     low + (high - low) * (k as f64) / (period as f64)
                 }
             }
+            Shape::Pulse {
+                low,
+                high,
+                period,
+                width,
+                delay,
+            } => {
+                if local >= delay && (local - delay) % period < width {
+                    high
+                } else {
+                    low
+                }
+            }
         }
     }
 
@@ -97,6 +119,22 @@ impl Shape {
                 let d = n.min(delay);
                 let m = n - d;
                 let part = |len: u64| len as f64 * low + (high - low) / period as f64 * tri(len);
+                let (q, r) = (m / period, m % period);
+                d as f64 * low + q as f64 * part(period) + part(r)
+            }
+            Shape::Pulse {
+                low,
+                high,
+                period,
+                width,
+                delay,
+            } => {
+                let d = n.min(delay);
+                let m = n - d;
+                let part = |len: u64| {
+                    let hi = len.min(width);
+                    hi as f64 * high + (len - hi) as f64 * low
+                };
                 let (q, r) = (m / period, m % period);
                 d as f64 * low + q as f64 * part(period) + part(r)
             }
@@ -199,6 +237,27 @@ mod tests {
 
     fn brute(shape: &Shape, n: u64) -> f64 {
         (0..n).map(|k| shape.value(k)).sum()
+    }
+
+    #[test]
+    fn pulse_values_and_sums() {
+        let s = Shape::Pulse {
+            low: 1.0,
+            high: 40.0,
+            period: 7,
+            width: 2,
+            delay: 3,
+        };
+        let v: Vec<f64> = (0..12).map(|k| s.value(k)).collect();
+        assert_eq!(
+            v,
+            [
+                1.0, 1.0, 1.0, 40.0, 40.0, 1.0, 1.0, 1.0, 1.0, 1.0, 40.0, 40.0
+            ]
+        );
+        for n in 0..60 {
+            assert_eq!(s.sum(n), brute(&s, n), "sum of the first {n}");
+        }
     }
 
     #[test]

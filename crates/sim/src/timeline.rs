@@ -220,6 +220,23 @@ pub fn to_signal(
                 delay,
             }
         }
+        RawShape::Pulse(low, high) => {
+            let period = raw.period.map_or(0, |p| ticks(p.0));
+            let width = raw.width.map_or(0, |w| ticks(w.0));
+            if width == 0 || width >= period {
+                return Err(format!(
+                    "the pulse's width and period must be at least one tick ({tick_ms} ms) \
+                     apart and the width at least one tick"
+                ));
+            }
+            Shape::Pulse {
+                low,
+                high,
+                period,
+                width,
+                delay,
+            }
+        }
     };
     let base = Signal {
         c0: 0.0,

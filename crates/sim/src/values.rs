@@ -99,6 +99,8 @@ pub enum RawShape {
     Value(f64),
     Ramp(f64, f64),
     Sawtooth(f64, f64),
+    /// `pulse = [low, high]`: `high` for `width` at the start of every `period`, else `low`.
+    Pulse(f64, f64),
 }
 
 /// A behaviour as written: `95`, or `{ ramp = [0, 95], over = "5m", noise = 2 }`, ...
@@ -109,6 +111,7 @@ pub struct RawBehaviour {
     pub over: Option<Dur>,
     pub delay: Option<Dur>,
     pub period: Option<Dur>,
+    pub width: Option<Dur>,
 }
 
 #[derive(Deserialize)]
@@ -117,28 +120,39 @@ struct BehaviourTable {
     value: Option<f64>,
     ramp: Option<[f64; 2]>,
     sawtooth: Option<[f64; 2]>,
+    pulse: Option<[f64; 2]>,
     noise: Option<f64>,
     over: Option<Dur>,
     delay: Option<Dur>,
     period: Option<Dur>,
+    width: Option<Dur>,
 }
 
 const BEHAVIOUR_FORMS: &str = "a number, or a table with one of `value = N`, `ramp = [from, to]` \
-     or `sawtooth = [low, high]` (plus optional `noise`, `over`, `delay`, `period`)";
+     `sawtooth = [low, high]` or `pulse = [low, high]` (plus optional `noise`, `over`, \
+     `delay`, `period`, `width`)";
 
 impl BehaviourTable {
     fn check(self) -> Result<RawBehaviour, String> {
-        let shape = match (self.value, self.ramp, self.sawtooth) {
-            (Some(v), None, None) => RawShape::Value(v),
-            (None, Some([a, b]), None) => RawShape::Ramp(a, b),
-            (None, None, Some([a, b])) => RawShape::Sawtooth(a, b),
+        let shape = match (self.value, self.ramp, self.sawtooth, self.pulse) {
+            (Some(v), None, None, None) => RawShape::Value(v),
+            (None, Some([a, b]), None, None) => RawShape::Ramp(a, b),
+            (None, None, Some([a, b]), None) => RawShape::Sawtooth(a, b),
+            (None, None, None, Some([a, b])) => RawShape::Pulse(a, b),
             _ => {
                 return Err(format!(
                     "a behaviour needs exactly one shape: expected {BEHAVIOUR_FORMS}"
                 ));
             }
         };
-        let numbers = [self.value, self.ramp.map(|r| r[0]), self.ramp.map(|r| r[1])];
+        let pair = |p: Option<[f64; 2]>| [p.map(|r| r[0]), p.map(|r| r[1])];
+        let numbers = [
+            [self.value, None],
+            pair(self.ramp),
+            pair(self.sawtooth),
+            pair(self.pulse),
+        ];
+        let numbers: Vec<Option<f64>> = numbers.into_iter().flatten().collect();
         if numbers.iter().flatten().any(|v| !v.is_finite()) {
             return Err("behaviour values must be finite numbers".into());
         }
@@ -152,11 +166,31 @@ impl BehaviourTable {
             RawShape::Sawtooth(..) if self.period.is_none_or(|p| p.0 == 0) => {
                 return Err("a sawtooth needs `period` (a duration > 0, e.g. \"2m\")".into());
             }
-            RawShape::Sawtooth(..) | RawShape::Value(_) if self.over.is_some() => {
+            RawShape::Pulse(..) if self.period.is_none_or(|p| p.0 == 0) => {
+                return Err("a pulse needs `period` (a duration > 0, e.g. \"15s\")".into());
+            }
+            RawShape::Pulse(..)
+                if self
+                    .width
+                    .is_none_or(|w| w.0 == 0 || self.period.is_some_and(|p| w.0 >= p.0)) =>
+            {
+                return Err(
+                    "a pulse needs `width` (a duration > 0 and shorter than `period`, e.g. \"3s\")"
+                        .into(),
+                );
+            }
+            RawShape::Sawtooth(..) | RawShape::Pulse(..) | RawShape::Value(_)
+                if self.over.is_some() =>
+            {
                 return Err("`over` only applies to `ramp`".into());
             }
             RawShape::Ramp(..) | RawShape::Value(_) if self.period.is_some() => {
-                return Err("`period` only applies to `sawtooth`".into());
+                return Err("`period` only applies to `sawtooth` and `pulse`".into());
+            }
+            RawShape::Value(_) | RawShape::Ramp(..) | RawShape::Sawtooth(..)
+                if self.width.is_some() =>
+            {
+                return Err("`width` only applies to `pulse`".into());
             }
             RawShape::Ramp(..) if self.over.is_some_and(|o| o.0 == 0) => {
                 return Err("a ramp's `over` must be > 0".into());
@@ -169,6 +203,7 @@ impl BehaviourTable {
             over: self.over,
             delay: self.delay,
             period: self.period,
+            width: self.width,
         })
     }
 }
@@ -181,6 +216,7 @@ impl RawBehaviour {
             over: None,
             delay: None,
             period: None,
+            width: None,
         }
     }
 
@@ -188,7 +224,9 @@ impl RawBehaviour {
     pub fn range(&self) -> (f64, f64) {
         match self.shape {
             RawShape::Value(v) => (v, v),
-            RawShape::Ramp(a, b) | RawShape::Sawtooth(a, b) => (a.min(b), a.max(b)),
+            RawShape::Ramp(a, b) | RawShape::Sawtooth(a, b) | RawShape::Pulse(a, b) => {
+                (a.min(b), a.max(b))
+            }
         }
     }
 }

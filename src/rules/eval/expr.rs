@@ -176,7 +176,9 @@ impl<'a> EvalCtx<'a> {
             }
             Expr::Current(m) => {
                 let stale = match m {
-                    Metric::TrainingStep | Metric::TrainingLoss => TRAINING_STALENESS_MS,
+                    Metric::TrainingStep | Metric::TrainingLoss | Metric::Pause(_) => {
+                        TRAINING_STALENESS_MS
+                    }
                     _ => self.stale_after(target.gpu),
                 };
                 self.tracked(*m, target)?

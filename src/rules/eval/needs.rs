@@ -63,7 +63,27 @@ pub fn add(needs: &mut Needs, e: &Expr, slack_ms: i64, gpu_fallback: bool) {
         if gpu_fallback && m == Metric::ProcessMem {
             note(Metric::Sample(crate::metric::MEM_USED));
         }
+        if matches!(m, Metric::Pause(_) | Metric::PauseLen(_)) {
+            pause_inputs(needs);
+        }
     }
+}
+
+/// How long utilisation and power points stay for the pause tracker to read them after the
+/// training step that dates them arrives (scrape and fetch lag).
+pub const PAUSE_INPUT_KEEP_MS: i64 = 10 * 60_000;
+
+/// What the pause tracker (`world::pauses`) reads to judge a pause: the training step's
+/// newest change, and utilisation and power for a while.
+fn pause_inputs(needs: &mut Needs) {
+    for m in [Metric::sample("util_gpu"), Metric::sample("power")] {
+        let n = needs.entry(m).or_default();
+        n.keep_ms = n.keep_ms.max(PAUSE_INPUT_KEEP_MS);
+        n.summary_ms = n.summary_ms.max(n.keep_ms);
+    }
+    let n = needs.entry(Metric::TrainingStep).or_default();
+    n.keep_ms = n.keep_ms.max(60_000);
+    n.summary_ms = n.summary_ms.max(n.keep_ms);
 }
 
 /// Whether `f` over a window ending at the newest point is answered from the series'

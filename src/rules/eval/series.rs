@@ -505,6 +505,12 @@ impl Series {
         Some(self.time(at))
     }
 
+    /// The newest value change: (its time, new value − old value); `None` when the value
+    /// never changed.
+    pub fn newest_change(&self) -> Option<(i64, f64)> {
+        self.newest_change.map(|c| (c.at, c.delta))
+    }
+
     /// The newest value change strictly inside the window `[i, j)` that starts after
     /// `from`: (time, new value − old value). At the newest point it comes from the change
     /// summary, so a window longer than the kept points still sees it.

@@ -22,7 +22,11 @@ use super::needs::{Need, Needs};
 use super::series::Series;
 use super::window::TrendCache;
 
+mod pauses;
 mod xids;
+
+/// The longest stretch fed at once while pauses are tracked.
+const PAUSE_CHUNK_MS: i64 = 60_000;
 
 /// How far back training points are read again on every fetch (they are written by the
 /// Prometheus fetcher after the fact).
@@ -75,6 +79,8 @@ pub struct Gpu {
     pub training: (Option<i64>, Option<i64>),
     /// Who the kubelet said holds the GPU: (from, to or open, holder), oldest first.
     pub holders: Vec<(TsMs, Option<TsMs>, GpuHolder)>,
+    /// The pause of its training step being judged (`pauses`).
+    pub pause: pauses::PauseTracker,
 }
 
 impl Gpu {
@@ -351,8 +357,26 @@ impl World {
         }
     }
 
-    /// Feeds everything stored up to `upto` (inclusive), in time order.
+    /// Feeds everything stored up to `upto` (inclusive), in time order. With pause
+    /// tracking, a long stretch (a primed daemon's hours) is fed a minute at a time, so the
+    /// tracker judges each pause from points that are still kept.
     pub fn advance(&mut self, conn: &Connection, upto: TsMs) -> Result<(), StoreError> {
+        if self.tracks_pauses() {
+            while upto - self.fed_to > PAUSE_CHUNK_MS {
+                // Stretches without samples (a primed daemon's week of XID history) in one go.
+                match self.next_sample_time(conn, upto)? {
+                    None => break,
+                    Some(next) if next - self.fed_to > PAUSE_CHUNK_MS => {
+                        self.advance_to(conn, next - 1)?;
+                    }
+                    Some(_) => self.advance_to(conn, self.fed_to + PAUSE_CHUNK_MS)?,
+                }
+            }
+        }
+        self.advance_to(conn, upto)
+    }
+
+    fn advance_to(&mut self, conn: &Connection, upto: TsMs) -> Result<(), StoreError> {
         if upto <= self.fed_to {
             return Ok(());
         }
@@ -398,6 +422,9 @@ impl World {
         if std::mem::take(&mut self.rejoin) {
             self.join_training();
         }
+        if self.tracks_pauses() {
+            self.track_pauses(upto);
+        }
         Ok(())
     }
 
@@ -414,6 +441,7 @@ impl World {
                 interval: Interval::default(),
                 training: (None, None),
                 holders: Vec::new(),
+                pause: pauses::PauseTracker::default(),
             });
             g.spec = row.inventory.name.as_deref().and_then(crate::specs::lookup);
             g.inv = row.inventory;

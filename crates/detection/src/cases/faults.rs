@@ -10,7 +10,7 @@
 //! puts single-GPU faults on GPU 0, so the one-GPU `minimal` shape can observe them.
 
 use super::hardware;
-use super::workload::{Ctx, LEAK_RATES, MODELS, first_tick, temp_at};
+use super::workload::{Ctx, LEAK_RATES, MODELS, first_tick, power_at, temp_at};
 use super::{Draft, Family, Label, LeakInfo, Need};
 use crate::scenario::{B, ScenarioText, Segment, Stall};
 
@@ -204,11 +204,9 @@ fn hang(c: &mut Ctx, zero: bool) -> Result<Draft, String> {
     if with_checkpoints {
         let first = c.mins(20, 30);
         for (from, to) in c.schedule(first, (20, 30), (1, 4), at - 5 * MIN) {
+            let util = c.checkpoint_util();
             for g in 0..n {
-                c.segment(
-                    g,
-                    Segment::new(from, Some(to)).set("util_gpu", B::noisy(2.0, 1.0)),
-                );
+                c.segment(g, Segment::new(from, Some(to)).set("util_gpu", util));
             }
             stalls.push(Stall {
                 from,
@@ -232,7 +230,10 @@ fn hang(c: &mut Ctx, zero: bool) -> Result<Draft, String> {
         let seg = if at_zero {
             Segment::new(at, None).set("util_gpu", B::noisy(0.0, noise))
         } else {
-            let power = idle + c.real(5.0, 25.0);
+            // Near idle: 5–25 W above it, at most a quarter of the way to training power
+            // (a T4 idles at 9 W and trains at ~67 W).
+            let range = power_at(c.preset(g), 95.0) - idle;
+            let power = idle + c.real(5.0, 25.0).min(0.25 * range);
             Segment::new(at, None)
                 .set("util_gpu", B::noisy(100.0, noise))
                 .set("power_w", B::noisy(power, 1.0))

@@ -51,7 +51,8 @@ fn pause(from: u64, to: u64) -> Stall {
     }
 }
 
-/// Checkpoints (every 20–30 min, 2–5 min at 1–4 %) and eval phases (every ~45 min, 3–10 min
+/// Checkpoints (every 20–30 min, 2–5 min near idle with bursts: `Ctx::checkpoint_util`) and
+/// eval phases (every ~45 min, 3–10 min
 /// at 20–60 %); the steps stop in both.
 fn checkpoints(c: &mut Ctx, n: usize) {
     c.busy_fleet();
@@ -69,17 +70,22 @@ fn checkpoints(c: &mut Ctx, n: usize) {
         })
         .collect();
     let mut stalls = Vec::new();
-    for (windows, lo, hi, noise) in [(&ckpts, 1.0, 4.0, 1.0), (&evals, 20.0, 60.0, 5.0)] {
-        for &(from, to) in windows {
-            let util = c.real(lo, hi);
-            for g in 0..n {
-                c.segment(
-                    g,
-                    Segment::new(from, Some(to)).set("util_gpu", B::noisy(util, noise)),
-                );
-            }
-            stalls.push(pause(from, to));
+    for &(from, to) in &ckpts {
+        let util = c.checkpoint_util();
+        for g in 0..n {
+            c.segment(g, Segment::new(from, Some(to)).set("util_gpu", util));
         }
+        stalls.push(pause(from, to));
+    }
+    for &(from, to) in &evals {
+        let util = c.real(20.0, 60.0);
+        for g in 0..n {
+            c.segment(
+                g,
+                Segment::new(from, Some(to)).set("util_gpu", B::noisy(util, 5.0)),
+            );
+        }
+        stalls.push(pause(from, to));
     }
     stalls.sort_by_key(|s| s.from);
     c.param("checkpoints", ckpts.len());
@@ -116,7 +122,8 @@ fn eval_high_util(c: &mut Ctx, n: usize) {
     c.training((0..n).collect(), None, stalls);
 }
 
-/// Regular pauses, then one much longer: checkpoints of 45–90 s at ~1 % every 15–30 min
+/// Regular pauses, then one much longer: checkpoints of 45–90 s near idle with bursts
+/// (`Ctx::checkpoint_util`) every 15–30 min
 /// (even variants), or evals of 5–10 min at 95–100 % with power at 55–80 % of training every
 /// 25–40 min (odd variants, as in `eval_high_util`). After 2–3 of them comes one pause of the
 /// same kind 2–3× as long as the longest before it (a bigger save, a full eval), then training
@@ -158,12 +165,9 @@ fn ckpt_long(c: &mut Ctx, n: usize) {
                 eval_phase(c, g, from, to);
             }
         } else {
-            let util = c.real(0.5, 1.5);
+            let util = c.checkpoint_util();
             for g in 0..n {
-                c.segment(
-                    g,
-                    Segment::new(from, Some(to)).set("util_gpu", B::noisy(util, 0.5)),
-                );
+                c.segment(g, Segment::new(from, Some(to)).set("util_gpu", util));
             }
         }
     }

@@ -77,6 +77,23 @@ impl Ctx {
         from[self.rng.usize(..from.len())]
     }
 
+    /// Utilisation through a checkpoint: near idle (0.5–2.5 %) with short bursts of kernels
+    /// (15–50 % for 30–45 % of a 7–13 s period: the model's shards copied out and
+    /// serialised; power follows). This is what tells a job's checkpoint from a stalled host,
+    /// which is flat at 0 %. Periods that divide none of the CSV intervals, so sparse
+    /// samples land on bursts as often as the bursts last.
+    pub fn checkpoint_util(&mut self) -> B {
+        let period = self.pick(&[7, 9, 11, 13]);
+        let width = ((period as f64 * self.real(0.3, 0.45)).round() as u64).max(2);
+        B::Pulse {
+            low: self.real(0.5, 2.5),
+            high: self.real(15.0, 50.0),
+            period,
+            width,
+            noise: 1.0,
+        }
+    }
+
     /// The scenario length: 2–3 h (quick: 90–100 min), at least `min_s`, in whole minutes.
     pub fn set_duration(&mut self, min_s: u64) -> u64 {
         let d = if self.quick {
