@@ -709,6 +709,64 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         100.0,
         1.0,
     ),
+    // NVML GPM's SM_UTIL: how much of the SMs' time had work (a GPU at 100 % utilisation with
+    // its SMs at a few percent is spinning, not computing).
+    row(
+        "sm_active",
+        "%",
+        "SMs active",
+        "sm_active_pct",
+        1.0,
+        |s| s.sm_active_pct,
+        Axis::Fit,
+    )
+    .exported(
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "gpuwatch_gpu_sm_active_ratio",
+        "The ratio of cycles an SM has at least 1 warp assigned",
+        None,
+        false,
+        100.0,
+        1.0,
+    ),
+    // NVML GPM's SM_OCCUPANCY: the warps resident on the SMs, of what they could hold.
+    row(
+        "sm_occupancy",
+        "%",
+        "SM occupancy",
+        "sm_occupancy_pct",
+        1.0,
+        |s| s.sm_occupancy_pct,
+        Axis::Fit,
+    )
+    .exported(
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+        "gpuwatch_gpu_sm_occupancy_ratio",
+        "The ratio of number of warps resident on an SM",
+        None,
+        false,
+        100.0,
+        1.0,
+    ),
+    // NVML GPM's DRAM_BW_UTIL: the device memory's bandwidth in use.
+    row(
+        "dram_active",
+        "%",
+        "DRAM active",
+        "dram_active_pct",
+        1.0,
+        |s| s.dram_active_pct,
+        Axis::Fit,
+    )
+    .exported(
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "gpuwatch_gpu_dram_active_ratio",
+        "Ratio of cycles the device memory interface is active sending or receiving data",
+        None,
+        false,
+        100.0,
+        1.0,
+    ),
     row(
         "lost",
         "",

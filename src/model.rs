@@ -115,6 +115,13 @@ pub struct GpuSample {
     /// (NVML GPM's ANY_TENSOR_UTIL, what DCGM calls PIPE_TENSOR_ACTIVE); `None` without GPM
     /// (before Hopper, an old driver) and on a GPU's first sample, which has no interval.
     pub tensor_active_pct: Option<f64>,
+    /// Percent of the SMs' time with work, of the warps the SMs could hold, and of the DRAM
+    /// bandwidth used, over the same interval (GPM's SM_UTIL, SM_OCCUPANCY and DRAM_BW_UTIL:
+    /// what DCGM calls PROF_SM_ACTIVE, PROF_SM_OCCUPANCY and PROF_DRAM_ACTIVE); `None` where
+    /// GPM does not offer them, as for `tensor_active_pct`.
+    pub sm_active_pct: Option<f64>,
+    pub sm_occupancy_pct: Option<f64>,
+    pub dram_active_pct: Option<f64>,
 }
 
 impl GpuSample {

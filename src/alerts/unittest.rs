@@ -305,6 +305,9 @@ fn sample(g: &TestGpu, inv: &GpuInventory, k: usize, ts: TsMs) -> Option<GpuSamp
         remapped_rows_uncorrectable: int("remapped_rows_uncorrectable"),
         remap_pending: v("remap_pending").map(|x| x != 0.0),
         tensor_active_pct: v("tensor_active"),
+        sm_active_pct: v("sm_active"),
+        sm_occupancy_pct: v("sm_occupancy"),
+        dram_active_pct: v("dram_active"),
         ..GpuSample::default()
     })
 }

@@ -260,11 +260,14 @@ fn gpu(out: &mut String, inv: &GpuInventory, samples: &[&GpuSample], ms: i64, t0
         num(out, "mem_clock", u(s.clock_mem_mhz));
         num(out, "pcie_tx_kbs", u(s.pcie_tx_kbs));
         num(out, "pcie_rx_kbs", u(s.pcie_rx_kbs));
-        num(
-            out,
-            "tensor_active",
-            s.tensor_active_pct.map(|v| format!("{v:.1}")),
-        );
+        for (key, v) in [
+            ("tensor_active", s.tensor_active_pct),
+            ("sm_active", s.sm_active_pct),
+            ("sm_occupancy", s.sm_occupancy_pct),
+            ("dram_active", s.dram_active_pct),
+        ] {
+            num(out, key, v.map(|v| format!("{v:.1}")));
+        }
         num(out, "pstate", u(s.pstate));
         num(out, "throttle", s.throttle_reasons.map(|v| v.to_string()));
     }

@@ -48,6 +48,9 @@ pub const GPU_METRICS: &[&str] = &[
     "gap",
     "process_count",
     "tensor_active",
+    "sm_active",
+    "sm_occupancy",
+    "dram_active",
 ];
 
 #[derive(Debug, Clone, PartialEq)]

@@ -126,6 +126,9 @@ pub fn read_sample(
         process_count: None,
         // Set by the worker from its GPM reader (two samples make one value).
         tensor_active_pct: None,
+        sm_active_pct: None,
+        sm_occupancy_pct: None,
+        dram_active_pct: None,
     };
     // Row remapping (Ampere and later) replaced page retirement: read pages only without it.
     if remap.is_none() {

@@ -292,7 +292,11 @@ fn read_gpu<'n>(
             let mut sample =
                 read_sample(nvml, dev, &uuid, req.ts_ms, st.power_limit, &mut st.support);
             if sample.status == SampleStatus::Ok {
-                sample.tensor_active_pct = local.tensor.read(nvml, dev, &mut st.support);
+                let gpm = local.tensor.read(nvml, dev, &mut st.support);
+                sample.tensor_active_pct = gpm.tensor_active;
+                sample.sm_active_pct = gpm.sm_active;
+                sample.sm_occupancy_pct = gpm.sm_occupancy;
+                sample.dram_active_pct = gpm.dram_active;
             }
             if req.processes && sample.status == SampleStatus::Ok {
                 resp.processes = read_processes(nvml, dev, &mut st.support);

@@ -135,11 +135,16 @@ const MIGRATIONS: &[Migration] = &[
         name: "xid_runs",
         sql: include_str!("../../migrations/0022_xid_runs.sql"),
     },
+    Migration {
+        version: 23,
+        name: "gpm_activity",
+        sql: include_str!("../../migrations/0023_gpm_activity.sql"),
+    },
     // The unit-test build's metric registry has one more rollup row (`crate::metric`'s
     // `test_probe`): its columns, always after the last real migration.
     #[cfg(test)]
     Migration {
-        version: 23,
+        version: 24,
         name: "test_probe",
         sql: "ALTER TABLE rollups_1m ADD COLUMN test_probe_min INTEGER;
               ALTER TABLE rollups_1m ADD COLUMN test_probe_max INTEGER;

@@ -86,6 +86,22 @@ fn metrics_speak_dcgm_exporter_and_only_its_names_draw_lint() {
     assert!(
         series_value(&m, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", &gpu0).is_some_and(|mj| mj > 0.0)
     );
+    // GPM's activity as dcgm-exporter's profiling ratios (from a GPU's second sample: GPM
+    // measures between two): a busy GPU's SMs work, an idle GPU's are a real 0.
+    let m = wait_for("DCGM_FI_PROF_SM_ACTIVE", Duration::from_secs(30), || {
+        let (_, _, body) = node.get("/metrics", None);
+        series_value(&body, "DCGM_FI_PROF_SM_ACTIVE", &[("gpu", "1")]).map(|_| body)
+    });
+    for (name, lo, hi) in [
+        ("DCGM_FI_PROF_SM_ACTIVE", 0.6, 0.85),
+        ("DCGM_FI_PROF_SM_OCCUPANCY", 0.2, 0.45),
+        ("DCGM_FI_PROF_DRAM_ACTIVE", 0.25, 0.5),
+    ] {
+        let v = series_value(&m, name, &gpu0).unwrap_or_else(|| panic!("{name}: {m}"));
+        assert!((lo..=hi).contains(&v), "{name} {v}");
+        assert_eq!(series_value(&m, name, &[("gpu", "1")]), Some(0.0), "{name}");
+        assert!(m.contains(&format!("# TYPE {name} gauge\n")), "{name}");
+    }
     // XIDs are watched and none happened.
     assert_eq!(series_value(&m, "DCGM_FI_DEV_XID_ERRORS", &gpu0), Some(0.0));
     let driver = status["gpus"][0]["driver_version"]

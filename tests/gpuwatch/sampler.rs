@@ -98,8 +98,9 @@ fn per_tick_metrics_match_the_scenario() {
     }
 }
 
-/// Tensor activity is GPM's, between this tick's sample and the last: none at the first tick
-/// (no interval yet) and none on a GPU without GPM; one sample held per GPM GPU, never more.
+/// Tensor, SM and DRAM activity are GPM's, between this tick's sample and the last, all four
+/// from one query: none at the first tick (no interval yet) and none on a GPU without GPM;
+/// one sample held per GPM GPU, never more.
 #[test]
 fn tensor_activity_comes_from_two_gpm_samples() {
     let mut r = rig(TWO_GPUS, Duration::from_secs(2));
@@ -125,6 +126,30 @@ fn tensor_activity_comes_from_two_gpm_samples() {
         assert!(want > 30, "a busy H100's tensor pipes are active: {want}");
         assert_eq!(b.samples[0].tensor_active_pct, Some(f64::from(want)));
         assert_eq!(b.samples[1].tensor_active_pct, None, "an A100 has no GPM");
+        let st = r.sim.scenario.gpu_state(0, n);
+        let h100 = &b.samples[0];
+        assert!(
+            st.sm_active_pct > 60,
+            "a busy H100's SMs work: {}",
+            st.sm_active_pct
+        );
+        for (got, want) in [
+            (h100.sm_active_pct, st.sm_active_pct),
+            (h100.sm_occupancy_pct, st.sm_occupancy_pct),
+            (h100.dram_active_pct, st.dram_active_pct),
+        ] {
+            assert_eq!(got, Some(f64::from(want)));
+        }
+        let a100 = &b.samples[1];
+        assert_eq!(
+            (
+                a100.sm_active_pct,
+                a100.sm_occupancy_pct,
+                a100.dram_active_pct
+            ),
+            (None, None, None),
+            "absent without GPM, never 0"
+        );
         // SAFETY: as above.
         assert_eq!(
             unsafe { live() },

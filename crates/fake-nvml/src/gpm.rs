@@ -7,10 +7,11 @@
 //!   freed, foreign or null handle is INVALID_ARGUMENT instead of undefined behaviour.
 //! - `nvmlGpmSampleGet`: a per-device call (faults, NOT_SUPPORTED, a lost GPU apply) that
 //!   records the GPU and the tick in the sample.
-//! - `nvmlGpmMetricsGet`: for `NVML_GPM_METRIC_ANY_TENSOR_UTIL` the mean of the scenario's
-//!   `tensor_active` over the ticks after the first sample up to the second (the value at the
-//!   second sample's tick when both are of one tick); every other metric id answers
-//!   NOT_SUPPORTED in its own entry, as a metric the driver does not offer.
+//! - `nvmlGpmMetricsGet`: for `NVML_GPM_METRIC_SM_UTIL`, `SM_OCCUPANCY`, `ANY_TENSOR_UTIL`
+//!   and `DRAM_BW_UTIL` the mean of the scenario's `sm_active`, `sm_occupancy`,
+//!   `tensor_active` and `dram_active` over the ticks after the first sample up to the second
+//!   (the value at the second sample's tick when both are of one tick); every other metric id
+//!   answers NOT_SUPPORTED in its own entry, as a metric the driver does not offer.
 //!
 //! Invariants: the registry is the only state this module keeps; a sample is written only by
 //! a successful `nvmlGpmSampleGet`; the two samples of a query must be of one GPU, filled, and
@@ -21,6 +22,7 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
 use std::sync::{Mutex, MutexGuard};
 
+use gpuwatch_sim::GpuState;
 use gpuwatch_sim::nvml::{GPM_SAMPLE, code};
 
 use crate::ffi_types::{
@@ -30,6 +32,37 @@ use crate::{device_call, guard, out, state, versioned_in};
 
 /// `NVML_GPM_METRIC_ANY_TENSOR_UTIL`.
 pub const ANY_TENSOR_UTIL: u32 = 5;
+
+/// The metrics answered: (id as in `nvml.h`, short name, long name, the state's value).
+type Answer = (
+    u32,
+    &'static std::ffi::CStr,
+    &'static std::ffi::CStr,
+    fn(&GpuState) -> u32,
+);
+const ANSWERED: [Answer; 4] = [
+    (2, c"SM_UTIL", c"Percent of the SMs' time with work", |s| {
+        s.sm_active_pct
+    }),
+    (
+        3,
+        c"SM_OCCUPANCY",
+        c"Percent of the warps the SMs could hold",
+        |s| s.sm_occupancy_pct,
+    ),
+    (
+        ANY_TENSOR_UTIL,
+        c"ANY_TENSOR_UTIL",
+        c"Percent of the time any tensor pipe was active",
+        |s| s.tensor_active_pct,
+    ),
+    (
+        10,
+        c"DRAM_BW_UTIL",
+        c"Percent of the DRAM bandwidth used",
+        |s| s.dram_active_pct,
+    ),
+];
 
 /// Ticks a mean reads at most (evenly spaced over a longer interval).
 const MEAN_POINTS: u64 = 64;
@@ -156,22 +189,22 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut GpmMetricsGet) -> NvmlR
         if a.index != b.index || b.tick < a.tick {
             return code::INVALID_ARGUMENT;
         }
-        let tensor = mean(a.tick, b.tick, |t| {
-            f64::from(scenario.gpu_state(a.index, t).tensor_active_pct)
-        });
         for m in &mut req.metrics[..n] {
             m.value = 0.0;
             m.short_name = std::ptr::null();
             m.long_name = std::ptr::null();
             m.unit = std::ptr::null();
-            if m.metric_id == ANY_TENSOR_UTIL {
-                m.value = tensor;
-                m.short_name = c"ANY_TENSOR_UTIL".as_ptr().cast::<c_char>();
-                m.long_name = c"Percent of the time any tensor pipe was active".as_ptr();
-                m.unit = c"%".as_ptr();
-                m.nvml_return = code::SUCCESS;
-            } else {
-                m.nvml_return = code::NOT_SUPPORTED;
+            match ANSWERED.iter().find(|a| a.0 == m.metric_id) {
+                Some(&(_, short, long, of)) => {
+                    m.value = mean(a.tick, b.tick, |t| {
+                        f64::from(of(&scenario.gpu_state(a.index, t)))
+                    });
+                    m.short_name = short.as_ptr().cast::<c_char>();
+                    m.long_name = long.as_ptr();
+                    m.unit = c"%".as_ptr();
+                    m.nvml_return = code::SUCCESS;
+                }
+                None => m.nvml_return = code::NOT_SUPPORTED,
             }
         }
         code::SUCCESS

@@ -1,5 +1,6 @@
 //! GPM through nvml-wrapper, the client gpuwatch uses: support by model, two samples and the
-//! tensor activity between them, per-metric NOT_SUPPORTED, checked handles, faults.
+//! tensor, SM and DRAM activity between them, per-metric NOT_SUPPORTED, checked handles,
+//! faults.
 
 mod support;
 
@@ -56,9 +57,35 @@ fn tensor_activity_is_the_mean_between_two_samples() {
         &nvml,
         &first,
         &second,
-        &[GpmMetricId::AnyTensorUtil, GpmMetricId::SmOccupancy],
+        &[
+            GpmMetricId::AnyTensorUtil,
+            GpmMetricId::IntegerUtil,
+            GpmMetricId::SmUtil,
+            GpmMetricId::SmOccupancy,
+            GpmMetricId::DramBwUtil,
+        ],
     )
     .expect("metrics");
+    let mean = |of: fn(&gpuwatch_sim::GpuState) -> u32| {
+        (6..=15)
+            .map(|t| f64::from(of(&scenario.gpu_state(0, t))))
+            .sum::<f64>()
+            / 10.0
+    };
+    for (k, id, want) in [
+        (2, GpmMetricId::SmUtil, mean(|s| s.sm_active_pct)),
+        (3, GpmMetricId::SmOccupancy, mean(|s| s.sm_occupancy_pct)),
+        (4, GpmMetricId::DramBwUtil, mean(|s| s.dram_active_pct)),
+    ] {
+        let r = got[k].as_ref().expect("answered");
+        assert_eq!(r.metric_id, id);
+        assert!(
+            (r.value - want).abs() < 1e-9,
+            "{id:?}: {} vs {want}",
+            r.value
+        );
+        assert!(want > 20.0, "a GPU at 90 % is active: {id:?} {want}");
+    }
     let want: f64 = (6..=15)
         .map(|t| f64::from(scenario.gpu_state(0, t).tensor_active_pct))
         .sum::<f64>()

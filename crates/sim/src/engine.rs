@@ -15,6 +15,10 @@ use crate::types::{CallOutcome, GpuState, ProcessSpec, ProcessState, XidEvent};
 
 /// The part of a busy GPU's utilisation its tensor pipes are active, by default.
 const TENSOR_SHARE: f64 = 0.45;
+/// The same for SM activity, SM occupancy and DRAM bandwidth (an LLM step's kernel mix).
+const SM_SHARE: f64 = 0.8;
+const OCCUPANCY_SHARE: f64 = 0.35;
+const DRAM_SHARE: f64 = 0.4;
 
 /// Round and clamp into `[lo, hi]`.
 fn clamp_round(v: f64, lo: f64, hi: f64) -> f64 {
@@ -132,6 +136,14 @@ impl GpuModel {
                 0.0
             },
         );
+        let share = |m: Metric, f: f64| {
+            let v = if busy {
+                f * u + jitter(key(m), tick, 3.0)
+            } else {
+                0.0
+            };
+            clamp_round(get(m, v), 0.0, 100.0) as u32
+        };
         let energy = self.energy_base_mj + self.energy.energy_mj(tick);
         GpuState {
             tick,
@@ -155,6 +167,9 @@ impl GpuModel {
             pcie_tx_kbs: to_u32(pcie(Metric::PcieTx, pr.pcie_load_tx_kbs)),
             pcie_rx_kbs: to_u32(pcie(Metric::PcieRx, pr.pcie_load_rx_kbs)),
             tensor_active_pct: clamp_round(tensor, 0.0, 100.0) as u32,
+            sm_active_pct: share(Metric::SmActive, SM_SHARE),
+            sm_occupancy_pct: share(Metric::SmOccupancy, OCCUPANCY_SHARE),
+            dram_active_pct: share(Metric::DramActive, DRAM_SHARE),
             pcie_gen: to_u32(get(Metric::PcieGen, f64::from(s.pcie_max_gen))),
             pcie_width: to_u32(get(Metric::PcieWidth, f64::from(s.pcie_max_width))),
             pstate: clamp_round(pstate, 0.0, 15.0) as u32,

@@ -309,6 +309,9 @@ fn segment_metrics(seg: &RawSegment) -> Vec<(Metric, f64, RawBehaviour, std::ops
     add(Metric::PcieTx, 1.0, &seg.pcie_tx_kbs);
     add(Metric::PcieRx, 1.0, &seg.pcie_rx_kbs);
     add(Metric::TensorActive, 1.0, &seg.tensor_active);
+    add(Metric::SmActive, 1.0, &seg.sm_active);
+    add(Metric::SmOccupancy, 1.0, &seg.sm_occupancy);
+    add(Metric::DramActive, 1.0, &seg.dram_active);
     add(Metric::PcieGen, 1.0, &seg.pcie_gen);
     add(Metric::PcieWidth, 1.0, &seg.pcie_width);
     add(Metric::EccCorrected, 1.0, &seg.ecc_corrected);

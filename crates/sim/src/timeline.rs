@@ -41,9 +41,14 @@ pub enum Metric {
     TensorActive,
     /// A row remap failed (0 or 1).
     RemapFailure,
+    /// GPM's SM activity, SM occupancy and DRAM bandwidth use (% of the interval), Hopper
+    /// and later.
+    SmActive,
+    SmOccupancy,
+    DramActive,
 }
 
-pub const METRIC_COUNT: usize = 24;
+pub const METRIC_COUNT: usize = 27;
 
 impl Metric {
     /// Stable number for noise keys and track indexing.
@@ -54,7 +59,13 @@ impl Metric {
     /// The (min, max) a value written for this metric must stay within, before noise.
     pub fn bounds(self) -> (f64, f64) {
         match self {
-            Metric::UtilGpu | Metric::UtilMem | Metric::Fan | Metric::TensorActive => (0.0, 100.0),
+            Metric::UtilGpu
+            | Metric::UtilMem
+            | Metric::Fan
+            | Metric::TensorActive
+            | Metric::SmActive
+            | Metric::SmOccupancy
+            | Metric::DramActive => (0.0, 100.0),
             Metric::Temp => (0.0, 150.0),
             Metric::PcieGen => (1.0, 6.0),
             Metric::PcieWidth => (1.0, 32.0),

@@ -88,6 +88,12 @@ pub struct GpuState {
     /// Tensor-pipe activity, % of the tick (what GPM's ANY_TENSOR_UTIL reports between
     /// two samples); served only where the model has GPM (Hopper and later).
     pub tensor_active_pct: u32,
+    /// GPM's SM activity (SM_UTIL: % of the SMs' time with a warp resident), SM occupancy
+    /// (% of the warps an SM could hold) and DRAM bandwidth use (DRAM_BW_UTIL), % of the tick;
+    /// served where the model has GPM.
+    pub sm_active_pct: u32,
+    pub sm_occupancy_pct: u32,
+    pub dram_active_pct: u32,
     pub pcie_gen: u32,
     pub pcie_width: u32,
     pub pstate: u32,
