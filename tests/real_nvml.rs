@@ -91,11 +91,19 @@ fn ticks_give_physical_values() {
             assert!(smp.clock_sm_mhz.expect("sm clock") > 0);
             assert!(smp.pstate.is_some());
             assert!(smp.throttle_reasons.is_some());
-            if let Some(t) = smp.tensor_active_pct {
-                assert!((0.0..=100.0).contains(&t), "tensor activity {t}");
+            for (what, v) in [
+                ("tensor", smp.tensor_active_pct),
+                ("SM", smp.sm_active_pct),
+                ("SM occupancy", smp.sm_occupancy_pct),
+                ("DRAM", smp.dram_active_pct),
+            ] {
+                if let Some(t) = v {
+                    assert!((0.0..=100.0).contains(&t), "{what} activity {t}");
+                }
             }
             if i > 0 && hopper.contains(&smp.uuid) {
                 assert!(smp.tensor_active_pct.is_some(), "GPM on {}", smp.uuid);
+                assert!(smp.sm_active_pct.is_some(), "GPM SM_UTIL on {}", smp.uuid);
             }
         }
         if i == 0 {
