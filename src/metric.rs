@@ -767,6 +767,18 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         100.0,
         1.0,
     ),
+    // NVML's NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: what the driver says recovery needs (0 none,
+    // 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset, 5 IMEX domain, 6 bus reset,
+    // 7 system reboot); the health verdict names the action.
+    row(
+        "recovery_action",
+        "",
+        "Recovery action",
+        "recovery_action",
+        1.0,
+        |s| s.recovery_action.map(f64::from),
+        Axis::Fit,
+    ),
     row(
         "lost",
         "",

@@ -122,6 +122,10 @@ pub struct GpuSample {
     pub sm_active_pct: Option<f64>,
     pub sm_occupancy_pct: Option<f64>,
     pub dram_active_pct: Option<f64>,
+    /// The recovery action the driver asks for (`nvmlDeviceGpuRecoveryAction_t`: 0 none,
+    /// 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset, 5 recover the IMEX domain,
+    /// 6 bus reset, 7 system reboot); `None` where the driver does not report it.
+    pub recovery_action: Option<u32>,
 }
 
 impl GpuSample {

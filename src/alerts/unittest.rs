@@ -308,6 +308,7 @@ fn sample(g: &TestGpu, inv: &GpuInventory, k: usize, ts: TsMs) -> Option<GpuSamp
         sm_active_pct: v("sm_active"),
         sm_occupancy_pct: v("sm_occupancy"),
         dram_active_pct: v("dram_active"),
+        recovery_action: int("recovery_action"),
         ..GpuSample::default()
     })
 }

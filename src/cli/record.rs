@@ -268,6 +268,7 @@ fn gpu(out: &mut String, inv: &GpuInventory, samples: &[&GpuSample], ms: i64, t0
         ] {
             num(out, key, v.map(|v| format!("{v:.1}")));
         }
+        num(out, "recovery_action", u(s.recovery_action));
         num(out, "pstate", u(s.pstate));
         num(out, "throttle", s.throttle_reasons.map(|v| v.to_string()));
     }

@@ -36,6 +36,7 @@ pub(super) fn sample(n: u32, s: &GpuSample, inv: &GpuInventory) -> Health {
     memory(&mut f, n, s);
     ecc(&mut f, s);
     pcie(&mut f, s, inv, busy);
+    recovery(&mut f, n, s);
     f.reasons.sort_by_key(|r| std::cmp::Reverse(r.severity));
     let status = if f.not_checked.len() == super::CHECKS.len() {
         f.reasons.push(reason(
@@ -58,6 +59,54 @@ pub(super) fn sample(n: u32, s: &GpuSample, inv: &GpuInventory) -> Health {
         clock_events,
         not_checked: f.not_checked,
     }
+}
+
+/// The recovery action the driver asks for, where it reports one (R550 and later, boards
+/// with row remapping): judged when read, and not a check of its own (absent on most drivers,
+/// it is not listed in `not_checked`).
+fn recovery(f: &mut Found, n: u32, s: &GpuSample) {
+    let Some(action) = s.recovery_action.filter(|a| *a != 0) else {
+        return;
+    };
+    let (what, fix) = match action {
+        1 => (
+            "a GPU reset",
+            format!("stop the GPU's processes and reset it (`nvidia-smi -r -i {n}`); new work may start after"),
+        ),
+        2 => (
+            "a node reboot",
+            "the fault may have left the OS inconsistent: drain the node and reboot it".into(),
+        ),
+        3 => (
+            "draining peer-to-peer traffic",
+            "stop the jobs that use this GPU's NVLink/P2P paths (multi-GPU jobs), then reset the GPU".into(),
+        ),
+        4 => (
+            "draining peer-to-peer traffic, then a GPU reset",
+            format!("drain the node's multi-GPU jobs, then reset the GPU (`nvidia-smi -r -i {n}`)"),
+        ),
+        5 => (
+            "recovering its IMEX domain",
+            "drain the jobs of the NVLink domain and restart the IMEX service of its nodes".into(),
+        ),
+        6 => (
+            "a reset of its PCIe bus",
+            "drain the node and reset the GPU's bus (a reboot does it)".into(),
+        ),
+        7 => (
+            "a system reboot",
+            "drain the node and reboot it (a full power cycle if the GPU does not come back)".into(),
+        ),
+        _ => (
+            "an action gpuwatch does not know",
+            "see the driver's documentation of nvmlDeviceGpuRecoveryAction_t for this value".into(),
+        ),
+    };
+    f.reasons.push(reason(
+        "recovery_action",
+        format!("the driver asks for {what} (recovery action {action})"),
+        fix,
+    ));
 }
 
 fn clocks(f: &mut Found, s: &GpuSample, busy: Option<bool>) -> Option<Vec<&'static str>> {

@@ -97,6 +97,7 @@ pub const CODES: &[(&str, Status)] = &[
     ("retired_pages_high", Status::Warn),
     ("ecc_uncorrectable", Status::Warn),
     ("pcie_link_degraded", Status::Warn),
+    ("recovery_action", Status::Fail),
     ("no_sample", Status::Unknown),
     ("stale_sample", Status::Unknown),
     ("sample_gap", Status::Unknown),

@@ -202,6 +202,30 @@ fn a_pcie_link_below_its_maximum_warns_under_load_only() {
 }
 
 #[test]
+fn a_recovery_action_fails_with_the_action_to_take() {
+    let h = judged(&with(|s| s.recovery_action = Some(2)));
+    assert_eq!(h.status, Status::Fail);
+    assert_eq!(codes(&h), ["recovery_action"]);
+    assert!(
+        h.reasons[0].text.contains("node reboot"),
+        "{}",
+        h.reasons[0].text
+    );
+    let h = judged(&with(|s| s.recovery_action = Some(1)));
+    assert!(
+        h.reasons[0].fix.contains("nvidia-smi -r -i 2"),
+        "{}",
+        h.reasons[0].fix
+    );
+    // None asked, or not reported: nothing to say (and not an unmade check).
+    for a in [Some(0), None] {
+        let h = judged(&with(|s| s.recovery_action = a));
+        assert_eq!(h.status, Status::Ok, "{a:?}");
+        assert!(h.not_checked.is_empty(), "{a:?}");
+    }
+}
+
+#[test]
 fn unknown_is_not_ok() {
     let mut r = busy();
     r.latest = None;

@@ -51,6 +51,7 @@ pub const GPU_METRICS: &[&str] = &[
     "sm_active",
     "sm_occupancy",
     "dram_active",
+    "recovery_action",
 ];
 
 #[derive(Debug, Clone, PartialEq)]

@@ -129,6 +129,7 @@ pub fn read_sample(
         sm_active_pct: None,
         sm_occupancy_pct: None,
         dram_active_pct: None,
+        recovery_action: counters.recovery_action,
     };
     // Row remapping (Ampere and later) replaced page retirement: read pages only without it.
     if remap.is_none() {

@@ -1,5 +1,6 @@
 //! The counters of a tick read in one `nvmlDeviceGetFieldValues` call (NVML's batch API, as
-//! DCGM reads them): total energy, volatile ECC totals and the four remapped-row values.
+//! DCGM reads them): total energy, volatile ECC totals, the four remapped-row values and the
+//! recovery action the driver asks for (a field only: no call of its own, so no fallback).
 //! On a real driver every NVML call is an ioctl; one batch replaces four calls per GPU per
 //! tick.
 //!
@@ -19,7 +20,7 @@ use nvml_wrapper::{Device, Nvml};
 use super::support::Support;
 
 /// The batch, in this order.
-const IDS: [FieldId; 7] = [
+const IDS: [FieldId; 8] = [
     FieldId(fid::NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION),
     FieldId(fid::NVML_FI_DEV_ECC_SBE_VOL_TOTAL),
     FieldId(fid::NVML_FI_DEV_ECC_DBE_VOL_TOTAL),
@@ -27,6 +28,7 @@ const IDS: [FieldId; 7] = [
     FieldId(fid::NVML_FI_DEV_REMAPPED_UNC),
     FieldId(fid::NVML_FI_DEV_REMAPPED_PENDING),
     FieldId(fid::NVML_FI_DEV_REMAPPED_FAILURE),
+    FieldId(fid::NVML_FI_DEV_GET_GPU_RECOVERY_ACTION),
 ];
 
 /// What one tick's batch gave.
@@ -37,6 +39,9 @@ pub struct Counters {
     pub ecc_uncorrected: Option<u64>,
     /// (correctable, uncorrectable, pending, failure).
     pub remapped: Option<(u32, u32, bool, bool)>,
+    /// `nvmlDeviceGpuRecoveryAction_t` (0 none … 7 system reboot); `None` where the driver
+    /// does not report it (before R550, boards without row remapping).
+    pub recovery_action: Option<u32>,
 }
 
 fn as_u64(v: &SampleValue) -> Option<u64> {
@@ -51,7 +56,7 @@ fn as_u64(v: &SampleValue) -> Option<u64> {
 /// Reads the counters: one batch call, single calls only for what the batch did not give.
 pub fn read_counters(nvml: &Nvml, dev: &Device<'_>, s: &mut Support) -> Counters {
     let batch = s.read("field_values", || dev.field_values_for(&IDS));
-    let mut got: [Option<u64>; 7] = [None; 7];
+    let mut got: [Option<u64>; 8] = [None; 8];
     if let Some(entries) = &batch {
         for (slot, entry) in got.iter_mut().zip(entries) {
             if let Ok(sample) = entry
@@ -86,6 +91,7 @@ pub fn read_counters(nvml: &Nvml, dev: &Device<'_>, s: &mut Support) -> Counters
         ecc_corrected,
         ecc_uncorrected,
         remapped,
+        recovery_action: got[7].and_then(|v| u32::try_from(v).ok()),
     }
 }
 

@@ -371,7 +371,7 @@ pub(super) fn u64_col(r: &Row<'_>, idx: usize) -> rusqlite::Result<Option<u64>> 
     Ok(r.get::<_, Option<i64>>(idx)?.map(|v| v.max(0) as u64))
 }
 
-/// Maps `ts_ms, <sample_metric_columns>` (columns 0..=31) to a [`GpuSample`].
+/// Maps `ts_ms, <sample_metric_columns>` (columns 0..=32) to a [`GpuSample`].
 pub(super) fn sample_from_row(r: &Row<'_>, uuid: String) -> rusqlite::Result<GpuSample> {
     Ok(GpuSample {
         ts_ms: r.get(0)?,
@@ -407,5 +407,6 @@ pub(super) fn sample_from_row(r: &Row<'_>, uuid: String) -> rusqlite::Result<Gpu
         sm_active_pct: r.get(29)?,
         sm_occupancy_pct: r.get(30)?,
         dram_active_pct: r.get(31)?,
+        recovery_action: r.get(32)?,
     })
 }

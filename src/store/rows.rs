@@ -34,7 +34,7 @@ macro_rules! sample_metric_columns {
          pstate, pcie_tx_kbs, pcie_rx_kbs, pcie_gen, pcie_width, throttle_reasons, \
          ecc_corrected, ecc_uncorrected, retired_pages, remapped_rows_correctable, \
          remapped_rows_uncorrectable, remap_pending, remap_failure, process_count, \
-         tensor_active_pct, sm_active_pct, sm_occupancy_pct, dram_active_pct"
+         tensor_active_pct, sm_active_pct, sm_occupancy_pct, dram_active_pct, recovery_action"
     };
 }
 pub(super) use sample_metric_columns;
@@ -44,14 +44,14 @@ pub(super) use sample_metric_columns;
 macro_rules! sample_placeholders {
     () => {
         "?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, \
-         ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33"
+         ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34"
     };
 }
 pub(super) use sample_placeholders;
 
-/// The columns `SELECT ts_ms, <sample_metric_columns>` reads (0..=31): a column selected
+/// The columns `SELECT ts_ms, <sample_metric_columns>` reads (0..=32): a column selected
 /// after them is at this index.
-pub(super) const SAMPLE_ROW_COLUMNS: usize = 32;
+pub(super) const SAMPLE_ROW_COLUMNS: usize = 33;
 
 /// The values of [`sample_metric_columns!`] for one sample, in the same order, as SQL
 /// parameters after the time and GPU key: `params![ts, gpu, ...]` for the writer and the
@@ -92,6 +92,7 @@ macro_rules! sample_params {
             $s.sm_active_pct,
             $s.sm_occupancy_pct,
             $s.dram_active_pct,
+            $s.recovery_action,
         ]
     };
 }

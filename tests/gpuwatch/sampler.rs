@@ -632,3 +632,42 @@ fn failing_reads_are_counted_not_repeated() {
     assert_eq!(power[4].count, 5);
     assert_eq!(power[4].gpu_uuid, r.sim.scenario.gpu(1).uuid);
 }
+
+const RECOVERY: &str = r#"
+[scenario]
+name = "recovery"
+duration = "10m"
+seed = 3
+
+[[gpu]]
+model = "H100-SXM-80GB"
+[[gpu.timeline]]
+util_gpu = 50
+recovery_action = 2
+
+[[gpu]]
+model = "T4"
+[[gpu.timeline]]
+util_gpu = 50
+"#;
+
+/// The driver's recovery action comes with the tick's batch of fields where the board reports
+/// it (row remapping: Ampere datacenter and later), and is absent, never 0, where it does not.
+#[test]
+fn the_recovery_action_is_read_where_the_board_reports_it() {
+    let mut r = rig(RECOVERY, Duration::from_secs(2));
+    for _ in 0..3 {
+        let n = r.n;
+        let b = r.tick();
+        for s in &b.samples {
+            let idx = (0..2)
+                .find(|&i| r.sim.scenario.gpu(i).uuid == s.uuid)
+                .expect("known uuid");
+            let want = r.sim.scenario.gpu_state(idx, n).recovery_action;
+            match idx {
+                0 => assert_eq!((want, s.recovery_action), (2, Some(2))),
+                _ => assert_eq!(s.recovery_action, None, "a T4 does not report it"),
+            }
+        }
+    }
+}

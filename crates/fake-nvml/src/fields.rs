@@ -47,6 +47,7 @@ pub mod id {
     pub const REMAPPED_PENDING: u32 = 144;
     pub const REMAPPED_FAILURE: u32 = 145;
     pub const POWER_INSTANT: u32 = 186;
+    pub const GPU_RECOVERY_ACTION: u32 = 230;
 }
 
 fn source_symbol(field: u32) -> Option<&'static str> {
@@ -57,6 +58,9 @@ fn source_symbol(field: u32) -> Option<&'static str> {
             "nvmlDeviceGetRemappedRows"
         }
         id::POWER_INSTANT => "nvmlDeviceGetPowerUsage",
+        // No call of its own: it belongs to the memory-error management of the boards with
+        // row remapping (Ampere datacenter and later), and answers as that call does.
+        id::GPU_RECOVERY_ACTION => "nvmlDeviceGetRemappedRows",
         _ => return None,
     })
 }
@@ -105,6 +109,7 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
                 id::REMAPPED_UNC => (UNSIGNED_INT, u64::from(s.remapped_rows_unc)),
                 id::REMAPPED_PENDING => (UNSIGNED_INT, u64::from(s.remap_pending)),
                 id::REMAPPED_FAILURE => (UNSIGNED_INT, u64::from(s.remap_failure)),
+                id::GPU_RECOVERY_ACTION => (UNSIGNED_INT, u64::from(s.recovery_action)),
                 _ => (UNSIGNED_INT, u64::from(s.power_mw)),
             };
             e.value_type = ty;

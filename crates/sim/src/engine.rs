@@ -170,6 +170,7 @@ impl GpuModel {
             sm_active_pct: share(Metric::SmActive, SM_SHARE),
             sm_occupancy_pct: share(Metric::SmOccupancy, OCCUPANCY_SHARE),
             dram_active_pct: share(Metric::DramActive, DRAM_SHARE),
+            recovery_action: clamp_round(get(Metric::RecoveryAction, 0.0), 0.0, 7.0) as u32,
             pcie_gen: to_u32(get(Metric::PcieGen, f64::from(s.pcie_max_gen))),
             pcie_width: to_u32(get(Metric::PcieWidth, f64::from(s.pcie_max_width))),
             pstate: clamp_round(pstate, 0.0, 15.0) as u32,

@@ -312,6 +312,7 @@ fn segment_metrics(seg: &RawSegment) -> Vec<(Metric, f64, RawBehaviour, std::ops
     add(Metric::SmActive, 1.0, &seg.sm_active);
     add(Metric::SmOccupancy, 1.0, &seg.sm_occupancy);
     add(Metric::DramActive, 1.0, &seg.dram_active);
+    add(Metric::RecoveryAction, 1.0, &seg.recovery_action);
     add(Metric::PcieGen, 1.0, &seg.pcie_gen);
     add(Metric::PcieWidth, 1.0, &seg.pcie_width);
     add(Metric::EccCorrected, 1.0, &seg.ecc_corrected);

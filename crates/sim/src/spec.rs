@@ -130,6 +130,7 @@ pub struct RawSegment {
     pub sm_active: Option<Spanned<RawBehaviour>>,
     pub sm_occupancy: Option<Spanned<RawBehaviour>>,
     pub dram_active: Option<Spanned<RawBehaviour>>,
+    pub recovery_action: Option<Spanned<RawBehaviour>>,
     pub pcie_gen: Option<Spanned<RawBehaviour>>,
     pub pcie_width: Option<Spanned<RawBehaviour>>,
     pub pstate: Option<Spanned<Pstate>>,

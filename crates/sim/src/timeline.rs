@@ -46,9 +46,11 @@ pub enum Metric {
     SmActive,
     SmOccupancy,
     DramActive,
+    /// The recovery action the driver asks for (`nvmlDeviceGpuRecoveryAction_t`, 0–7).
+    RecoveryAction,
 }
 
-pub const METRIC_COUNT: usize = 27;
+pub const METRIC_COUNT: usize = 28;
 
 impl Metric {
     /// Stable number for noise keys and track indexing.
@@ -70,6 +72,7 @@ impl Metric {
             Metric::PcieGen => (1.0, 6.0),
             Metric::PcieWidth => (1.0, 32.0),
             Metric::Pstate => (0.0, 15.0),
+            Metric::RecoveryAction => (0.0, 7.0),
             _ => (0.0, f64::MAX),
         }
     }

@@ -94,6 +94,10 @@ pub struct GpuState {
     pub sm_active_pct: u32,
     pub sm_occupancy_pct: u32,
     pub dram_active_pct: u32,
+    /// The recovery action the driver asks for (`nvmlDeviceGpuRecoveryAction_t`: 0 none,
+    /// 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset, 5 recover the IMEX domain,
+    /// 6 bus reset, 7 system reboot).
+    pub recovery_action: u32,
     pub pcie_gen: u32,
     pub pcie_width: u32,
     pub pstate: u32,
