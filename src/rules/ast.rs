@@ -46,11 +46,11 @@ pub enum Metric {
 /// What a GPU did while its job's training step stood still.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PauseKind {
-    /// Nothing moves: utilisation under 10 % and power at its floor on every sample (a host
-    /// that stopped feeding the GPU: a dead dataloader, a deadlock).
+    /// Nothing runs: 0 % (the odd 1 %) and power at its floor (a host that stopped feeding
+    /// the GPU: a dead dataloader, a deadlock).
     Flat,
-    /// Near idle with short bursts of kernels or power (a checkpoint copying the model out,
-    /// a host-side phase that still touches the GPU).
+    /// Near idle but something runs: short bursts of kernels or power, or a trickle of copy
+    /// kernels (a checkpoint copying the model out).
     Bursty,
     /// Kernels running most of the time (an eval, or a collective spinning).
     Busy,

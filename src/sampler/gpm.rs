@@ -22,12 +22,24 @@ const SUPPORT: &str = "gpm_support";
 const SAMPLE: &str = "gpm_sample";
 const METRICS: &str = "gpm_metrics";
 
-/// The metrics asked, with the support names under which each one's NOT_SUPPORTED is kept.
-const ASKED: [(GpmMetricId, &str); 4] = [
-    (GpmMetricId::AnyTensorUtil, "gpm_tensor_active"),
-    (GpmMetricId::SmUtil, "gpm_sm_active"),
-    (GpmMetricId::SmOccupancy, "gpm_sm_occupancy"),
-    (GpmMetricId::DramBwUtil, "gpm_dram_active"),
+/// The metrics asked: the id, the support name under which its NOT_SUPPORTED is kept, and its
+/// place in [`Activity`].
+type Asked = (
+    GpmMetricId,
+    &'static str,
+    fn(&mut Activity) -> &mut Option<f64>,
+);
+const ASKED: [Asked; 4] = [
+    (GpmMetricId::AnyTensorUtil, "gpm_tensor_active", |a| {
+        &mut a.tensor_active
+    }),
+    (GpmMetricId::SmUtil, "gpm_sm_active", |a| &mut a.sm_active),
+    (GpmMetricId::SmOccupancy, "gpm_sm_occupancy", |a| {
+        &mut a.sm_occupancy
+    }),
+    (GpmMetricId::DramBwUtil, "gpm_dram_active", |a| {
+        &mut a.dram_active
+    }),
 ];
 
 /// One interval's activity, % (each `None` where GPM did not give it).
@@ -61,12 +73,14 @@ impl<'n> TensorReader<'n> {
         if self.supported.is_none() {
             self.supported = s.read(SUPPORT, || dev.gpm_support());
         }
-        let ask: Vec<(usize, GpmMetricId)> = ASKED
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, name))| !s.is_unsupported(name))
-            .map(|(i, (id, _))| (i, *id))
-            .collect();
+        // The metrics still supported, in a fixed array: no allocation on the sampling path.
+        let mut ask = [ASKED[0]; 4];
+        let mut n = 0;
+        for a in ASKED.iter().filter(|a| !s.is_unsupported(a.1)) {
+            ask[n] = *a;
+            n += 1;
+        }
+        let ask = &ask[..n];
         if self.supported != Some(true) || ask.is_empty() || s.is_unsupported(METRICS) {
             return out;
         }
@@ -80,28 +94,24 @@ impl<'n> TensorReader<'n> {
         let Some(now) = self.prev.as_ref() else {
             return out;
         };
-        let ids: Vec<GpmMetricId> = ask.iter().map(|(_, id)| *id).collect();
-        let Some(answers) = s.read(METRICS, || gpm_metrics_get(nvml, &prev, now, &ids)) else {
+        let mut ids = [GpmMetricId::AnyTensorUtil; 4];
+        for (id, a) in ids.iter_mut().zip(ask) {
+            *id = a.0;
+        }
+        let Some(answers) = s.read(METRICS, || gpm_metrics_get(nvml, &prev, now, &ids[..n])) else {
             return out;
         };
-        for ((i, _), answer) in ask.iter().zip(answers) {
-            let v = match answer {
+        for (&(_, name, slot), answer) in ask.iter().zip(answers) {
+            *slot(&mut out) = match answer {
                 Ok(r) if r.value.is_finite() && (0.0..=100.5).contains(&r.value) => {
                     Some(r.value.min(100.0))
                 }
                 Ok(_) => None,
                 Err(e) => {
-                    s.fail(ASKED[*i].1, &e);
+                    s.fail(name, &e);
                     None
                 }
             };
-            let slot = match i {
-                0 => &mut out.tensor_active,
-                1 => &mut out.sm_active,
-                2 => &mut out.sm_occupancy,
-                _ => &mut out.dram_active,
-            };
-            *slot = v;
         }
         out
     }

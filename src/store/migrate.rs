@@ -137,19 +137,14 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 23,
-        name: "gpm_activity",
-        sql: include_str!("../../migrations/0023_gpm_activity.sql"),
-    },
-    Migration {
-        version: 24,
-        name: "recovery_action",
-        sql: include_str!("../../migrations/0024_recovery_action.sql"),
+        name: "activity_recovery",
+        sql: include_str!("../../migrations/0023_activity_recovery.sql"),
     },
     // The unit-test build's metric registry has one more rollup row (`crate::metric`'s
     // `test_probe`): its columns, always after the last real migration.
     #[cfg(test)]
     Migration {
-        version: 25,
+        version: 24,
         name: "test_probe",
         sql: "ALTER TABLE rollups_1m ADD COLUMN test_probe_min INTEGER;
               ALTER TABLE rollups_1m ADD COLUMN test_probe_max INTEGER;

@@ -41,6 +41,21 @@ pub enum Shape {
     },
 }
 
+/// The place of tick `local` in its period, after `delay` ticks at the start value (`None`
+/// during the delay): the clock of the periodic shapes.
+fn phase(local: u64, delay: u64, period: u64) -> Option<u64> {
+    local.checked_sub(delay).map(|k| k % period)
+}
+
+/// `sum_{k=0}^{n-1}` of a periodic shape that holds `low` for `delay` ticks: whole periods
+/// plus a remainder, `part(len)` summing the first `len` ticks of a period.
+fn periodic_sum(n: u64, delay: u64, period: u64, low: f64, part: impl Fn(u64) -> f64) -> f64 {
+    let d = n.min(delay);
+    let m = n - d;
+    let (q, r) = (m / period, m % period);
+    d as f64 * low + q as f64 * part(period) + part(r)
+}
+
 /// `sum_{k=0}^{m-1} k` as an exact integer turned into f64 once.
 fn tri(m: u64) -> f64 {
     let m = u128::from(m);
@@ -70,27 +85,18 @@ impl Shape {
                 high,
                 period,
                 delay,
-            } => {
-                if local < delay {
-                    low
-                } else {
-                    let k = (local - delay) % period;
-                    low + (high - low) * (k as f64) / (period as f64)
-                }
-            }
+            } => phase(local, delay, period)
+                .map_or(low, |k| low + (high - low) * (k as f64) / (period as f64)),
             Shape::Pulse {
                 low,
                 high,
                 period,
                 width,
                 delay,
-            } => {
-                if local >= delay && (local - delay) % period < width {
-                    high
-                } else {
-                    low
-                }
-            }
+            } => match phase(local, delay, period) {
+                Some(k) if k < width => high,
+                _ => low,
+            },
         }
     }
 
@@ -115,29 +121,19 @@ impl Shape {
                 high,
                 period,
                 delay,
-            } => {
-                let d = n.min(delay);
-                let m = n - d;
-                let part = |len: u64| len as f64 * low + (high - low) / period as f64 * tri(len);
-                let (q, r) = (m / period, m % period);
-                d as f64 * low + q as f64 * part(period) + part(r)
-            }
+            } => periodic_sum(n, delay, period, low, |len| {
+                len as f64 * low + (high - low) / period as f64 * tri(len)
+            }),
             Shape::Pulse {
                 low,
                 high,
                 period,
                 width,
                 delay,
-            } => {
-                let d = n.min(delay);
-                let m = n - d;
-                let part = |len: u64| {
-                    let hi = len.min(width);
-                    hi as f64 * high + (len - hi) as f64 * low
-                };
-                let (q, r) = (m / period, m % period);
-                d as f64 * low + q as f64 * part(period) + part(r)
-            }
+            } => periodic_sum(n, delay, period, low, |len| {
+                let hi = len.min(width);
+                hi as f64 * high + (len - hi) as f64 * low
+            }),
         }
     }
 }

@@ -13,9 +13,9 @@ use crate::nvml::{self, code, throttle};
 use crate::timeline::Metric;
 use crate::types::{CallOutcome, GpuState, ProcessSpec, ProcessState, XidEvent};
 
-/// The part of a busy GPU's utilisation its tensor pipes are active, by default.
+/// The part of a busy GPU's utilisation its tensor pipes are active, by default; the same for
+/// SM activity, SM occupancy and DRAM bandwidth (an LLM step's kernel mix).
 const TENSOR_SHARE: f64 = 0.45;
-/// The same for SM activity, SM occupancy and DRAM bandwidth (an LLM step's kernel mix).
 const SM_SHARE: f64 = 0.8;
 const OCCUPANCY_SHARE: f64 = 0.35;
 const DRAM_SHARE: f64 = 0.4;
@@ -127,15 +127,8 @@ impl GpuModel {
             Metric::Throttle,
             if busy { 0.0 } else { throttle::GPU_IDLE as f64 },
         );
-        // Tensor pipes run part of a busy kernel mix (about half of an LLM step's time).
-        let tensor = get(
-            Metric::TensorActive,
-            if busy {
-                TENSOR_SHARE * u + jitter(key(Metric::TensorActive), tick, 3.0)
-            } else {
-                0.0
-            },
-        );
+        // GPM's activities are each a share of a busy GPU's kernel mix (tensor pipes about half
+        // of an LLM step's time), 0 when idle, unless a segment sets them.
         let share = |m: Metric, f: f64| {
             let v = if busy {
                 f * u + jitter(key(m), tick, 3.0)
@@ -166,7 +159,7 @@ impl GpuModel {
             mem_clock_mhz: to_u32(memclk),
             pcie_tx_kbs: to_u32(pcie(Metric::PcieTx, pr.pcie_load_tx_kbs)),
             pcie_rx_kbs: to_u32(pcie(Metric::PcieRx, pr.pcie_load_rx_kbs)),
-            tensor_active_pct: clamp_round(tensor, 0.0, 100.0) as u32,
+            tensor_active_pct: share(Metric::TensorActive, TENSOR_SHARE),
             sm_active_pct: share(Metric::SmActive, SM_SHARE),
             sm_occupancy_pct: share(Metric::SmOccupancy, OCCUPANCY_SHARE),
             dram_active_pct: share(Metric::DramActive, DRAM_SHARE),

@@ -198,6 +198,13 @@ pub fn to_signal(
     noise_key: u64,
 ) -> Result<Signal, String> {
     let ticks = |ms: u64| ms / tick_ms;
+    // A periodic shape's period in ticks: at least one.
+    let period_ticks = |shape: &str| match raw.period.map_or(0, |p| ticks(p.0)) {
+        0 => Err(format!(
+            "the {shape} period is shorter than one tick ({tick_ms} ms)"
+        )),
+        p => Ok(p),
+    };
     let delay = raw.delay.map_or(0, |d| ticks(d.0));
     let shape = match raw.shape {
         RawShape::Value(v) => Shape::Const(v),
@@ -221,12 +228,7 @@ pub fn to_signal(
             }
         }
         RawShape::Sawtooth(low, high) => {
-            let period = raw.period.map_or(0, |p| ticks(p.0));
-            if period == 0 {
-                return Err(format!(
-                    "the sawtooth period is shorter than one tick ({tick_ms} ms)"
-                ));
-            }
+            let period = period_ticks("sawtooth")?;
             Shape::Sawtooth {
                 low,
                 high,
@@ -235,12 +237,12 @@ pub fn to_signal(
             }
         }
         RawShape::Pulse(low, high) => {
-            let period = raw.period.map_or(0, |p| ticks(p.0));
+            let period = period_ticks("pulse")?;
             let width = raw.width.map_or(0, |w| ticks(w.0));
             if width == 0 || width >= period {
                 return Err(format!(
-                    "the pulse's width and period must be at least one tick ({tick_ms} ms) \
-                     apart and the width at least one tick"
+                    "the pulse's width must be at least one tick ({tick_ms} ms) and shorter \
+                     than its period by one"
                 ));
             }
             Shape::Pulse {

@@ -145,15 +145,11 @@ impl BehaviourTable {
                 ));
             }
         };
-        let pair = |p: Option<[f64; 2]>| [p.map(|r| r[0]), p.map(|r| r[1])];
-        let numbers = [
-            [self.value, None],
-            pair(self.ramp),
-            pair(self.sawtooth),
-            pair(self.pulse),
-        ];
-        let numbers: Vec<Option<f64>> = numbers.into_iter().flatten().collect();
-        if numbers.iter().flatten().any(|v| !v.is_finite()) {
+        let (a, b) = match shape {
+            RawShape::Value(v) => (v, v),
+            RawShape::Ramp(a, b) | RawShape::Sawtooth(a, b) | RawShape::Pulse(a, b) => (a, b),
+        };
+        if !(a.is_finite() && b.is_finite()) {
             return Err("behaviour values must be finite numbers".into());
         }
         let noise = self.noise.unwrap_or(0.0);
@@ -163,11 +159,17 @@ impl BehaviourTable {
             ));
         }
         match shape {
-            RawShape::Sawtooth(..) if self.period.is_none_or(|p| p.0 == 0) => {
-                return Err("a sawtooth needs `period` (a duration > 0, e.g. \"2m\")".into());
-            }
-            RawShape::Pulse(..) if self.period.is_none_or(|p| p.0 == 0) => {
-                return Err("a pulse needs `period` (a duration > 0, e.g. \"15s\")".into());
+            RawShape::Sawtooth(..) | RawShape::Pulse(..)
+                if self.period.is_none_or(|p| p.0 == 0) =>
+            {
+                let name = if matches!(shape, RawShape::Pulse(..)) {
+                    "pulse"
+                } else {
+                    "sawtooth"
+                };
+                return Err(format!(
+                    "a {name} needs `period` (a duration > 0, e.g. \"2m\")"
+                ));
             }
             RawShape::Pulse(..)
                 if self

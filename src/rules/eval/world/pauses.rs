@@ -101,8 +101,7 @@ impl PauseTracker {
         (self.n >= FLAT_MIN_SAMPLES && span >= FLAT_MIN_SPAN_MS).then_some(PauseKind::Flat)
     }
 
-    fn judge(&mut self, ts: TsMs, util: Option<f64>, power: Option<f64>) {
-        let Some(u) = util else { return };
+    fn judge(&mut self, ts: TsMs, u: f64, power: Option<f64>) {
         self.n += 1;
         self.busy += u32::from(u >= BUSY_UTIL);
         self.bursts += u32::from(u >= BURST_UTIL);
@@ -187,7 +186,7 @@ fn scan(g: &mut Gpu, util_m: Metric, power_m: Metric, to: TsMs) {
     };
     let from = g.pause.scanned_to.max(start + g.pause.grace_ms());
     if to <= from {
-        g.pause.scanned_to = g.pause.scanned_to.max(to.min(from));
+        g.pause.scanned_to = g.pause.scanned_to.max(to);
         return;
     }
     let Some(util) = g.series.get(&util_m).map(|t| &t.series) else {
@@ -207,7 +206,7 @@ fn scan(g: &mut Gpu, util_m: Metric, power_m: Metric, to: TsMs) {
             }
             _ => None,
         };
-        g.pause.judge(ts, Some(util.value(k)), p);
+        g.pause.judge(ts, util.value(k), p);
     }
     g.pause.scanned_to = to;
 }
@@ -220,7 +219,7 @@ mod tests {
         let mut t = PauseTracker::default();
         t.restart(0, true);
         for &(ts, u, p) in samples {
-            t.judge(ts, Some(u), Some(p));
+            t.judge(ts, u, Some(p));
         }
         t
     }

@@ -1,8 +1,17 @@
--- 0024: the recovery action the driver asks for (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION,
+-- 0023: GPU activity from GPM beside tensor-pipe activity, and the driver's recovery action.
+-- Activity, in percent of the interval since the GPU's previous sample: `sm_active_pct` (NVML_GPM_METRIC_SM_UTIL, the SMs' time with
+-- work; dcgm-exporter's DCGM_FI_PROF_SM_ACTIVE as a 0..1 ratio), `sm_occupancy_pct`
+-- (SM_OCCUPANCY; DCGM_FI_PROF_SM_OCCUPANCY) and `dram_active_pct` (DRAM_BW_UTIL;
+-- DCGM_FI_PROF_DRAM_ACTIVE). NULL where GPM cannot read them: GPUs before Hopper, drivers
+-- without GPM, a GPU's first sample, imported logs.
+-- `recovery_action` is what the driver asks for (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION,
 -- nvmlDeviceGpuRecoveryAction_t: 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain
--- and reset, 5 recover the IMEX domain, 6 bus reset, 7 system reboot). NULL where the driver
+-- and reset, 5 recover the IMEX domain, 6 bus reset, 7 system reboot); NULL where the driver
 -- does not report it (before R550, boards without row remapping) and in imported logs.
 
+ALTER TABLE samples ADD COLUMN sm_active_pct REAL;
+ALTER TABLE samples ADD COLUMN sm_occupancy_pct REAL;
+ALTER TABLE samples ADD COLUMN dram_active_pct REAL;
 ALTER TABLE samples ADD COLUMN recovery_action INTEGER;
 
 DROP VIEW gpu_samples;
