@@ -779,6 +779,130 @@ pub const SAMPLE_METRICS: &[SampleMetric] = &[
         |s| s.recovery_action.map(f64::from),
         Axis::Fit,
     ),
+    // NVLink: the links up of those the GPU has (NVML_FI_DEV_NVLINK_GET_STATE per link), the
+    // error counters (totals over the links) and the data moved. Absent without NVLink and
+    // in MIG mode, never 0 there.
+    row(
+        "nvlink_links_up",
+        "",
+        "NVLinks up",
+        "nvlink_links_up",
+        1.0,
+        |s| f(s.nvlink_links_up),
+        Axis::Fit,
+    ),
+    row(
+        "nvlink_crc_flit_errors",
+        "",
+        "NVLink CRC errors, flow control",
+        "nvlink_crc_flit_errors",
+        1.0,
+        |s| s.nvlink_crc_flit_errors.map(|v| v as f64),
+        Axis::Fit,
+    )
+    .exported(
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+        "gpuwatch_gpu_nvlink_crc_flit_errors",
+        "Total number of NVLink flow-control CRC errors",
+        None,
+        true,
+        1.0,
+        1.0,
+    ),
+    row(
+        "nvlink_crc_data_errors",
+        "",
+        "NVLink CRC errors, data",
+        "nvlink_crc_data_errors",
+        1.0,
+        |s| s.nvlink_crc_data_errors.map(|v| v as f64),
+        Axis::Fit,
+    )
+    .exported(
+        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+        "gpuwatch_gpu_nvlink_crc_data_errors",
+        "Total number of NVLink data CRC errors",
+        None,
+        true,
+        1.0,
+        1.0,
+    ),
+    row(
+        "nvlink_replay_errors",
+        "",
+        "NVLink replays",
+        "nvlink_replay_errors",
+        1.0,
+        |s| s.nvlink_replay_errors.map(|v| v as f64),
+        Axis::Fit,
+    )
+    .exported(
+        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+        "gpuwatch_gpu_nvlink_replay_errors",
+        "Total number of NVLink retries",
+        None,
+        true,
+        1.0,
+        1.0,
+    ),
+    row(
+        "nvlink_recovery_errors",
+        "",
+        "NVLink recoveries",
+        "nvlink_recovery_errors",
+        1.0,
+        |s| s.nvlink_recovery_errors.map(|v| v as f64),
+        Axis::Fit,
+    )
+    .exported(
+        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+        "gpuwatch_gpu_nvlink_recovery_errors",
+        "Total number of NVLink recovery errors",
+        None,
+        true,
+        1.0,
+        1.0,
+    ),
+    // Stored in KiB (NVML's throughput fields); MiB in the language; bytes on /metrics.
+    row(
+        "nvlink_traffic",
+        "MiB",
+        "NVLink data moved",
+        "nvlink_kib",
+        1024.0,
+        |s| s.nvlink_kib.map(|v| v as f64 / 1024.0),
+        Axis::Fit,
+    )
+    .exported(
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "gpuwatch_gpu_nvlink_data_bytes",
+        "Total number of NVLink bandwidth counters for all lanes (bytes received and transmitted)",
+        None,
+        true,
+        1.0 / MIB,
+        1.0,
+    ),
+    // The fabric registration (nvmlDeviceGetGpuFabricInfo): 1 not started, 2 in progress,
+    // 3 completed; its result once completed (0 success, else an NVML error code). Absent on
+    // GPUs outside an NVLink fabric.
+    row(
+        "fabric_state",
+        "",
+        "Fabric registration state",
+        "fabric_state",
+        1.0,
+        |s| s.fabric_state.map(f64::from),
+        Axis::Fit,
+    ),
+    row(
+        "fabric_status",
+        "",
+        "Fabric registration result",
+        "fabric_status",
+        1.0,
+        |s| s.fabric_status.map(f64::from),
+        Axis::Fit,
+    ),
     row(
         "lost",
         "",

@@ -126,6 +126,23 @@ pub struct GpuSample {
     /// 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset, 5 recover the IMEX domain,
     /// 6 bus reset, 7 system reboot); `None` where the driver does not report it.
     pub recovery_action: Option<u32>,
+    /// NVLinks up (active) of those the GPU has, and the links down as a bitmask (bit N:
+    /// link N); `None` without NVLink, in MIG mode, or where the driver does not say.
+    pub nvlink_links_up: Option<u32>,
+    pub nvlink_down_mask: Option<u32>,
+    /// NVLink error counters, totals over the GPU's links since the driver loaded:
+    /// flow-control CRC, data CRC, replays, recoveries.
+    pub nvlink_crc_flit_errors: Option<u64>,
+    pub nvlink_crc_data_errors: Option<u64>,
+    pub nvlink_replay_errors: Option<u64>,
+    pub nvlink_recovery_errors: Option<u64>,
+    /// Data moved over NVLink since the driver loaded, KiB, both directions.
+    pub nvlink_kib: Option<u64>,
+    /// The fabric registration (`nvmlGpuFabricState_t`: 1 not started, 2 in progress,
+    /// 3 completed) and its result once completed (an `nvmlReturn_t`, 0 success); `None` on
+    /// GPUs outside an NVLink fabric.
+    pub fabric_state: Option<u8>,
+    pub fabric_status: Option<u32>,
 }
 
 impl GpuSample {

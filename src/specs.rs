@@ -47,6 +47,8 @@ pub struct ModelSpec {
     /// Memory reserved by the driver and firmware, MiB (the largest any captured driver
     /// reserved): the most a free GPU of the model shows as used.
     pub reserved_mib: Option<u32>,
+    /// NVLinks the board has (SXM boards; PCIe boards' bridges are optional, so none).
+    pub nvlinks: Option<u32>,
     /// Where the numbers come from.
     pub source: &'static str,
 }
@@ -63,6 +65,7 @@ const fn spec(name: &'static str, words: &'static [&'static str]) -> ModelSpec {
         temp_shutdown_c: None,
         shutdown_above_tlimit_c: None,
         reserved_mib: None,
+        nvlinks: None,
         source: "",
     }
 }
@@ -96,6 +99,10 @@ impl ModelSpec {
         self.shutdown_above_tlimit_c = Some(shutdown_above);
         self
     }
+    const fn nvlinks(mut self, links: u32) -> Self {
+        self.nvlinks = Some(links);
+        self
+    }
     const fn from(mut self, source: &'static str) -> Self {
         self.source = source;
         self
@@ -113,16 +120,16 @@ impl ModelSpec {
     }
 }
 
-const Q_8XH100: &str = "nvidia-smi -q, 8 x H100 80GB HBM3, driver 535.183.01 (T.Limit 86 °C on 7 of 8, 87 on one); nvidia-smi -q and --query-gpu, H100 80GB HBM3, driver 590.48.01";
+const Q_8XH100: &str = "nvidia-smi -q, 8 x H100 80GB HBM3, driver 535.183.01 (T.Limit 86 °C on 7 of 8, 87 on one); nvidia-smi -q and --query-gpu, H100 80GB HBM3, driver 590.48.01; nvidia-smi nvlink -s, H100 80GB HBM3, driver 590.48.01 (links 0-17 at 26.562 GB/s)";
 
 /// The table. Keep it sorted by family; every entry names its source.
 #[rustfmt::skip]
 const MODELS: &[ModelSpec] = &[
     spec("NVIDIA H100 80GB HBM3", &["h100", "hbm3"]).not(&["nvl", "pcie"])
-        .memory(81559, 551).power(700).tlimit(86, 8).from(Q_8XH100),
+        .memory(81559, 551).power(700).tlimit(86, 8).nvlinks(18).from(Q_8XH100),
     spec("NVIDIA H200", &["h200"]).not(&["nvl"])
-        .memory(143771, 614).power(700).tlimit(87, 8)
-        .from("nvidia-smi -q, H200, driver 590.48.01 (T.Limit 87 °C idle and loaded)"),
+        .memory(143771, 614).power(700).tlimit(87, 8).nvlinks(18)
+        .from("nvidia-smi -q, H200, driver 590.48.01 (T.Limit 87 °C idle and loaded); nvidia-smi nvlink -s, H200, driver 590.48.01 (links 0-17 at 26.562 GB/s)"),
     spec("NVIDIA L40S", &["l40s"])
         .memory(46068, 609).power(350).tlimit(88, 5)
         .from("nvidia-smi -q, L40S, driver 595.80 (T.Limit 88 °C idle and loaded)"),

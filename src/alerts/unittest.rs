@@ -266,6 +266,7 @@ fn sample(g: &TestGpu, inv: &GpuInventory, k: usize, ts: TsMs) -> Option<GpuSamp
         ));
     }
     let int = |name: &str| v(name).map(|x| x.max(0.0).round() as u32);
+    let count = |name: &str| v(name).map(|x| x.max(0.0).round() as u64);
     let scaled = |name: &str, f: f64| v(name).map(|x| (x * f).max(0.0).round() as u32);
     let bytes = |x: f64| (x * MIB).max(0.0).round() as u64;
     let total = v("mem_total").map(bytes).or(inv.memory_total_bytes);
@@ -299,8 +300,8 @@ fn sample(g: &TestGpu, inv: &GpuInventory, k: usize, ts: TsMs) -> Option<GpuSamp
         pcie_gen: int("pcie_gen"),
         pcie_width: int("pcie_width"),
         throttle_reasons: throttle,
-        ecc_corrected: v("ecc_corrected").map(|x| x.max(0.0).round() as u64),
-        ecc_uncorrected: v("ecc_uncorrected").map(|x| x.max(0.0).round() as u64),
+        ecc_corrected: count("ecc_corrected"),
+        ecc_uncorrected: count("ecc_uncorrected"),
         retired_pages: int("retired_pages"),
         remapped_rows_uncorrectable: int("remapped_rows_uncorrectable"),
         remap_pending: v("remap_pending").map(|x| x != 0.0),
@@ -309,6 +310,14 @@ fn sample(g: &TestGpu, inv: &GpuInventory, k: usize, ts: TsMs) -> Option<GpuSamp
         sm_occupancy_pct: v("sm_occupancy"),
         dram_active_pct: v("dram_active"),
         recovery_action: int("recovery_action"),
+        nvlink_links_up: int("nvlink_links_up"),
+        nvlink_crc_flit_errors: count("nvlink_crc_flit_errors"),
+        nvlink_crc_data_errors: count("nvlink_crc_data_errors"),
+        nvlink_replay_errors: count("nvlink_replay_errors"),
+        nvlink_recovery_errors: count("nvlink_recovery_errors"),
+        nvlink_kib: v("nvlink_traffic").map(|x| (x.max(0.0) * 1024.0).round() as u64),
+        fabric_state: int("fabric_state").and_then(|x| u8::try_from(x).ok()),
+        fabric_status: int("fabric_status"),
         ..GpuSample::default()
     })
 }

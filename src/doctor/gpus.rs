@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use super::Check;
-use super::host::Persistenced;
+use super::host::Daemon;
 use crate::sampler::diagnosis::{self, Diagnosis};
 use crate::sampler::probe::{Answer, Compute, GpuProbe, Probe, ProbeError};
 
@@ -59,7 +59,8 @@ fn answer<T>(
 /// Every GPU's checks, and the hung GPU and those after it (nothing when NVML did not start).
 pub fn checks(
     probe: &Result<Probe, ProbeError>,
-    persistenced: &Persistenced,
+    persistenced: &Daemon,
+    fabric_manager: &Daemon,
     timeout: Duration,
 ) -> Vec<Check> {
     let mut out = Vec::new();
@@ -69,6 +70,7 @@ pub fn checks(
     for g in &p.gpus {
         out.extend(gpu(g, persistenced));
     }
+    out.extend(fabric(&p.gpus, fabric_manager));
     if let Some(h) = p.hung {
         out.push(Check::fail(
             format!("gpu{h}"),
@@ -90,7 +92,7 @@ pub fn checks(
     out
 }
 
-fn gpu(g: &GpuProbe, persistenced: &Persistenced) -> Vec<Check> {
+fn gpu(g: &GpuProbe, persistenced: &Daemon) -> Vec<Check> {
     let id = format!("gpu{}", g.index);
     if let Err(d) = &g.handle {
         return vec![error_check(&id, "nvmlDeviceGetHandleByIndex", d)];
@@ -101,9 +103,9 @@ fn gpu(g: &GpuProbe, persistenced: &Persistenced) -> Vec<Check> {
         (Err(d), _) | (_, Err(d)) => error_check(&id, "cannot read its name and UUID", d),
     }];
     let daemon = match persistenced {
-        Persistenced::Running(pid) => format!("nvidia-persistenced runs (pid {pid})"),
-        Persistenced::NotRunning => "nvidia-persistenced does not run".into(),
-        Persistenced::Unknown(why) => format!("unknown whether nvidia-persistenced runs ({why})"),
+        Daemon::Running(pid) => format!("nvidia-persistenced runs (pid {pid})"),
+        Daemon::NotRunning => "nvidia-persistenced does not run".into(),
+        Daemon::Unknown(why) => format!("unknown whether nvidia-persistenced runs ({why})"),
     };
     let name = format!("{id} persistence mode");
     out.push(answer(&name, &g.persistence, None, |on| {
@@ -185,6 +187,82 @@ fn gpu(g: &GpuProbe, persistenced: &Persistenced) -> Vec<Check> {
         }
     }));
     out
+}
+
+/// The NVLink fabric (NVSwitch systems): each GPU's registration, and the Fabric Manager that
+/// registers them. Nothing on hosts whose GPUs are in no fabric (NOT_SUPPORTED everywhere).
+fn fabric(gpus: &[GpuProbe], fm: &Daemon) -> Vec<Check> {
+    let in_fabric: Vec<(u32, u8, u32)> = gpus
+        .iter()
+        .filter_map(|g| {
+            g.fabric
+                .as_ref()
+                .ok()
+                .map(|&(st, code)| (g.index, st, code))
+        })
+        .filter(|&(_, st, _)| (1..=3).contains(&st))
+        .collect();
+    if in_fabric.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut pending = Vec::new();
+    for &(i, state, status) in &in_fabric {
+        let name = format!("gpu{i} fabric");
+        out.push(match (state, status) {
+            (3, 0) => Check::ok(&name, "registered (state completed, status success)"),
+            (3, code) => Check::fail(
+                &name,
+                format!("registration completed with an error: {}", fabric_error(code)),
+                "read the Fabric Manager's log (/var/log/fabricmanager.log), restart it (`systemctl restart nvidia-fabricmanager`) and reset the GPU; a GPU that fails again needs its NVSwitch tray or the GPU checked",
+            ),
+            (s, _) => {
+                pending.push(i);
+                Check::fail(
+                    &name,
+                    format!(
+                        "not registered (state {}): CUDA cannot start on this GPU until it is",
+                        if s == 1 { "not started" } else { "in progress" }
+                    ),
+                    "start the Fabric Manager (`systemctl enable --now nvidia-fabricmanager`; its version must match the driver's); right after boot, wait a minute and run the doctor again",
+                )
+            }
+        });
+    }
+    out.push(match fm {
+        Daemon::Running(pid) => Check::ok("fabric manager", format!("nv-fabricmanager runs (pid {pid}); {} GPU(s) in the NVLink fabric", in_fabric.len())),
+        Daemon::NotRunning if pending.is_empty() => Check::warn(
+            "fabric manager",
+            "nv-fabricmanager does not run, though the GPUs registered: a GPU reset or a new partition will not register",
+            "`systemctl enable --now nvidia-fabricmanager` (the package matching the driver's version)",
+        ),
+        Daemon::NotRunning => Check::fail(
+            "fabric manager",
+            format!("nv-fabricmanager does not run on this NVSwitch system and GPU(s) {} are not registered", list(&pending)),
+            "install the Fabric Manager of the driver's version and `systemctl enable --now nvidia-fabricmanager`",
+        ),
+        Daemon::Unknown(why) => Check::warn(
+            "fabric manager",
+            format!("unknown whether nv-fabricmanager runs ({why})"),
+            "run the doctor with access to /proc (the host's PID namespace)",
+        ),
+    });
+    out
+}
+
+fn list(gpus: &[u32]) -> String {
+    gpus.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// An `nvmlReturn_t` as NVML names it.
+fn fabric_error(code: u32) -> String {
+    match gpuwatch_sim::nvml::return_code_name(code) {
+        Some(name) => format!("NVML error {code} ({name})"),
+        None => format!("NVML error {code}"),
+    }
 }
 
 fn on(b: bool) -> &'static str {
@@ -277,7 +355,46 @@ mod tests {
                 width_now: 16,
                 width_max: 16,
             }),
+            fabric: Ok((3, 0)),
         }
+    }
+
+    #[test]
+    fn the_fabric_is_checked_where_the_gpus_are_in_one() {
+        let running = Daemon::Running(9);
+        let checks = fabric(&[healthy(0), healthy(1)], &running);
+        assert!(checks.iter().all(|c| c.status == Status::Ok), "{checks:?}");
+        assert_eq!(checks.len(), 3);
+        // A GPU still registering without the Fabric Manager: both fail, with the fix.
+        let mut g = healthy(1);
+        g.fabric = Ok((2, 0));
+        let checks = fabric(&[healthy(0), g], &Daemon::NotRunning);
+        assert_eq!(status_of(&checks, "gpu1 fabric"), Status::Fail);
+        assert_eq!(status_of(&checks, "gpu0 fabric"), Status::Ok);
+        let fm = checks
+            .iter()
+            .find(|c| c.name == "fabric manager")
+            .expect("fm");
+        assert_eq!(fm.status, Status::Fail);
+        assert!(fm.found.contains("GPU(s) 1"), "{fm:?}");
+        assert!(fm.fix.contains("nvidia-fabricmanager"), "{fm:?}");
+        // Registered with an error: named.
+        let mut g = healthy(0);
+        g.fabric = Ok((3, 27));
+        let checks = fabric(&[g], &running);
+        let c = checks
+            .iter()
+            .find(|c| c.name == "gpu0 fabric")
+            .expect("gpu0");
+        assert_eq!(c.status, Status::Fail);
+        assert!(c.found.contains("NOT_READY"), "{c:?}");
+        // Registered, but no Fabric Manager: a warning.
+        let checks = fabric(&[healthy(0)], &Daemon::NotRunning);
+        assert_eq!(status_of(&checks, "fabric manager"), Status::Warn);
+        // Not in a fabric (a PCIe board, an A100): nothing at all.
+        let mut g = healthy(0);
+        g.fabric = Err(diagnosis::NOT_SUPPORTED);
+        assert!(fabric(&[g], &Daemon::NotRunning).is_empty());
     }
 
     fn status_of(checks: &[Check], name: &str) -> Status {
@@ -290,7 +407,7 @@ mod tests {
 
     #[test]
     fn a_healthy_gpu_is_all_ok_and_a_failed_row_remap_fails() {
-        let running = Persistenced::Running(7);
+        let running = Daemon::Running(7);
         assert!(
             gpu(&healthy(0), &running)
                 .iter()
@@ -323,14 +440,14 @@ mod tests {
             double_bit: 1,
             pending: true,
         });
-        let checks = gpu(&g, &Persistenced::NotRunning);
+        let checks = gpu(&g, &Daemon::NotRunning);
         for name in ["gpu1 MIG mode", "gpu1 ECC", "gpu1 memory repair"] {
             assert_eq!(status_of(&checks, name), Status::Warn, "{name}");
         }
         // A read error that means the GPU is broken fails; an unknown value only warns.
         g.persistence = Err(diagnosis::RESET_REQUIRED);
         g.compute = Err(diagnosis::NO_PERMISSION);
-        let checks = gpu(&g, &Persistenced::NotRunning);
+        let checks = gpu(&g, &Daemon::NotRunning);
         assert_eq!(status_of(&checks, "gpu1 persistence mode"), Status::Fail);
         assert_eq!(status_of(&checks, "gpu1 compute mode"), Status::Warn);
     }

@@ -115,9 +115,9 @@ pub fn kernel_module(root: &Path) -> Module {
     Module { checks, version }
 }
 
-/// Whether nvidia-persistenced runs, from the host's /proc.
+/// Whether a daemon (nvidia-persistenced, the Fabric Manager) runs, from the host's /proc.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Persistenced {
+pub enum Daemon {
     Running(u32),
     NotRunning,
     /// /proc could not be listed.
@@ -125,23 +125,34 @@ pub enum Persistenced {
 }
 
 /// Looks for a process named `nvidia-persistenced` (its `comm` is cut to 15 bytes).
-pub fn persistenced(root: &Path) -> Persistenced {
+pub fn persistenced(root: &Path) -> Daemon {
+    daemon(root, "nvidia-persistenced")
+}
+
+/// Looks for the Fabric Manager (`nv-fabricmanager`, the daemon of `nvidia-fabricmanager`).
+pub fn fabric_manager(root: &Path) -> Daemon {
+    daemon(root, "nv-fabricmanager")
+}
+
+/// Looks for a process whose `comm` is `name` (cut to 15 bytes, as the kernel keeps it).
+fn daemon(root: &Path, name: &str) -> Daemon {
+    let comm = &name.as_bytes()[..name.len().min(15)];
     let proc_dir = root.join("proc");
     let rd = match std::fs::read_dir(&proc_dir) {
         Ok(rd) => rd,
-        Err(e) => return Persistenced::Unknown(format!("cannot list {}: {e}", proc_dir.display())),
+        Err(e) => return Daemon::Unknown(format!("cannot list {}: {e}", proc_dir.display())),
     };
     for e in rd.flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
         if std::fs::read_to_string(e.path().join("comm"))
-            .is_ok_and(|c| c.trim_end().starts_with("nvidia-persiste"))
+            .is_ok_and(|c| c.trim_end().as_bytes() == comm)
         {
-            return Persistenced::Running(pid);
+            return Daemon::Running(pid);
         }
     }
-    Persistenced::NotRunning
+    Daemon::NotRunning
 }
 #[cfg(test)]
 mod tests {

@@ -2,7 +2,8 @@
 //! library and its version against the driver's, NVML itself and every GPU, then gpuwatch's
 //! own setup — and reports one [`Check`] per finding, with the fix. docs/DOCTOR.md lists them.
 //!
-//! Owns: reading the host (`host.rs`: the kernel module in /proc and /sys, nvidia-persistenced;
+//! Owns: reading the host (`host.rs`: the kernel module in /proc and /sys, nvidia-persistenced
+//! and the Fabric Manager;
 //! `nodes.rs`: /dev, and the GPU nodes against NVML's GPUs), finding the NVML library the
 //! loader would pick (`library.rs`), judging NVML's answers (`nvml.rs`: versions and init;
 //! `gpus.rs`: each GPU; the NVML calls themselves are in `sampler::probe`, the meaning of each
@@ -223,7 +224,13 @@ pub fn run(opts: &Options) -> Report {
         checks.extend(nodes::nodes_for_gpus(root, &read, p.hung.is_none()));
     }
     let persistenced = host::persistenced(root);
-    checks.extend(gpus::checks(&probe, &persistenced, opts.nvml_timeout));
+    let fabric_manager = host::fabric_manager(root);
+    checks.extend(gpus::checks(
+        &probe,
+        &persistenced,
+        &fabric_manager,
+        opts.nvml_timeout,
+    ));
 
     checks.extend(setup::checks(opts, cfg));
     Report { checks }

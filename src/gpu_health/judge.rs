@@ -1,14 +1,18 @@
 //! The checks of one fresh, sampled GPU: its clock-event reasons, memory repair (row
-//! remapping, or page retirement before Ampere), uncorrectable ECC errors and its PCIe link.
+//! remapping, or page retirement before Ampere), uncorrectable ECC errors and its PCIe link;
+//! and, judged where the GPU reports them, the driver's recovery action, its NVLinks and its
+//! NVLink fabric registration.
 //!
 //! Invariant: each check either judges from values that were read, or names itself in
 //! `not_checked`; a missing value is never taken for a healthy one. Severities:
 //! - `fail`: the hardware is degraded now or must be replaced — the power brake, hardware
 //!   thermal or other hardware slowdown (clocks cut by half or more), a failed row remap,
-//!   retired pages at NVIDIA's replacement threshold;
+//!   retired pages at NVIDIA's replacement threshold, a recovery action asked for, fewer
+//!   NVLinks up than the model has, a fabric registration failed or not completed;
 //! - `warn`: needs attention but work goes on — a software thermal slowdown under load, a
 //!   pending row remap (a reset applies it), many retired pages, uncorrectable ECC errors
-//!   since the driver loaded, a PCIe link below its maximum under load;
+//!   since the driver loaded, a PCIe link below its maximum under load, NVLinks down beside
+//!   links up on a model whose link count is not in the table;
 //! - not a problem: idle, applications or display clocks, sync boost and the software power
 //!   cap (a busy GPU at its power limit is the normal state of training) are listed in
 //!   `clock_events` only.
@@ -37,6 +41,8 @@ pub(super) fn sample(n: u32, s: &GpuSample, inv: &GpuInventory) -> Health {
     ecc(&mut f, s);
     pcie(&mut f, s, inv, busy);
     recovery(&mut f, n, s);
+    nvlink(&mut f, n, s, inv);
+    fabric(&mut f, s);
     f.reasons.sort_by_key(|r| std::cmp::Reverse(r.severity));
     let status = if f.not_checked.len() == super::CHECKS.len() {
         f.reasons.push(reason(
@@ -58,6 +64,75 @@ pub(super) fn sample(n: u32, s: &GpuSample, inv: &GpuInventory) -> Health {
         reasons: f.reasons,
         clock_events,
         not_checked: f.not_checked,
+    }
+}
+
+/// The links down (bit N: link N) as `3, 7`.
+fn links(mask: u32) -> String {
+    (0..32)
+        .filter(|l| mask & (1 << l) != 0)
+        .map(|l: u32| l.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// NVLink, where the GPU has it (judged when read, like the recovery action): fewer links up
+/// than the model has (the model table) fails; on a model the table does not know, links down
+/// beside links up warn (a bridged PCIe board without its bridges has none up: nothing).
+fn nvlink(f: &mut Found, n: u32, s: &GpuSample, inv: &GpuInventory) {
+    let Some(up) = s.nvlink_links_up else {
+        return;
+    };
+    let mask = s.nvlink_down_mask.unwrap_or(0);
+    let expected = inv
+        .name
+        .as_deref()
+        .and_then(crate::specs::lookup)
+        .and_then(|m| m.nvlinks);
+    let down = if mask != 0 {
+        format!(" (link(s) {} down)", links(mask))
+    } else {
+        String::new()
+    };
+    let fix = format!(
+        "drain the node's multi-GPU jobs and reset the GPU (`nvidia-smi -r -i {n}`); a link still down after the reset, or after a reboot, needs the board or its NVSwitch tray checked (`nvidia-smi nvlink -s -i {n}`)"
+    );
+    match expected {
+        Some(want) if up < want => f.reasons.push(reason(
+            "nvlink_down",
+            format!("{up} of the model's {want} NVLinks up{down}: multi-GPU jobs on it slow down or hang"),
+            fix,
+        )),
+        None if up > 0 && mask != 0 => f.reasons.push(reason(
+            "nvlink_links_down",
+            format!("{up} NVLinks up{down}"),
+            fix,
+        )),
+        _ => {}
+    }
+}
+
+/// The NVLink fabric registration, where the GPU is in one (judged when read).
+fn fabric(f: &mut Found, s: &GpuSample) {
+    let (Some(state), Some(status)) = (s.fabric_state, s.fabric_status) else {
+        return;
+    };
+    let fix = "check the Fabric Manager (`systemctl status nvidia-fabricmanager`, /var/log/fabricmanager.log; its version must match the driver's) and reset the GPU once it runs; `gpuwatch doctor` checks it";
+    match (state, status) {
+        (3, 0) => {}
+        (3, code) => f.reasons.push(reason(
+            "fabric_failed",
+            format!("the NVLink fabric registration failed (NVML error {code}): CUDA cannot use this GPU"),
+            fix.into(),
+        )),
+        (st, _) => f.reasons.push(reason(
+            "fabric_not_ready",
+            format!(
+                "the NVLink fabric registration has not completed (state {}): CUDA cannot start on this GPU until it does",
+                if st == 1 { "not started" } else { "in progress" }
+            ),
+            fix.into(),
+        )),
     }
 }
 

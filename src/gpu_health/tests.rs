@@ -10,6 +10,7 @@ fn busy() -> GpuStatusRow {
         inventory: GpuInventory {
             index: 2,
             uuid: "GPU-2".into(),
+            name: Some("NVIDIA H100 80GB HBM3".into()),
             pcie_max_gen: Some(5),
             pcie_max_width: Some(16),
             ..Default::default()
@@ -223,6 +224,46 @@ fn a_recovery_action_fails_with_the_action_to_take() {
         assert_eq!(h.status, Status::Ok, "{a:?}");
         assert!(h.not_checked.is_empty(), "{a:?}");
     }
+}
+
+#[test]
+fn nvlinks_and_the_fabric_are_judged_where_the_gpu_reports_them() {
+    // An H100 (18 links in the table) with links 3 and 7 down.
+    let h = judged(&with(|s| {
+        s.nvlink_links_up = Some(16);
+        s.nvlink_down_mask = Some((1 << 3) | (1 << 7));
+    }));
+    assert_eq!((h.status, codes(&h)), (Status::Fail, vec!["nvlink_down"]));
+    assert!(
+        h.reasons[0].text.contains("16 of the model's 18"),
+        "{:?}",
+        h.reasons
+    );
+    assert!(h.reasons[0].text.contains("3, 7 down"), "{:?}", h.reasons);
+    // Every link up, or no NVLink at all (a PCIe board, MIG mode): nothing to say.
+    for (up, mask) in [(Some(18), Some(0)), (None, None)] {
+        let h = judged(&with(|s| {
+            s.nvlink_links_up = up;
+            s.nvlink_down_mask = mask;
+        }));
+        assert_eq!(h.status, Status::Ok, "{up:?}");
+        assert!(h.not_checked.is_empty());
+    }
+    let h = judged(&with(|s| {
+        s.fabric_state = Some(3);
+        s.fabric_status = Some(27);
+    }));
+    assert_eq!((h.status, codes(&h)), (Status::Fail, vec!["fabric_failed"]));
+    let h = judged(&with(|s| {
+        s.fabric_state = Some(2);
+        s.fabric_status = Some(0);
+    }));
+    assert_eq!(codes(&h), ["fabric_not_ready"]);
+    let h = judged(&with(|s| {
+        s.fabric_state = Some(3);
+        s.fabric_status = Some(0);
+    }));
+    assert_eq!(h.status, Status::Ok);
 }
 
 #[test]

@@ -79,6 +79,9 @@ pub enum Static {
     PcieMaxWidth,
     /// Number of GPUs on the host (for peer rules).
     HostGpuCount,
+    /// NVLinks the model has (the model table only: a GPU reports the links it sees, not
+    /// the ones it should have).
+    NvlinksExpected,
     /// The most memory a free GPU of this model shows as used, MiB (the driver's reserved
     /// memory, from the model table; the largest of the table for a model it lacks).
     MemFreeBaseline,

@@ -45,6 +45,7 @@ pub fn defaults() -> Vec<(String, String)> {
             "rules/hardware.toml",
             include_str!("../../rules/hardware.toml"),
         ),
+        ("rules/nvlink.toml", include_str!("../../rules/nvlink.toml")),
     ];
     FILES
         .iter()

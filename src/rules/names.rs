@@ -49,6 +49,7 @@ pub const STATICS: &[(&str, Static)] = &[
     ("pcie_max_width", Static::PcieMaxWidth),
     ("host_gpu_count", Static::HostGpuCount),
     ("mem_free_baseline", Static::MemFreeBaseline),
+    ("nvlinks_expected", Static::NvlinksExpected),
 ];
 
 const METRIC_ALIASES: &[(&str, &str)] = &[
@@ -249,9 +250,9 @@ mod tests {
         for (name, s) in STATICS {
             assert_eq!(static_name(*s), *name);
         }
-        // 45, and the test build's probe row (`crate::metric`).
-        assert_eq!(metrics().count(), 46);
-        assert_eq!(STATICS.len(), 10);
+        // 53, and the test build's probe row (`crate::metric`).
+        assert_eq!(metrics().count(), 54);
+        assert_eq!(STATICS.len(), 11);
     }
 
     #[test]

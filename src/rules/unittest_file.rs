@@ -52,6 +52,14 @@ pub const GPU_METRICS: &[&str] = &[
     "sm_occupancy",
     "dram_active",
     "recovery_action",
+    "nvlink_links_up",
+    "nvlink_crc_flit_errors",
+    "nvlink_crc_data_errors",
+    "nvlink_replay_errors",
+    "nvlink_recovery_errors",
+    "nvlink_traffic",
+    "fabric_state",
+    "fabric_status",
 ];
 
 #[derive(Debug, Clone, PartialEq)]

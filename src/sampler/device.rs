@@ -130,6 +130,16 @@ pub fn read_sample(
         sm_occupancy_pct: None,
         dram_active_pct: None,
         recovery_action: counters.recovery_action,
+        // Set by the worker from the NVLink reader.
+        nvlink_links_up: None,
+        nvlink_down_mask: None,
+        nvlink_crc_flit_errors: None,
+        nvlink_crc_data_errors: None,
+        nvlink_replay_errors: None,
+        nvlink_recovery_errors: None,
+        nvlink_kib: None,
+        fabric_state: None,
+        fabric_status: None,
     };
     // Row remapping (Ampere and later) replaced page retirement: read pages only without it.
     if remap.is_none() {

@@ -297,6 +297,17 @@ fn read_gpu<'n>(
                 sample.sm_active_pct = gpm.sm_active;
                 sample.sm_occupancy_pct = gpm.sm_occupancy;
                 sample.dram_active_pct = gpm.dram_active;
+                let links = super::nvlink::read_links(nvml, dev, &mut st.support);
+                sample.nvlink_links_up = links.up;
+                sample.nvlink_down_mask = links.down_mask;
+                sample.nvlink_crc_flit_errors = links.crc_flit;
+                sample.nvlink_crc_data_errors = links.crc_data;
+                sample.nvlink_replay_errors = links.replay;
+                sample.nvlink_recovery_errors = links.recovery;
+                sample.nvlink_kib = links.kib;
+                let fabric = super::nvlink::read_fabric(nvml, dev, &mut st.support);
+                sample.fabric_state = fabric.map(|f| f.0);
+                sample.fabric_status = fabric.map(|f| f.1);
             }
             if req.processes && sample.status == SampleStatus::Ok {
                 resp.processes = read_processes(nvml, dev, &mut st.support);

@@ -33,6 +33,7 @@ pub mod gpm;
 pub mod gpu_procs;
 pub mod lane;
 mod mailbox;
+pub mod nvlink;
 pub mod nvml;
 mod pool;
 pub mod probe;

@@ -86,6 +86,8 @@ pub struct GpuProbe {
     pub remapped: Answer<Remapped>,
     pub retired: Answer<Retired>,
     pub pcie: Answer<PcieLink>,
+    /// `nvmlDeviceGetGpuFabricInfo`: (state, status); NOT_SUPPORTED outside an NVLink fabric.
+    pub fabric: Answer<(u8, u32)>,
 }
 
 /// Everything the probe learnt; `hung` names the step that did not return in time.
@@ -187,6 +189,7 @@ fn read_gpu(nvml: &nvml_wrapper::Nvml, index: u32) -> GpuProbe {
                 remapped: Err(e),
                 retired: Err(e),
                 pcie: Err(e),
+                fabric: Err(e),
             };
         }
     };
@@ -241,6 +244,7 @@ fn read_gpu(nvml: &nvml_wrapper::Nvml, index: u32) -> GpuProbe {
             .map_err(d),
         retired: retired().map_err(d),
         pcie: pcie().map_err(d),
+        fabric: super::nvlink::fabric_info(nvml, &dev).map_err(d),
     }
 }
 

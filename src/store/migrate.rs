@@ -140,11 +140,16 @@ const MIGRATIONS: &[Migration] = &[
         name: "activity_recovery",
         sql: include_str!("../../migrations/0023_activity_recovery.sql"),
     },
+    Migration {
+        version: 24,
+        name: "nvlink_fabric",
+        sql: include_str!("../../migrations/0024_nvlink_fabric.sql"),
+    },
     // The unit-test build's metric registry has one more rollup row (`crate::metric`'s
     // `test_probe`): its columns, always after the last real migration.
     #[cfg(test)]
     Migration {
-        version: 24,
+        version: 25,
         name: "test_probe",
         sql: "ALTER TABLE rollups_1m ADD COLUMN test_probe_min INTEGER;
               ALTER TABLE rollups_1m ADD COLUMN test_probe_max INTEGER;

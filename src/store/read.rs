@@ -371,7 +371,7 @@ pub(super) fn u64_col(r: &Row<'_>, idx: usize) -> rusqlite::Result<Option<u64>> 
     Ok(r.get::<_, Option<i64>>(idx)?.map(|v| v.max(0) as u64))
 }
 
-/// Maps `ts_ms, <sample_metric_columns>` (columns 0..=32) to a [`GpuSample`].
+/// Maps `ts_ms, <sample_metric_columns>` (columns 0..=41) to a [`GpuSample`].
 pub(super) fn sample_from_row(r: &Row<'_>, uuid: String) -> rusqlite::Result<GpuSample> {
     Ok(GpuSample {
         ts_ms: r.get(0)?,
@@ -408,5 +408,14 @@ pub(super) fn sample_from_row(r: &Row<'_>, uuid: String) -> rusqlite::Result<Gpu
         sm_occupancy_pct: r.get(30)?,
         dram_active_pct: r.get(31)?,
         recovery_action: r.get(32)?,
+        nvlink_links_up: r.get(33)?,
+        nvlink_down_mask: r.get(34)?,
+        nvlink_crc_flit_errors: u64_col(r, 35)?,
+        nvlink_crc_data_errors: u64_col(r, 36)?,
+        nvlink_replay_errors: u64_col(r, 37)?,
+        nvlink_recovery_errors: u64_col(r, 38)?,
+        nvlink_kib: u64_col(r, 39)?,
+        fabric_state: r.get(40)?,
+        fabric_status: r.get(41)?,
     })
 }

@@ -34,7 +34,9 @@ macro_rules! sample_metric_columns {
          pstate, pcie_tx_kbs, pcie_rx_kbs, pcie_gen, pcie_width, throttle_reasons, \
          ecc_corrected, ecc_uncorrected, retired_pages, remapped_rows_correctable, \
          remapped_rows_uncorrectable, remap_pending, remap_failure, process_count, \
-         tensor_active_pct, sm_active_pct, sm_occupancy_pct, dram_active_pct, recovery_action"
+         tensor_active_pct, sm_active_pct, sm_occupancy_pct, dram_active_pct, recovery_action, \
+         nvlink_links_up, nvlink_down_mask, nvlink_crc_flit_errors, nvlink_crc_data_errors, \
+         nvlink_replay_errors, nvlink_recovery_errors, nvlink_kib, fabric_state, fabric_status"
     };
 }
 pub(super) use sample_metric_columns;
@@ -44,14 +46,15 @@ pub(super) use sample_metric_columns;
 macro_rules! sample_placeholders {
     () => {
         "?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, \
-         ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34"
+         ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, \
+         ?35, ?36, ?37, ?38, ?39, ?40, ?41, ?42, ?43"
     };
 }
 pub(super) use sample_placeholders;
 
-/// The columns `SELECT ts_ms, <sample_metric_columns>` reads (0..=32): a column selected
+/// The columns `SELECT ts_ms, <sample_metric_columns>` reads (0..=41): a column selected
 /// after them is at this index.
-pub(super) const SAMPLE_ROW_COLUMNS: usize = 33;
+pub(super) const SAMPLE_ROW_COLUMNS: usize = 42;
 
 /// The values of [`sample_metric_columns!`] for one sample, in the same order, as SQL
 /// parameters after the time and GPU key: `params![ts, gpu, ...]` for the writer and the
@@ -93,6 +96,15 @@ macro_rules! sample_params {
             $s.sm_occupancy_pct,
             $s.dram_active_pct,
             $s.recovery_action,
+            $s.nvlink_links_up,
+            $s.nvlink_down_mask,
+            $crate::store::rows::sat($s.nvlink_crc_flit_errors),
+            $crate::store::rows::sat($s.nvlink_crc_data_errors),
+            $crate::store::rows::sat($s.nvlink_replay_errors),
+            $crate::store::rows::sat($s.nvlink_recovery_errors),
+            $crate::store::rows::sat($s.nvlink_kib),
+            $s.fabric_state,
+            $s.fabric_status,
         ]
     };
 }

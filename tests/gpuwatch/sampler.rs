@@ -409,9 +409,10 @@ fn a_gpu_that_fell_off_the_bus_is_not_called_until_a_probe_finds_it_back() {
     // Probed at 62 s (a minute after the XID), answering again: back.
     assert_eq!(statuses[62], SampleStatus::Ok, "{statuses:?}");
     assert_eq!(statuses[69], SampleStatus::Ok);
-    // Only GPU 0 is called meanwhile: half the calls of a tick with both.
+    // Only GPU 0 is called meanwhile: GPU 1's dozen-odd reads a tick are not made (the two
+    // GPUs differ in what they read: the H100 has NVLink and a fabric, the A100 no fabric).
     assert!(
-        per_tick[10] * 2 <= per_tick[1] + 2,
+        per_tick[1] >= per_tick[10] + 12 && per_tick[10] == per_tick[20],
         "calls per tick: {per_tick:?}"
     );
     let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
@@ -670,4 +671,80 @@ fn the_recovery_action_is_read_where_the_board_reports_it() {
             }
         }
     }
+}
+
+const NVLINK: &str = r#"
+[scenario]
+name = "nvlink"
+duration = "10m"
+seed = 4
+
+[[gpu]]
+model = "H100-SXM-80GB"
+[[gpu.timeline]]
+util_gpu = 80
+nvlink_down = [3, 7]
+nvlink_crc_flit_errors = { ramp = [0, 6000], over = "10m" }
+nvlink_replay_errors = 12
+nvlink_recovery_errors = 1
+fabric_state = "completed"
+fabric_status = "NOT_READY"
+
+[[gpu]]
+model = "H100-SXM-80GB"
+mig_mode = true
+[[gpu.timeline]]
+util_gpu = 50
+fabric_state = "in_progress"
+
+[[gpu]]
+model = "L40S"
+[[gpu.timeline]]
+util_gpu = 50
+"#;
+
+/// Each link's state, the error counters and the data moved come in one batch where the GPU
+/// has NVLink; the fabric registration where it is in a fabric. In MIG mode (no NVLink
+/// query answers) and on a PCIe board the values are absent, never 0.
+#[test]
+fn nvlink_and_the_fabric_are_read_where_the_gpu_has_them() {
+    let mut r = rig(NVLINK, Duration::from_secs(2));
+    let mut seen = 0;
+    for _ in 0..3 {
+        let n = r.n;
+        let b = r.tick();
+        for s in &b.samples {
+            let idx = (0..3)
+                .find(|&i| r.sim.scenario.gpu(i).uuid == s.uuid)
+                .expect("known uuid");
+            let want = r.sim.scenario.gpu_state(idx, n);
+            match idx {
+                0 => {
+                    assert_eq!(s.nvlink_links_up, Some(16));
+                    assert_eq!(s.nvlink_down_mask, Some((1 << 3) | (1 << 7)));
+                    assert_eq!(s.nvlink_crc_flit_errors, Some(want.nvlink_crc_flit));
+                    assert_eq!(s.nvlink_crc_data_errors, Some(0));
+                    assert_eq!(s.nvlink_replay_errors, Some(12));
+                    assert_eq!(s.nvlink_recovery_errors, Some(1));
+                    assert_eq!(s.nvlink_kib, Some(want.nvlink_tx_kib + want.nvlink_rx_kib));
+                    assert_eq!((s.fabric_state, s.fabric_status), (Some(3), Some(27)));
+                    seen += 1;
+                }
+                1 => {
+                    assert_eq!(
+                        s.nvlink_links_up, None,
+                        "no NVLink query answers in MIG mode"
+                    );
+                    assert_eq!(s.nvlink_crc_flit_errors, None);
+                    assert_eq!((s.fabric_state, s.fabric_status), (Some(2), Some(0)));
+                }
+                _ => {
+                    assert_eq!(s.nvlink_links_up, None, "an L40S has no NVLink");
+                    assert_eq!(s.nvlink_kib, None);
+                    assert_eq!(s.fabric_state, None, "nor a fabric");
+                }
+            }
+        }
+    }
+    assert_eq!(seen, 3);
 }

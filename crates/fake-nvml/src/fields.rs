@@ -48,7 +48,18 @@ pub mod id {
     pub const REMAPPED_FAILURE: u32 = 145;
     pub const POWER_INSTANT: u32 = 186;
     pub const GPU_RECOVERY_ACTION: u32 = 230;
+    pub const NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: u32 = 38;
+    pub const NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: u32 = 45;
+    pub const NVLINK_REPLAY_ERROR_COUNT_TOTAL: u32 = 52;
+    pub const NVLINK_RECOVERY_ERROR_COUNT_TOTAL: u32 = 59;
+    pub const NVLINK_LINK_COUNT: u32 = 91;
+    pub const NVLINK_THROUGHPUT_DATA_TX: u32 = 138;
+    pub const NVLINK_THROUGHPUT_DATA_RX: u32 = 139;
+    pub const NVLINK_GET_STATE: u32 = 165;
 }
+
+/// The scope that asks an NVLink throughput field for the sum over all links.
+const ALL_LINKS: u32 = u32::MAX;
 
 fn source_symbol(field: u32) -> Option<&'static str> {
     Some(match field {
@@ -61,6 +72,16 @@ fn source_symbol(field: u32) -> Option<&'static str> {
         // No call of its own: it belongs to the memory-error management of the boards with
         // row remapping (Ampere datacenter and later), and answers as that call does.
         id::GPU_RECOVERY_ACTION => "nvmlDeviceGetRemappedRows",
+        // The NVLink fields answer as the link state does (NOT_SUPPORTED without NVLink and
+        // in MIG mode).
+        id::NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL
+        | id::NVLINK_CRC_DATA_ERROR_COUNT_TOTAL
+        | id::NVLINK_REPLAY_ERROR_COUNT_TOTAL
+        | id::NVLINK_RECOVERY_ERROR_COUNT_TOTAL
+        | id::NVLINK_LINK_COUNT
+        | id::NVLINK_THROUGHPUT_DATA_TX
+        | id::NVLINK_THROUGHPUT_DATA_RX
+        | id::NVLINK_GET_STATE => gpuwatch_sim::nvml::NVLINK_STATE,
         _ => return None,
     })
 }
@@ -101,7 +122,43 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
                 e.nvml_return = code::NOT_SUPPORTED;
                 continue;
             }
+            let spec = d.spec();
+            // Per-link fields take the link in the scope; throughput also takes "all links".
+            let per_link = |total: u64| -> Option<u64> {
+                if e.scope_id == ALL_LINKS {
+                    return Some(total);
+                }
+                let up = u64::from(s.nvlinks_up(spec.nvlinks)).max(1);
+                crate::nvlink::link_up(spec, &s, e.scope_id)
+                    .map(|on| if on { total / up } else { 0 })
+            };
             let (ty, v) = match e.field_id {
+                id::NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL => (UNSIGNED_LONG_LONG, s.nvlink_crc_flit),
+                id::NVLINK_CRC_DATA_ERROR_COUNT_TOTAL => (UNSIGNED_LONG_LONG, s.nvlink_crc_data),
+                id::NVLINK_REPLAY_ERROR_COUNT_TOTAL => (UNSIGNED_LONG_LONG, s.nvlink_replay),
+                id::NVLINK_RECOVERY_ERROR_COUNT_TOTAL => (UNSIGNED_LONG_LONG, s.nvlink_recovery),
+                id::NVLINK_LINK_COUNT => (UNSIGNED_INT, u64::from(spec.nvlinks)),
+                id::NVLINK_THROUGHPUT_DATA_TX | id::NVLINK_THROUGHPUT_DATA_RX => {
+                    let total = if e.field_id == id::NVLINK_THROUGHPUT_DATA_TX {
+                        s.nvlink_tx_kib
+                    } else {
+                        s.nvlink_rx_kib
+                    };
+                    match per_link(total) {
+                        Some(v) => (UNSIGNED_LONG_LONG, v),
+                        None => {
+                            e.nvml_return = code::INVALID_ARGUMENT;
+                            continue;
+                        }
+                    }
+                }
+                id::NVLINK_GET_STATE => match crate::nvlink::link_up(spec, &s, e.scope_id) {
+                    Some(up) => (UNSIGNED_INT, u64::from(up)),
+                    None => {
+                        e.nvml_return = code::INVALID_ARGUMENT;
+                        continue;
+                    }
+                },
                 id::ECC_SBE_VOL_TOTAL => (UNSIGNED_LONG_LONG, s.ecc_corrected),
                 id::ECC_DBE_VOL_TOTAL => (UNSIGNED_LONG_LONG, s.ecc_uncorrected),
                 id::TOTAL_ENERGY_CONSUMPTION => (UNSIGNED_LONG_LONG, s.energy_mj),

@@ -16,7 +16,7 @@
 //! Module map: `init` (init/shutdown/system/handles/error strings), `device` (inventory and
 //! sensors), `health` (ECC, retirement, throttling, modes), `process` (running processes),
 //! `events` (XID event sets), `fields` (the batch `nvmlDeviceGetFieldValues`), `gpm` (GPM
-//! samples and metrics: tensor activity), `manage` (setters and supported clocks), `settings`
+//! samples and metrics: tensor activity), `nvlink` (link state and fabric registration), `manage` (setters and supported clocks), `settings`
 //! (what the setters change, shared between processes through `GPUWATCH_FAKE_STATE_DIR`, and
 //! who may change it), `control` (gpuwatchFake* test controls), `state`, `ffi_types`.
 //!
@@ -54,6 +54,7 @@ mod gpm;
 mod health;
 mod init;
 mod manage;
+mod nvlink;
 mod process;
 mod settings;
 mod state;

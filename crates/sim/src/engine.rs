@@ -138,6 +138,10 @@ impl GpuModel {
             clamp_round(get(m, v), 0.0, 100.0) as u32
         };
         let energy = self.energy_base_mj + self.energy.energy_mj(tick);
+        let nvlink_down_mask = to_u32(get(Metric::NvlinkDown, 0.0));
+        // A counter is monotone in the tick: traffic is not modelled, every link moves
+        // 1 GiB/s each way from the driver's load, whatever the load and the links' state.
+        let nvlink_kib = to_u64(tick as f64 * f64::from(s.nvlinks) * pr.nvlink_link_kib_per_tick);
         GpuState {
             tick,
             lost: s.lost_at_tick.is_some_and(|l| tick >= l),
@@ -177,6 +181,15 @@ impl GpuModel {
             retired_pages_sbe: to_u32(get(Metric::RetiredSbe, 0.0)),
             retired_pages_dbe: to_u32(get(Metric::RetiredDbe, 0.0)),
             retired_pending: get(Metric::RetiredPending, 0.0) >= 0.5,
+            nvlink_down_mask,
+            nvlink_crc_flit: to_u64(get(Metric::NvlinkCrcFlit, 0.0)),
+            nvlink_crc_data: to_u64(get(Metric::NvlinkCrcData, 0.0)),
+            nvlink_replay: to_u64(get(Metric::NvlinkReplay, 0.0)),
+            nvlink_recovery: to_u64(get(Metric::NvlinkRecovery, 0.0)),
+            nvlink_tx_kib: nvlink_kib,
+            nvlink_rx_kib: nvlink_kib,
+            fabric_state: clamp_round(get(Metric::FabricState, 3.0), 1.0, 3.0) as u32,
+            fabric_status: to_u32(get(Metric::FabricStatus, 0.0)),
         }
     }
 }

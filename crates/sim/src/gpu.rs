@@ -32,6 +32,8 @@ pub(crate) struct Params {
     pub pcie_load_tx_kbs: f64,
     pub pcie_load_rx_kbs: f64,
     pub idle_pstate: u32,
+    /// NVLink traffic of one link in one tick, KiB each way (1 GiB/s).
+    pub nvlink_link_kib_per_tick: f64,
 }
 
 /// A compiled GPU: inventory plus everything needed to answer `gpu_state` in O(log segments).
@@ -195,6 +197,36 @@ pub(crate) fn compile_spec(
     }
     let num_fans = g.num_fans.unwrap_or(pre.num_fans);
     let mig_mode = g.mig_mode.unwrap_or(false);
+    let nvlinks = g.nvlinks.as_ref().map_or(pre.nvlinks, |n| *n.get_ref());
+    if let Some(n) = g
+        .nvlinks
+        .as_ref()
+        .filter(|n| *n.get_ref() > nvml::NVLINK_MAX_LINKS)
+    {
+        p.at(
+            Some(n.span()),
+            format!(
+                "nvlinks must be at most {} (NVML_NVLINK_MAX_LINKS)",
+                nvml::NVLINK_MAX_LINKS
+            ),
+        );
+    }
+    let fabric = g.fabric.unwrap_or(pre.fabric);
+    // Without NVLink, and in MIG mode ("Nvlink queries are not supported for Devices in MIG
+    // mode", nvidia-smi 590), every NVLink call answers NOT_SUPPORTED; so does the fabric's
+    // on GPUs outside an NVLink fabric.
+    let mut unsupported_too: Vec<&str> = Vec::new();
+    if nvlinks == 0 || mig_mode {
+        unsupported_too.push(nvml::NVLINK_STATE);
+    }
+    if !fabric {
+        unsupported_too.extend(nvml::FABRIC_INFO);
+    }
+    for n in unsupported_too {
+        if !not_supported.iter().any(|x| x == n) {
+            not_supported.push(n.to_string());
+        }
+    }
     let ecc_mode = g.ecc_mode.as_ref().is_none_or(|m| *m.get_ref());
     let no_ecc = not_supported.iter().any(|n| n == "nvmlDeviceGetEccMode");
     for key in [&g.ecc_mode, &g.ecc_mode_pending].into_iter().flatten() {
@@ -249,6 +281,8 @@ pub(crate) fn compile_spec(
             .map_or(ecc_mode, |m| *m.get_ref()),
         lost_at_tick: g.lost_at.as_ref().map(|d| d.get_ref().0 / tick_ms),
         not_supported,
+        nvlinks,
+        fabric,
     };
     let params = Params {
         idle_power_w: g.idle_power_w.unwrap_or(pre.idle_power_w),
@@ -266,6 +300,7 @@ pub(crate) fn compile_spec(
             pre.fan_load.max(60.0)
         },
         sm_clock_idle: f64::from(g.sm_clock_idle.unwrap_or(pre.sm_clock_idle)),
+        nvlink_link_kib_per_tick: tick_ms as f64 * 1_048_576.0 / 1000.0,
         mem_clock_idle: f64::from(g.mem_clock_idle.unwrap_or(pre.mem_clock_idle)),
         pcie_load_tx_kbs: pre.pcie_load_tx_kbs,
         pcie_load_rx_kbs: pre.pcie_load_rx_kbs,
@@ -321,6 +356,10 @@ fn segment_metrics(seg: &RawSegment) -> Vec<(Metric, f64, RawBehaviour, std::ops
     add(Metric::RemappedUnc, 1.0, &seg.remapped_rows_unc);
     add(Metric::RetiredSbe, 1.0, &seg.retired_pages_sbe);
     add(Metric::RetiredDbe, 1.0, &seg.retired_pages_dbe);
+    add(Metric::NvlinkCrcFlit, 1.0, &seg.nvlink_crc_flit_errors);
+    add(Metric::NvlinkCrcData, 1.0, &seg.nvlink_crc_data_errors);
+    add(Metric::NvlinkReplay, 1.0, &seg.nvlink_replay_errors);
+    add(Metric::NvlinkRecovery, 1.0, &seg.nvlink_recovery_errors);
     let konst = |v: f64| RawBehaviour::constant(v);
     if let Some(s) = &seg.pstate {
         out.push((
@@ -332,6 +371,35 @@ fn segment_metrics(seg: &RawSegment) -> Vec<(Metric, f64, RawBehaviour, std::ops
     }
     if let Some(s) = &seg.throttle {
         out.push((Metric::Throttle, 1.0, konst(s.get_ref().0 as f64), s.span()));
+    }
+    if let Some(links) = &seg.nvlink_down {
+        let mask = links
+            .get_ref()
+            .iter()
+            .filter(|&&l| l < 32)
+            .fold(0u32, |m, &l| m | (1 << l));
+        out.push((
+            Metric::NvlinkDown,
+            1.0,
+            konst(f64::from(mask)),
+            links.span(),
+        ));
+    }
+    if let Some(s) = &seg.fabric_state {
+        out.push((
+            Metric::FabricState,
+            1.0,
+            konst(f64::from(s.get_ref().0)),
+            s.span(),
+        ));
+    }
+    if let Some(s) = &seg.fabric_status {
+        out.push((
+            Metric::FabricStatus,
+            1.0,
+            konst(f64::from(s.get_ref().0)),
+            s.span(),
+        ));
     }
     for (m, b) in [
         (Metric::RemapPending, &seg.remap_pending),
@@ -372,6 +440,18 @@ pub(crate) fn compile_timeline(
                 format!("segment `to` (tick {to}) must be after `from` (tick {from})"),
             );
             continue;
+        }
+        if let Some(links) = &s.nvlink_down
+            && let Some(bad) = links.get_ref().iter().find(|&&l| l >= spec.nvlinks)
+        {
+            p.at(
+                Some(links.span()),
+                format!(
+                    "link {bad} is not one of this GPU's {} NVLinks (0..{})",
+                    spec.nvlinks,
+                    spec.nvlinks.saturating_sub(1)
+                ),
+            );
         }
         if s.mem_used_mib.is_some() && s.mem_used_bytes.is_some() {
             p.at(

@@ -149,6 +149,9 @@ pub const DEVICE_SYMBOLS: &[&str] = &[
     "nvmlDeviceGetDisplayActive",
     "nvmlDeviceGetComputeMode",
     "nvmlDeviceGetRemappedRows",
+    "nvmlDeviceGetNvLinkState",
+    "nvmlDeviceGetGpuFabricInfo",
+    "nvmlDeviceGetGpuFabricInfoV",
     "nvmlDeviceGetFieldValues",
     "nvmlDeviceGetRetiredPages",
     "nvmlDeviceGetRetiredPagesPendingStatus",
@@ -172,6 +175,13 @@ pub const DEVICE_SYMBOLS: &[&str] = &[
 
 /// The GPM call that reads a device; NOT_SUPPORTED on models without GPM.
 pub const GPM_SAMPLE: &str = "nvmlGpmSampleGet";
+/// The NVLink call every NVLink read answers as (the link state and the NVLink fields of
+/// the batch read).
+pub const NVLINK_STATE: &str = "nvmlDeviceGetNvLinkState";
+/// The fabric registration calls (v1 and the versioned `V`).
+pub const FABRIC_INFO: [&str; 2] = ["nvmlDeviceGetGpuFabricInfo", "nvmlDeviceGetGpuFabricInfoV"];
+/// `NVML_NVLINK_MAX_LINKS`.
+pub const NVLINK_MAX_LINKS: u32 = 18;
 /// `nvmlDeviceArchitecture_t` of Hopper, the first architecture with GPM.
 pub const GPM_MIN_ARCHITECTURE: u32 = 9;
 

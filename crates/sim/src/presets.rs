@@ -57,6 +57,11 @@ pub struct Preset {
     pub serial_prefix: &'static str,
     pub vbios: &'static str,
     pub not_supported: &'static [&'static str],
+    /// NVLinks (0 without NVLink: PCIe boards, whose bridges are optional).
+    pub nvlinks: u32,
+    /// Registers with an NVLink fabric (`nvmlDeviceGetGpuFabricInfo`: NVSwitch systems,
+    /// Hopper and later).
+    pub fabric: bool,
 }
 
 const HOPPER_UNSUPPORTED: &[&str] = &[
@@ -106,6 +111,9 @@ const HOPPER: Preset = Preset {
     serial_prefix: "1654",
     vbios: "96.00.99.00.01",
     not_supported: HOPPER_UNSUPPORTED,
+    // `nvidia-smi nvlink -s`, H100 80GB HBM3 and H200, driver 590: links 0-17 at 26.562 GB/s.
+    nvlinks: 18,
+    fabric: true,
 };
 
 /// All presets, in the order the documentation lists them.
@@ -156,6 +164,9 @@ pub const PRESETS: &[Preset] = &[
         pcie_load_rx_kbs: 3_000_000.0,
         serial_prefix: "1323",
         vbios: "92.00.36.00.02",
+        // Third-generation NVLink: 12 links (600 GB/s); fabric info is Hopper and later.
+        nvlinks: 12,
+        fabric: false,
         ..HOPPER
     },
     Preset {
@@ -185,6 +196,8 @@ pub const PRESETS: &[Preset] = &[
         pcie_load_rx_kbs: 3_000_000.0,
         serial_prefix: "1324",
         vbios: "92.00.45.00.03",
+        nvlinks: 12,
+        fabric: false,
         ..HOPPER
     },
     Preset {
@@ -226,6 +239,8 @@ pub const PRESETS: &[Preset] = &[
             "nvmlDeviceGetRetiredPages",
             "nvmlDeviceGetRetiredPagesPendingStatus",
         ],
+        nvlinks: 0,
+        fabric: false,
         ..HOPPER
     },
     Preset {
@@ -274,6 +289,8 @@ pub const PRESETS: &[Preset] = &[
             "nvmlDeviceGetRetiredPagesPendingStatus",
             "nvmlDeviceGetMigMode",
         ],
+        nvlinks: 0,
+        fabric: false,
         ..HOPPER
     },
     Preset {
@@ -318,6 +335,8 @@ pub const PRESETS: &[Preset] = &[
             "nvmlDeviceSetMemoryLockedClocks",
             "nvmlDeviceResetMemoryLockedClocks",
         ],
+        nvlinks: 0,
+        fabric: false,
         ..HOPPER
     },
 ];

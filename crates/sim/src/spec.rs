@@ -9,7 +9,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::values::{
-    BlockSpec, ComputeMode, Dur, GpuList, Pstate, RawBehaviour, ReturnCode, Throttle,
+    BlockSpec, ComputeMode, Dur, FabricState, GpuList, Pstate, RawBehaviour, ReturnCode, Throttle,
 };
 
 #[derive(Debug, Deserialize)]
@@ -100,6 +100,10 @@ pub struct RawGpu {
     pub ecc_mode: Option<Spanned<bool>>,
     pub ecc_mode_pending: Option<Spanned<bool>>,
     pub lost_at: Option<Spanned<Dur>>,
+    /// NVLinks the GPU has (default: the model's).
+    pub nvlinks: Option<Spanned<u32>>,
+    /// The GPU reports fabric registration (default: the model's).
+    pub fabric: Option<bool>,
     #[serde(default)]
     pub not_supported: Vec<Spanned<String>>,
     #[serde(default)]
@@ -144,6 +148,16 @@ pub struct RawSegment {
     pub retired_pages_sbe: Option<Spanned<RawBehaviour>>,
     pub retired_pages_dbe: Option<Spanned<RawBehaviour>>,
     pub retired_pending: Option<Spanned<bool>>,
+    /// Links down in this segment, by number (`[3, 7]`).
+    pub nvlink_down: Option<Spanned<Vec<u32>>>,
+    pub nvlink_crc_flit_errors: Option<Spanned<RawBehaviour>>,
+    pub nvlink_crc_data_errors: Option<Spanned<RawBehaviour>>,
+    pub nvlink_replay_errors: Option<Spanned<RawBehaviour>>,
+    pub nvlink_recovery_errors: Option<Spanned<RawBehaviour>>,
+    /// `"not_started"`, `"in_progress"` or `"completed"`.
+    pub fabric_state: Option<Spanned<FabricState>>,
+    /// The registration's result once completed: `"SUCCESS"` or an NVML error.
+    pub fabric_status: Option<Spanned<ReturnCode>>,
 }
 
 #[derive(Debug, Deserialize)]

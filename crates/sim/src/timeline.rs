@@ -48,9 +48,21 @@ pub enum Metric {
     DramActive,
     /// The recovery action the driver asks for (`nvmlDeviceGpuRecoveryAction_t`, 0–7).
     RecoveryAction,
+    /// The NVLinks that are down, as a bitmask (bit N: link N).
+    NvlinkDown,
+    /// NVLink error counters, totals over the GPU's links (flow-control CRC, data CRC,
+    /// replays, recoveries).
+    NvlinkCrcFlit,
+    NvlinkCrcData,
+    NvlinkReplay,
+    NvlinkRecovery,
+    /// The fabric registration's state (`nvmlGpuFabricState_t`: 1 not started, 2 in
+    /// progress, 3 completed) and its status once completed (an `nvmlReturn_t`).
+    FabricState,
+    FabricStatus,
 }
 
-pub const METRIC_COUNT: usize = 28;
+pub const METRIC_COUNT: usize = 35;
 
 impl Metric {
     /// Stable number for noise keys and track indexing.
@@ -73,6 +85,9 @@ impl Metric {
             Metric::PcieWidth => (1.0, 32.0),
             Metric::Pstate => (0.0, 15.0),
             Metric::RecoveryAction => (0.0, 7.0),
+            Metric::NvlinkDown => (0.0, f64::from(u32::MAX)),
+            Metric::FabricState => (1.0, 3.0),
+            Metric::FabricStatus => (0.0, 999.0),
             _ => (0.0, f64::MAX),
         }
     }

@@ -61,6 +61,12 @@ pub struct GpuSpec {
     pub lost_at_tick: Option<u64>,
     /// Base names of the symbols this GPU answers NOT_SUPPORTED.
     pub not_supported: Vec<String>,
+    /// NVLinks the GPU has (`NVML_FI_DEV_NVLINK_LINK_COUNT`); 0 without NVLink (then every
+    /// NVLink call answers NOT_SUPPORTED, as it does in MIG mode).
+    pub nvlinks: u32,
+    /// The GPU registers with an NVLink fabric (NVSwitch systems, Hopper and later):
+    /// `nvmlDeviceGetGpuFabricInfo` answers; NOT_SUPPORTED otherwise.
+    pub fabric: bool,
 }
 
 /// Every dynamic value of one GPU at one tick.
@@ -112,6 +118,33 @@ pub struct GpuState {
     pub retired_pages_sbe: u32,
     pub retired_pages_dbe: u32,
     pub retired_pending: bool,
+    /// The NVLinks that are down (bit N: link N), among the GPU's `nvlinks`.
+    pub nvlink_down_mask: u32,
+    /// NVLink error counters, totals over the links.
+    pub nvlink_crc_flit: u64,
+    pub nvlink_crc_data: u64,
+    pub nvlink_replay: u64,
+    pub nvlink_recovery: u64,
+    /// Data moved over NVLink since the driver loaded, KiB, each direction: traffic is not
+    /// modelled, every link moves 1 GiB/s each way (a counter that never runs backwards).
+    pub nvlink_tx_kib: u64,
+    pub nvlink_rx_kib: u64,
+    /// `nvmlGpuFabricState_t` (1 not started, 2 in progress, 3 completed) and the status
+    /// (`nvmlReturn_t`, meaningful once completed).
+    pub fabric_state: u32,
+    pub fabric_status: u32,
+}
+
+impl GpuState {
+    /// The number of NVLinks up among `links`.
+    pub fn nvlinks_up(&self, links: u32) -> u32 {
+        let all = if links >= 32 {
+            u32::MAX
+        } else {
+            (1u32 << links) - 1
+        };
+        (all & !self.nvlink_down_mask).count_ones()
+    }
 }
 
 /// Static metadata of one simulated process.

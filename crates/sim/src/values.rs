@@ -388,6 +388,25 @@ impl<'de> Deserialize<'de> for ReturnCode {
     }
 }
 
+/// A fabric registration state (`nvmlGpuFabricState_t`): `"not_started"` (1),
+/// `"in_progress"` (2) or `"completed"` (3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FabricState(pub u32);
+
+impl<'de> Deserialize<'de> for FabricState {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        match name.as_str() {
+            "not_started" => Ok(FabricState(1)),
+            "in_progress" => Ok(FabricState(2)),
+            "completed" => Ok(FabricState(3)),
+            _ => Err(de::Error::custom(format!(
+                "unknown fabric state `{name}`; expected \"not_started\", \"in_progress\" or \"completed\""
+            ))),
+        }
+    }
+}
+
 /// How long a faulty call blocks, in wall time: a duration or `"forever"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BlockSpec {

@@ -638,6 +638,7 @@ fn assumed(rule: &Rule, gpu: &crate::rules::eval::world::Gpu) -> Option<String> 
             // A free GPU's memory is never reported: the table (or its largest value) is its
             // only source, documented with the rules; it guards, it does not measure.
             Static::MemFreeBaseline => continue,
+            Static::NvlinksExpected => format!("{v:.0} NVLinks"),
             Static::PowerLimitMax | Static::PcieMaxGen | Static::PcieMaxWidth => continue,
             Static::HostGpuCount => continue,
         };

@@ -427,7 +427,7 @@ pub fn static_source(s: Static, g: &Gpu) -> Option<(f64, StaticSource)> {
         Static::PowerLimitMax => inv.power_limit_max_mw.map(|w| f64::from(w) / 1000.0),
         Static::PcieMaxGen => f(inv.pcie_max_gen),
         Static::PcieMaxWidth => f(inv.pcie_max_width),
-        Static::HostGpuCount | Static::MemFreeBaseline => None,
+        Static::HostGpuCount | Static::MemFreeBaseline | Static::NvlinksExpected => None,
     };
     if let Some(v) = reported {
         return Some((v, StaticSource::Reported));
@@ -440,6 +440,7 @@ pub fn static_source(s: Static, g: &Gpu) -> Option<(f64, StaticSource)> {
             Static::MemoryTotal => m.memory_total_mib.map(|v| v as f64),
             Static::PowerLimitDefault => f(m.power_default_w),
             Static::MemFreeBaseline => f(m.reserved_mib),
+            Static::NvlinksExpected => f(m.nvlinks),
             Static::PowerLimitMax
             | Static::PcieMaxGen
             | Static::PcieMaxWidth

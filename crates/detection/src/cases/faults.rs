@@ -33,6 +33,9 @@ pub(super) fn build(family: Family, c: &mut Ctx) -> Result<Draft, String> {
         Family::XidAppCrash => hardware::xid_app_crash(c),
         Family::XidRepeat => hardware::xid_repeat(c),
         Family::XidStorm => hardware::xid_storm(c),
+        Family::NvlinkDown => super::fabric::nvlink_down(c),
+        Family::NvlinkErrors => super::fabric::nvlink_errors(c),
+        Family::FabricNotReady => super::fabric::fabric_not_ready(c),
         other => Err(format!("{} is not a fault family", other.name())),
     }
 }

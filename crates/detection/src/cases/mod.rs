@@ -12,6 +12,7 @@
 //! - Nothing here knows how gpuwatch's rules work: labels state what a correct monitor
 //!   should say, not what today's rules do.
 
+mod fabric;
 mod faults;
 mod hardware;
 mod traps;
@@ -61,10 +62,14 @@ pub enum Family {
     XidStorm,
     CkptLong,
     WarmupSawtooth,
+    NvlinkDown,
+    NvlinkErrors,
+    FabricNotReady,
+    NvlinkHealthy,
 }
 
 impl Family {
-    pub const ALL: [Family; 30] = [
+    pub const ALL: [Family; 34] = [
         Family::IdleHeld,
         Family::IdleContext,
         Family::Leak,
@@ -80,6 +85,9 @@ impl Family {
         Family::XidAppCrash,
         Family::XidRepeat,
         Family::XidStorm,
+        Family::NvlinkDown,
+        Family::NvlinkErrors,
+        Family::FabricNotReady,
         Family::Checkpoints,
         Family::EvalHighUtil,
         Family::CkptLong,
@@ -95,6 +103,7 @@ impl Family {
         Family::BusyNoProcs,
         Family::DataloaderBound,
         Family::XidBenign,
+        Family::NvlinkHealthy,
     ];
 
     /// The families of the quick set (one variant each).
@@ -147,6 +156,10 @@ impl Family {
             XidStorm => "xid_storm",
             CkptLong => "ckpt_long",
             WarmupSawtooth => "warmup_sawtooth",
+            NvlinkDown => "nvlink_down",
+            NvlinkErrors => "nvlink_errors",
+            FabricNotReady => "fabric_not_ready",
+            NvlinkHealthy => "nvlink_healthy",
         }
     }
 
@@ -155,10 +168,11 @@ impl Family {
         use Family::*;
         match self {
             IdleHeld | IdleContext | Leak | NcclHang | ZeroHang | Overheat | Orphaned | Wedged
-            | Lost | Xid | Ecc | Straggler | XidAppCrash | XidRepeat | XidStorm => false,
+            | Lost | Xid | Ecc | Straggler | XidAppCrash | XidRepeat | XidStorm | NvlinkDown
+            | NvlinkErrors | FabricNotReady => false,
             Checkpoints | EvalHighUtil | Warmup | Sawtooth | CkptBumps | HotHealthy | Free
             | JobEnded | Restart | PromGap | BusyNoProcs | DataloaderBound | XidBenign
-            | CkptLong | WarmupSawtooth => true,
+            | CkptLong | WarmupSawtooth | NvlinkHealthy => true,
         }
     }
 
@@ -176,6 +190,8 @@ impl Family {
             Family::XidBenign => 3,
             Family::WarmupSawtooth => traps::WARMUP_CLIMB_GB.len() as u32,
             Family::CkptLong => 4,
+            Family::NvlinkErrors => 4,
+            Family::NvlinkHealthy => 3,
             f if f.healthy() => 2,
             _ => 3,
         }

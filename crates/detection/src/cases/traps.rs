@@ -13,6 +13,14 @@ use crate::scenario::{B, Segment, Stall, XidAt};
 const MIN: u64 = 60;
 
 pub(super) fn build(family: Family, c: &mut Ctx) -> Result<Draft, String> {
+    if family == Family::NvlinkHealthy {
+        // NVLink boards only: the model is the family's own draw.
+        super::fabric::nvlink_healthy(c);
+        return Ok(Draft {
+            only: Some(Need::Nvml),
+            ..Draft::default()
+        });
+    }
     let free = family == Family::Free;
     c.set_duration(if free && !c.quick { 180 * MIN } else { 0 });
     let model = c.pick(&MODELS);
