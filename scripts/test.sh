@@ -59,6 +59,12 @@ command -v setpriv >/dev/null 2>&1 && command -v unshare >/dev/null 2>&1 || need
 # with libfaketime (Debian's faketime); its disk-full slice mounts a tmpfs (root).
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || [ -e /usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1 ] \
   || need_apt+=(faketime)
+# The Slurm drain (tests/gpuwatch/remediation_slurm.rs) runs Debian's slurmctld and slurmd
+# with munge on loopback ports, and drives them with scontrol (slurm-client).
+command -v slurmctld >/dev/null 2>&1 || need_apt+=(slurmctld)
+command -v slurmd >/dev/null 2>&1 || need_apt+=(slurmd)
+command -v scontrol >/dev/null 2>&1 || need_apt+=(slurm-client)
+command -v munged >/dev/null 2>&1 || need_apt+=(munge)
 # systemd-analyze checks the systemd unit (tests/gpuwatch/deploy.rs).
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 # The live page's browser test (tests/gpuwatch/http_api.rs) renders it in headless Chromium.

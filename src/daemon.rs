@@ -227,6 +227,11 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
         evaluator,
     )
     .map_err(DaemonError::Thread)?;
+    // Remediation (`[remediation]` only): its own thread, deciding from the stored alerts and
+    // verdicts, writing only its log.
+    let remediate_stop = Arc::new(AtomicBool::new(false));
+    let remediator = crate::remediate::watch::spawn(&config, remediate_stop.clone())
+        .map_err(DaemonError::Thread)?;
     // Alert delivery: its own thread, reading the outbox the rules thread fills.
     let notify_stop = Arc::new(AtomicBool::new(false));
     let sender = crate::notify::sender::spawn(crate::notify::sender::SenderParts {
@@ -403,6 +408,10 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     // after a few tries instead of holding the shutdown.
     let _ = writer.flush();
     eval_stop.store(true, Ordering::Relaxed);
+    remediate_stop.store(true, Ordering::Relaxed);
+    if let Some(r) = remediator {
+        let _ = r.join();
+    }
     // Remote write sends what it can within its grace period; the rest stays queued.
     push_stop.store(true, Ordering::Relaxed);
     push_bell.notify_one();

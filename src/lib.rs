@@ -7,7 +7,8 @@
 //! [`attribution`] (the container, pod and Slurm job holding each GPU), [`training`]
 //! (training metrics from Prometheus), [`http`] and [`remote_write`]. Also [`config`],
 //! [`daemon`] (wiring, threads, shutdown), [`doctor`] (diagnosing the GPU stack and the
-//! setup), [`manage`] (`gpu set`: GPU settings changed through NVML, audited), [`import`]
+//! setup), [`manage`] (`gpu set`: GPU settings changed through NVML, audited), [`remediate`]
+//! (a broken GPU's node out of service: Slurm drain, Kubernetes condition), [`import`]
 //! (logs recorded elsewhere), [`analysis`] and [`report`] (post-mortems), [`clock`] (time as a
 //! parameter), [`sim`] (simulated GPUs for the demo and tests) and [`cli`]. See
 //! ARCHITECTURE.md, whose "Layers" section orders the modules.
@@ -34,6 +35,7 @@ pub mod metric;
 pub mod model;
 pub mod notify;
 pub mod outbound;
+pub mod remediate;
 pub mod remote_write;
 pub mod report;
 pub mod rules;

@@ -36,6 +36,9 @@ pub enum GpuCommand {
     Set(SetArgs),
     /// The audit of GPU setting changes: by `gpu set`, and by others as the daemon saw them.
     Audit(super::gpu_audit::AuditArgs),
+    /// This host's GPUs judged from their stored samples (docs/HEALTH.md); `--slurm` for
+    /// Slurm's HealthCheckProgram: one line, and the drain where [remediation] says so.
+    Health(super::gpu_health::HealthArgs),
 }
 
 /// `--gpu`'s list.
@@ -120,6 +123,7 @@ pub fn run(args: GpuArgs) -> Result<(), Failure> {
     match args.command {
         GpuCommand::Set(a) => set(a),
         GpuCommand::Audit(a) => super::gpu_audit::run(a),
+        GpuCommand::Health(a) => super::gpu_health::run(a),
     }
 }
 

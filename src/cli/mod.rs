@@ -10,6 +10,7 @@ mod doctor;
 mod export;
 mod gpu;
 mod gpu_audit;
+mod gpu_health;
 mod history;
 mod hosts;
 mod import_dmesg;

@@ -14,6 +14,7 @@ mod notify;
 mod prometheus;
 mod raw;
 mod receivers;
+pub mod remediation;
 mod remote_write;
 mod xid;
 pub use remote_write::RemoteWriteConfig;
@@ -83,6 +84,8 @@ pub struct Config {
     pub analysis: Option<analysis::AnalysisConfig>,
     /// `[fleet]`: how this node names the multi-node job its GPUs work for.
     pub fleet: FleetConfig,
+    /// `[remediation]`: taking a broken GPU's node out of service; `None`: off (the default).
+    pub remediation: Option<remediation::RemediationConfig>,
 }
 
 /// `[fleet]`: the training job's identity across nodes (`training_job`, docs/FLEET.md).
@@ -244,6 +247,7 @@ impl Default for Config {
             log_format: LogFormat::Text,
             xid: XidConfig::default(),
             analysis: None,
+            remediation: None,
             fleet: FleetConfig::default(),
         }
     }

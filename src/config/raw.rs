@@ -45,6 +45,7 @@ pub struct RawConfig {
     #[serde(default)]
     xid: super::xid::RawXid,
     analysis: Option<Spanned<super::analysis::RawAnalysis>>,
+    remediation: Option<Spanned<super::remediation::RawRemediation>>,
     #[serde(default)]
     fleet: RawFleet,
 }
@@ -469,6 +470,10 @@ impl RawConfig {
             let span = a.span();
             a.into_inner().compile(&mut c, span)
         });
+        let remediation = self.remediation.and_then(|r| {
+            let span = r.span();
+            r.into_inner().compile(&mut c, span, &host)
+        });
         let mut remote_write = Vec::new();
         for (i, r) in self.remote_write.into_iter().enumerate() {
             let span = r.span();
@@ -544,6 +549,7 @@ impl RawConfig {
             remote_write,
             notify,
             analysis,
+            remediation,
             log_format,
             xid,
             fleet: super::FleetConfig {

@@ -369,3 +369,36 @@ fn xid_overrides_are_checked_where_they_are_written() {
     let e = err("[[xid.override]]\ncodes = [94]\nclass = \"hardware\"\nevery = 3\n");
     assert!(e.contains("every"), "{e}");
 }
+
+#[test]
+fn remediation_is_off_by_default_dry_run_first_and_checked() {
+    assert_eq!(parse("").expect("valid").remediation, None);
+    // Present but not enabled: off.
+    let c = parse("[remediation]\naction = \"slurm\"\n").expect("valid");
+    assert_eq!(c.remediation, None);
+    let c = parse("host = \"gpu-17.cluster\"\n[remediation]\nenabled = true\naction = \"slurm\"\n")
+        .expect("valid");
+    let r = c.remediation.expect("on");
+    assert!(r.dry_run, "dry run unless said otherwise");
+    assert_eq!(r.node, "gpu-17");
+    assert_eq!(r.max_actions_per_hour, 1);
+    assert!(r.health.iter().any(|h| h == "gpu_lost"));
+    assert!(r.alerts.iter().any(|a| a == "gpu_xid_error"));
+    let e = err("[remediation]\nenabled = true\naction = \"drain\"\n");
+    assert!(
+        e.starts_with("g.toml:3:10: `remediation.action` = \"drain\" is not an action"),
+        "{e}"
+    );
+    let e = err("[remediation]\nenabled = true\naction = \"kubernetes\"\n");
+    assert!(
+        e.contains("`remediation.kubernetes.token_file` is missing"),
+        "{e}"
+    );
+    let e = err("[remediation]\nenabled = true\naction = \"slurm\"\nmax_actions_per_hour = 0\n");
+    assert!(e.starts_with("g.toml:4:24:"), "{e}");
+    let e = err("[remediation]\nenabled = true\naction = \"slurm\"\nhealth = [\"GPU Lost\"]\n");
+    assert!(
+        e.contains("`remediation.health` entry \"GPU Lost\" is not known"),
+        "{e}"
+    );
+}

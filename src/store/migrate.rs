@@ -145,11 +145,16 @@ const MIGRATIONS: &[Migration] = &[
         name: "nvlink_fabric",
         sql: include_str!("../../migrations/0024_nvlink_fabric.sql"),
     },
+    Migration {
+        version: 25,
+        name: "remediation",
+        sql: include_str!("../../migrations/0025_remediation.sql"),
+    },
     // The unit-test build's metric registry has one more rollup row (`crate::metric`'s
     // `test_probe`): its columns, always after the last real migration.
     #[cfg(test)]
     Migration {
-        version: 25,
+        version: 26,
         name: "test_probe",
         sql: "ALTER TABLE rollups_1m ADD COLUMN test_probe_min INTEGER;
               ALTER TABLE rollups_1m ADD COLUMN test_probe_max INTEGER;

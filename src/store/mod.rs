@@ -51,6 +51,7 @@ pub mod postmortem;
 pub mod query;
 pub mod read;
 pub mod recover;
+pub mod remediation;
 pub mod remote_write;
 mod reserve;
 mod rollup;

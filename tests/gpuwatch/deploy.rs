@@ -474,3 +474,54 @@ fn the_dockerfile_lints_clean_and_the_dashboard_is_grafana_json() {
         );
     }
 }
+
+/// The opt-in remediation manifests: valid, and the least RBAC the node condition needs
+/// (`get` nodes, `patch` nodes/status) for gpuwatch's own ServiceAccount, with its token.
+#[test]
+fn the_remediation_manifests_validate_and_grant_only_the_node_condition() {
+    let file = repo("examples/kubernetes/gpuwatch-remediation.yaml");
+    let (ok, out) = run(Command::new("kubernetes-validate")
+        .args(["--strict", "-k", "1.30.0"])
+        .arg(&file));
+    assert!(ok, "kubernetes-validate: {out}");
+    let docs = yaml_docs(&file);
+    let of = |kind: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind)
+            .unwrap_or_else(|| panic!("a {kind}"))
+            .clone()
+    };
+    let role = of("ClusterRole");
+    let rules = role["rules"].as_array().expect("rules");
+    let grants: Vec<(String, String)> = rules
+        .iter()
+        .flat_map(|r| {
+            let res = r["resources"].as_array().cloned().unwrap_or_default();
+            let verbs = r["verbs"].as_array().cloned().unwrap_or_default();
+            res.into_iter().flat_map(move |x| {
+                verbs.clone().into_iter().map(move |v| {
+                    (
+                        x.as_str().unwrap_or("").to_string(),
+                        v.as_str().unwrap_or("").to_string(),
+                    )
+                })
+            })
+        })
+        .collect();
+    assert_eq!(
+        grants,
+        [
+            ("nodes".to_string(), "get".to_string()),
+            ("nodes/status".to_string(), "patch".to_string())
+        ]
+    );
+    let binding = of("ClusterRoleBinding");
+    assert_eq!(binding["subjects"][0]["name"], "gpuwatch-remediation");
+    let secret = of("Secret");
+    assert_eq!(secret["type"], "kubernetes.io/service-account-token");
+    assert_eq!(
+        secret["metadata"]["annotations"]["kubernetes.io/service-account.name"],
+        "gpuwatch-remediation"
+    );
+    assert_eq!(of("ServiceAccount")["automountServiceAccountToken"], false);
+}

@@ -56,6 +56,8 @@ mod postmortem_report;
 mod properties;
 mod pynvml;
 mod record;
+mod remediation_kubernetes;
+mod remediation_slurm;
 mod remote_write;
 mod rules_check;
 mod rules_unit;
