@@ -35,6 +35,28 @@ pub struct GpuInventory {
     pub persistence_mode: Option<bool>,
     /// Current MIG mode (true = enabled).
     pub mig_mode: Option<bool>,
+    /// Set on a MIG instance (a GPU of its own, `uuid` its `MIG-…` UUID, `index` its parent's).
+    pub mig: Option<MigInstance>,
+}
+
+/// What makes a GPU a MIG instance: its GPU instance id and profile on its parent.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+pub struct MigInstance {
+    /// The GPU instance id (`GPU_I_ID`).
+    pub gpu_instance_id: u32,
+    /// The profile (`GPU_I_PROFILE`): `1g.10gb`.
+    pub profile: String,
+    pub parent_uuid: String,
+}
+
+impl GpuInventory {
+    /// How people address the GPU: its index, or `N/I` for instance I of GPU N.
+    pub fn address(&self) -> String {
+        match &self.mig {
+            Some(m) => format!("{}/{}", self.index, m.gpu_instance_id),
+            None => self.index.to_string(),
+        }
+    }
 }
 
 /// Why a sample row has no values (or fewer than usual).

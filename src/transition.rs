@@ -44,6 +44,8 @@ pub struct Transition {
 pub struct Subject {
     pub host: String,
     pub gpu: Option<u32>,
+    /// A MIG instance's GPU instance id and profile (`gpu` is then its parent's index).
+    pub gpu_instance: Option<(u32, String)>,
     pub uuid: Option<String>,
     pub model: Option<String>,
     pub pid: Option<u32>,
@@ -66,6 +68,15 @@ pub struct Subject {
 }
 
 impl Subject {
+    /// How people address the GPU: `3`, or `0/7` for instance 7 of GPU 0.
+    pub fn gpu_address(&self) -> Option<String> {
+        let g = self.gpu?;
+        Some(match &self.gpu_instance {
+            Some((gi, _)) => format!("{g}/{gi}"),
+            None => g.to_string(),
+        })
+    }
+
     /// An alert's labels: the rule's own, then `host`, `gpu`, `uuid`, `pid` and the known
     /// placement labels (which win over a rule label of the same name).
     pub fn labels(
@@ -74,8 +85,14 @@ impl Subject {
     ) -> std::collections::BTreeMap<String, String> {
         let mut labels = rule_labels.clone();
         labels.insert("host".into(), self.host.clone());
-        if let Some(g) = self.gpu {
-            labels.insert("gpu".into(), g.to_string());
+        // `gpu` is how people address the GPU: `3`, or `0/7` for a MIG instance (what
+        // `--match gpu=0/7` silences), with the instance's id and profile beside it.
+        if let Some(g) = self.gpu_address() {
+            labels.insert("gpu".into(), g);
+        }
+        if let Some((gi, profile)) = &self.gpu_instance {
+            labels.insert("gpu_instance_id".into(), gi.to_string());
+            labels.insert("gpu_instance_profile".into(), profile.clone());
         }
         if let Some(u) = &self.uuid {
             labels.insert("uuid".into(), u.clone());

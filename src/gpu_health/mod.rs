@@ -102,6 +102,7 @@ pub const CODES: &[(&str, Status)] = &[
     ("nvlink_links_down", Status::Warn),
     ("fabric_failed", Status::Fail),
     ("fabric_not_ready", Status::Fail),
+    ("mig_instance", Status::Unknown),
     ("no_sample", Status::Unknown),
     ("stale_sample", Status::Unknown),
     ("sample_gap", Status::Unknown),
@@ -150,6 +151,17 @@ fn reason(code: &'static str, text: String, fix: String) -> Reason {
 /// The health of the GPU of `row`, whose sample counts as stale after `stale_after_ms`.
 pub fn judge(row: &GpuStatusRow, stale_after_ms: i64) -> Health {
     let n = row.inventory.index;
+    // A MIG instance's hardware is its parent's: judged there, once.
+    if let Some(m) = &row.inventory.mig {
+        return Health::without_checks(reason(
+            "mig_instance",
+            format!(
+                "MIG instance {}/{} ({}): its hardware is judged on its parent, GPU {n}",
+                n, m.gpu_instance_id, m.profile
+            ),
+            format!("see GPU {n}'s health"),
+        ));
+    }
     let latest = row.latest.as_ref();
     if row.lost_at_ms.is_some() || latest.is_some_and(|s| s.status == SampleStatus::Lost) {
         return Health::without_checks(reason(

@@ -51,6 +51,8 @@ pub fn read_inventory(
         mig_mode: s
             .read("mig_mode", || dev.mig_mode())
             .map(|m| m.current == 1),
+        // A whole GPU; its MIG instances are read by `mig.rs`.
+        mig: None,
     }
 }
 

@@ -69,9 +69,36 @@ impl<'n> TensorReader<'n> {
 
     /// The activity over the time since the previous call.
     pub fn read(&mut self, nvml: &'n Nvml, dev: &Device<'n>, s: &mut Support) -> Activity {
+        self.read_with(nvml, || dev.gpm_support(), || dev.gpm_sample(), s)
+    }
+
+    /// The activity of MIG instance `gpu_instance_id` of `parent` (a GPU in MIG mode) over
+    /// the time since the previous call: GPM samples the instance (`nvmlGpmMigSampleGet`).
+    pub fn read_mig(
+        &mut self,
+        nvml: &'n Nvml,
+        parent: &Device<'n>,
+        gpu_instance_id: u32,
+        s: &mut Support,
+    ) -> Activity {
+        self.read_with(
+            nvml,
+            || parent.gpm_support(),
+            || parent.gpm_mig_sample(gpu_instance_id),
+            s,
+        )
+    }
+
+    fn read_with(
+        &mut self,
+        nvml: &'n Nvml,
+        support: impl FnOnce() -> Result<bool, nvml_wrapper::error::NvmlError>,
+        sample: impl FnOnce() -> Result<GpmSample<'n>, nvml_wrapper::error::NvmlError>,
+        s: &mut Support,
+    ) -> Activity {
         let mut out = Activity::default();
         if self.supported.is_none() {
-            self.supported = s.read(SUPPORT, || dev.gpm_support());
+            self.supported = s.read(SUPPORT, support);
         }
         // The metrics still supported, in a fixed array: no allocation on the sampling path.
         let mut ask = [ASKED[0]; 4];
@@ -84,7 +111,7 @@ impl<'n> TensorReader<'n> {
         if self.supported != Some(true) || ask.is_empty() || s.is_unsupported(METRICS) {
             return out;
         }
-        let Some(now) = s.read(SAMPLE, || dev.gpm_sample()) else {
+        let Some(now) = s.read(SAMPLE, sample) else {
             self.prev = None;
             return out;
         };

@@ -73,6 +73,8 @@ pub struct Response {
     pub errors: Vec<MetricError>,
     /// Set (once) when the GPU was found lost during this request.
     pub lost: Option<String>,
+    /// The GPU's MIG instances (in MIG mode), each a GPU of its own.
+    pub instances: Vec<super::mig::Instance>,
 }
 
 /// What of a GPU survives a move between lanes.
@@ -163,6 +165,7 @@ pub struct LaneParts {
 struct Local<'n> {
     device: Option<Device<'n>>,
     tensor: TensorReader<'n>,
+    mig: super::mig::MigReader<'n>,
 }
 
 /// Runs lane `parts.id` until its request channel closes.
@@ -212,6 +215,7 @@ pub fn run(parts: LaneParts) {
                     }
                 },
                 tensor: TensorReader::default(),
+                mig: super::mig::MigReader::default(),
             });
             let resp = read_gpu(nvml, index, &sys, &req, probed, &mut state, local);
             drop(state);
@@ -269,12 +273,14 @@ fn read_gpu<'n>(
         processes: None,
         errors: Vec::new(),
         lost: None,
+        instances: Vec::new(),
     };
     if let Some(dev) = &local.device {
         if st.inventory.is_none() || req.refresh_inventory || probed {
             if st.inventory.is_some() {
                 st.support.reprobe();
                 local.tensor.reprobe();
+                local.mig.reprobe();
             }
             let inv = read_inventory(dev, index, sys, &mut st.support);
             st.power_limit = read_power_limit(dev, &mut st.support);
@@ -308,8 +314,23 @@ fn read_gpu<'n>(
                 let fabric = super::nvlink::read_fabric(nvml, dev, &mut st.support);
                 sample.fabric_state = fabric.map(|f| f.0);
                 sample.fabric_status = fabric.map(|f| f.1);
+                if inv.mig_mode == Some(true) {
+                    resp.instances = local.mig.read(
+                        nvml,
+                        dev,
+                        inv,
+                        req.ts_ms,
+                        req.processes,
+                        req.refresh_inventory,
+                        &mut st.support,
+                        &mut resp.errors,
+                    );
+                }
             }
-            if req.processes && sample.status == SampleStatus::Ok {
+            // In MIG mode the processes are listed per instance (attributed by MIG UUID);
+            // the parent's list would count each twice.
+            let mig = inv.mig_mode == Some(true);
+            if req.processes && sample.status == SampleStatus::Ok && !mig {
                 resp.processes = read_processes(nvml, dev, &mut st.support);
             }
             resp.sample = Some(if st.support.lost.is_some() {
@@ -323,6 +344,8 @@ fn read_gpu<'n>(
         st.lost_reported = true;
         resp.lost = st.support.lost.clone();
     }
-    resp.errors = st.support.take_changed_errors();
+    let mut errors = st.support.take_changed_errors();
+    errors.append(&mut resp.errors);
+    resp.errors = errors;
     resp
 }

@@ -152,6 +152,7 @@ mod tests {
             processes: None,
             errors: Vec::new(),
             lost: None,
+            instances: Vec::new(),
         }
     }
 

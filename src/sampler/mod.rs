@@ -33,6 +33,7 @@ pub mod gpm;
 pub mod gpu_procs;
 pub mod lane;
 mod mailbox;
+pub mod mig;
 pub mod nvlink;
 pub mod nvml;
 mod pool;
@@ -149,6 +150,8 @@ pub struct Sampler {
     changes_since: TsMs,
     /// Inventories learnt outside a tick (start-up, late answers), to emit with the next batch.
     pending_inventory: Vec<GpuInventory>,
+    /// This tick's readings of MIG instances (GPUs of their own), from their parents' answers.
+    instance_readings: Vec<(GpuSample, Option<Vec<RawProcess>>)>,
     pending_events: Vec<Event>,
     pending_changes: Vec<SettingChange>,
     pending_errors: Vec<crate::model::MetricError>,
@@ -213,6 +216,7 @@ impl Sampler {
             last_inventory: None,
             changes_since: 0,
             pending_inventory: Vec::new(),
+            instance_readings: Vec::new(),
             pending_events: Vec::new(),
             pending_changes: Vec::new(),
             pending_errors: Vec::new(),
@@ -348,7 +352,16 @@ impl Sampler {
             );
         }
         self.pending_errors.extend(r.errors);
-        if r.tick_id != tick_id {
+        let current = r.tick_id == tick_id;
+        for inst in r.instances {
+            if let Some(inv) = inst.inventory {
+                self.pending_inventory.push(inv);
+            }
+            if current {
+                self.instance_readings.push((inst.sample, inst.processes));
+            }
+        }
+        if !current {
             return None;
         }
         r.sample.map(|s| (s, r.processes))
@@ -529,6 +542,22 @@ impl Sampler {
                     }
                 }
             }
+        }
+        for (mut sample, raw) in std::mem::take(&mut self.instance_readings) {
+            if self.observe_processes {
+                sample.process_count = raw
+                    .as_ref()
+                    .map(|r| u32::try_from(r.len()).unwrap_or(u32::MAX));
+            }
+            for p in raw.into_iter().flatten() {
+                batch.processes.push(ProcessSample {
+                    ts_ms,
+                    gpu_uuid: sample.uuid.clone(),
+                    process: self.resolver.resolve(p.pid),
+                    used_mem_bytes: p.used_mem_bytes,
+                });
+            }
+            batch.samples.push(sample);
         }
         let live: Vec<u32> = batch.processes.iter().map(|p| p.process.pid).collect();
         self.resolver.retain(&live);

@@ -63,9 +63,11 @@ pub fn gpus(conn: &Connection, host: Option<&str>) -> Result<Vec<GpuRow>, StoreE
     let mut stmt = conn.prepare_cached(
         "SELECT g.id, h.name, g.gpu_index, g.uuid, g.name, g.memory_total_bytes, g.power_limit_mw,
            g.power_limit_min_mw, g.power_limit_max_mw, g.temp_slowdown_c, g.temp_shutdown_c,
-           g.temp_gpu_max_c, g.pcie_max_gen, g.pcie_max_width
+           g.temp_gpu_max_c, g.pcie_max_gen, g.pcie_max_width, g.gpu_instance_id,
+           g.gpu_instance_profile, g.parent_uuid
          FROM gpus g JOIN hosts h ON h.id = g.host_id
-         WHERE ?1 IS NULL OR h.name = ?1 ORDER BY h.name, g.gpu_index",
+         WHERE ?1 IS NULL OR h.name = ?1
+         ORDER BY h.name, g.gpu_index, g.gpu_instance_id IS NOT NULL, g.gpu_instance_id",
     )?;
     let rows = stmt.query_map(params![host], |r| {
         Ok(GpuRow {
@@ -84,6 +86,17 @@ pub fn gpus(conn: &Connection, host: Option<&str>) -> Result<Vec<GpuRow>, StoreE
                 temp_gpu_max_c: r.get(11)?,
                 pcie_max_gen: r.get(12)?,
                 pcie_max_width: r.get(13)?,
+                mig: match (
+                    r.get::<_, Option<u32>>(14)?,
+                    r.get::<_, Option<String>>(15)?,
+                ) {
+                    (Some(gpu_instance_id), Some(profile)) => Some(crate::model::MigInstance {
+                        gpu_instance_id,
+                        profile,
+                        parent_uuid: r.get::<_, Option<String>>(16)?.unwrap_or_default(),
+                    }),
+                    _ => None,
+                },
                 ..GpuInventory::default()
             },
         })

@@ -150,11 +150,16 @@ const MIGRATIONS: &[Migration] = &[
         name: "remediation",
         sql: include_str!("../../migrations/0025_remediation.sql"),
     },
+    Migration {
+        version: 26,
+        name: "mig",
+        sql: include_str!("../../migrations/0026_mig.sql"),
+    },
     // The unit-test build's metric registry has one more rollup row (`crate::metric`'s
     // `test_probe`): its columns, always after the last real migration.
     #[cfg(test)]
     Migration {
-        version: 26,
+        version: 27,
         name: "test_probe",
         sql: "ALTER TABLE rollups_1m ADD COLUMN test_probe_min INTEGER;
               ALTER TABLE rollups_1m ADD COLUMN test_probe_max INTEGER;

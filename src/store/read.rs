@@ -173,10 +173,11 @@ pub fn latest_per_gpu(
            g.power_limit_mw, g.power_limit_min_mw, g.power_limit_max_mw, g.temp_slowdown_c,
            g.temp_shutdown_c, g.temp_gpu_max_c, g.pcie_max_gen, g.pcie_max_width,
            g.persistence_mode, g.mig_mode, g.first_seen_ms, g.last_seen_ms, g.last_sample_ms,
-           g.lost_at_ms
+           g.lost_at_ms, g.gpu_instance_id, g.gpu_instance_profile, g.parent_uuid
          FROM gpus g JOIN hosts h ON h.id = g.host_id
          WHERE {HOST_FILTER}
-         ORDER BY h.name, g.gpu_index IS NULL, g.gpu_index, g.uuid"
+         ORDER BY h.name, g.gpu_index IS NULL, g.gpu_index, g.gpu_instance_id IS NOT NULL,
+           g.gpu_instance_id, g.uuid"
     ))?;
     let gpus = stmt
         .query_map(params![host], |r| {
@@ -203,6 +204,17 @@ pub fn latest_per_gpu(
                     pcie_max_width: r.get(18)?,
                     persistence_mode: r.get(19)?,
                     mig_mode: r.get(20)?,
+                    mig: match (
+                        r.get::<_, Option<u32>>(25)?,
+                        r.get::<_, Option<String>>(26)?,
+                    ) {
+                        (Some(gpu_instance_id), Some(profile)) => Some(crate::model::MigInstance {
+                            gpu_instance_id,
+                            profile,
+                            parent_uuid: r.get::<_, Option<String>>(27)?.unwrap_or_default(),
+                        }),
+                        _ => None,
+                    },
                 },
                 inventory_known: index.is_some(),
                 first_seen_ms: r.get(21)?,

@@ -234,9 +234,10 @@ impl<'a> TickWriter<'a> {
                    driver_version, cuda_driver_version, nvml_version, memory_total_bytes,
                    power_limit_mw, power_limit_min_mw, power_limit_max_mw, temp_slowdown_c,
                    temp_shutdown_c, temp_gpu_max_c, pcie_max_gen, pcie_max_width,
-                   persistence_mode, mig_mode, first_seen_ms, last_seen_ms)
+                   persistence_mode, mig_mode, first_seen_ms, last_seen_ms,
+                   gpu_instance_id, gpu_instance_profile, parent_uuid)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                   ?17, ?18, ?19, ?20, ?21, ?21)
+                   ?17, ?18, ?19, ?20, ?21, ?21, ?22, ?23, ?24)
                  ON CONFLICT (host_id, uuid) DO UPDATE SET gpu_index = excluded.gpu_index,
                    name = excluded.name, serial = excluded.serial,
                    pci_bus_id = excluded.pci_bus_id, driver_version = excluded.driver_version,
@@ -253,6 +254,9 @@ impl<'a> TickWriter<'a> {
                    pcie_max_width = excluded.pcie_max_width,
                    persistence_mode = excluded.persistence_mode,
                    mig_mode = excluded.mig_mode,
+                   gpu_instance_id = excluded.gpu_instance_id,
+                   gpu_instance_profile = excluded.gpu_instance_profile,
+                   parent_uuid = excluded.parent_uuid,
                    first_seen_ms = min(first_seen_ms, excluded.first_seen_ms),
                    last_seen_ms = max(last_seen_ms, excluded.last_seen_ms)
                  RETURNING id",
@@ -279,7 +283,10 @@ impl<'a> TickWriter<'a> {
                     g.pcie_max_width,
                     g.persistence_mode,
                     g.mig_mode,
-                    ts_ms
+                    ts_ms,
+                    g.mig.as_ref().map(|m| m.gpu_instance_id),
+                    g.mig.as_ref().map(|m| m.profile.as_str()),
+                    g.mig.as_ref().map(|m| m.parent_uuid.as_str())
                 ],
                 |r| r.get(0),
             )?;

@@ -70,6 +70,7 @@ impl TickGen {
                 pcie_max_width: Some(16),
                 persistence_mode: Some(true),
                 mig_mode: Some(false),
+                mig: None,
             })
             .collect()
     }

@@ -130,6 +130,14 @@ pub fn alert_json(a: &AlertRow) -> Value {
         .as_deref()
         .and_then(|j| serde_json::from_str(j).ok())
         .unwrap_or(Value::Null);
+    // A MIG instance is addressed `N/I` (parent index / GPU instance id), as its `gpu` label.
+    let gpu_index = match (
+        a.gpu_index,
+        labels.get("gpu_instance_id").and_then(Value::as_str),
+    ) {
+        (Some(n), Some(gi)) => json!(format!("{n}/{gi}")),
+        (n, _) => json!(n),
+    };
     json!({
         "alert_id": a.alert_id,
         "rule": a.rule,
@@ -137,7 +145,7 @@ pub fn alert_json(a: &AlertRow) -> Value {
         "severity": a.severity,
         "scope": a.scope,
         "host": a.host,
-        "gpu_index": a.gpu_index,
+        "gpu_index": gpu_index,
         "gpu_uuid": a.gpu_uuid,
         "pid": a.pid,
         "process_name": a.process_name,

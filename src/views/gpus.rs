@@ -90,6 +90,10 @@ pub fn table(rows: &[GpuStatusRow], stale_after_ms: i64) -> String {
             .clone()
             .unwrap_or_else(|| r.inventory.uuid.clone());
         name = name.trim_start_matches("NVIDIA ").to_string();
+        // A MIG instance under its parent's row: its profile says what it is.
+        if let Some(m) = &r.inventory.mig {
+            name = format!("  MIG {} (GI {})", m.profile, m.gpu_instance_id);
+        }
         if name.chars().count() > 24 {
             name = name.chars().take(23).collect::<String>() + "…";
         }
@@ -130,7 +134,7 @@ pub fn table(rows: &[GpuStatusRow], stale_after_ms: i64) -> String {
             .collect();
         let line = format!(
             "{:<4} {:<24} {:>5} {:>15} {:>5} {:>11} {:>5}  {:<10} {:<7} {}",
-            r.inventory.index,
+            r.inventory.address(),
             name,
             opt(s.and_then(|s| s.util_gpu_pct), "%"),
             mem,
@@ -138,7 +142,12 @@ pub fn table(rows: &[GpuStatusRow], stale_after_ms: i64) -> String {
             power,
             r.age_ms.map_or_else(|| "-".into(), age),
             state,
-            health_word(gpu_health::judge(r, stale_after_ms).status),
+            if r.inventory.mig.is_some() {
+                // Its hardware is its parent's row's.
+                "parent"
+            } else {
+                health_word(gpu_health::judge(r, stale_after_ms).status)
+            },
             processes_cell(procs.first(), s),
         );
         out.push_str(line.trim_end());
@@ -163,16 +172,16 @@ fn health_word(s: Status) -> &'static str {
 /// One line per reason of every GPU that is not `ok`, with its fix (empty when all are ok).
 pub fn health_lines(rows: &[GpuStatusRow], stale_after_ms: i64) -> String {
     let mut out = String::new();
-    for r in rows {
+    for r in rows.iter().filter(|r| r.inventory.mig.is_none()) {
         let h = gpu_health::judge(r, stale_after_ms);
         for x in &h.reasons {
             if out.is_empty() {
                 out.push_str("\nGPU health (not ok):\n");
             }
             let gpu = if rows.iter().any(|o| o.host != r.host) {
-                format!("{} GPU {}", r.host, r.inventory.index)
+                format!("{} GPU {}", r.host, r.inventory.address())
             } else {
-                format!("GPU {}", r.inventory.index)
+                format!("GPU {}", r.inventory.address())
             };
             out.push_str(&format!(
                 "  {gpu} {} {}: {}; fix: {}\n",
@@ -242,6 +251,10 @@ pub fn json(rows: &[GpuStatusRow], stale_after_ms: i64) -> Value {
                 json!({
                     "host": r.host,
                     "index": r.inventory.index,
+                    "address": r.inventory.address(),
+                    "gpu_instance_id": r.inventory.mig.as_ref().map(|m| m.gpu_instance_id),
+                    "gpu_instance_profile": r.inventory.mig.as_ref().map(|m| m.profile.as_str()),
+                    "parent_uuid": r.inventory.mig.as_ref().map(|m| m.parent_uuid.as_str()),
                     "uuid": r.inventory.uuid,
                     "name": r.inventory.name,
                     "pci_bus_id": r.inventory.pci_bus_id,

@@ -104,8 +104,17 @@ pub fn select_gpus(all: &[GpuRow], wanted: &[String]) -> Result<Vec<GpuRow>, Str
     let mut out: Vec<GpuRow> = Vec::new();
     for w in wanted {
         let w = w.trim();
+        // `3` is GPU 3 (the whole GPU, not its MIG instances), `0/7` instance 7 of GPU 0, else
+        // a UUID (`GPU-…` or a MIG instance's `MIG-…`).
         let found: Vec<&GpuRow> = match w.parse::<u32>() {
-            Ok(i) => all.iter().filter(|g| g.inventory.index == i).collect(),
+            Ok(i) => all
+                .iter()
+                .filter(|g| g.inventory.index == i && g.inventory.mig.is_none())
+                .collect(),
+            Err(_) if w.contains('/') => all
+                .iter()
+                .filter(|g| g.inventory.mig.is_some() && g.inventory.address() == w)
+                .collect(),
             Err(_) => all
                 .iter()
                 .filter(|g| g.inventory.uuid.eq_ignore_ascii_case(w))
@@ -114,7 +123,7 @@ pub fn select_gpus(all: &[GpuRow], wanted: &[String]) -> Result<Vec<GpuRow>, Str
         if found.is_empty() {
             let have: Vec<String> = all
                 .iter()
-                .map(|g| format!("{} ({})", g.inventory.index, g.inventory.uuid))
+                .map(|g| format!("{} ({})", g.inventory.address(), g.inventory.uuid))
                 .collect();
             return Err(format!(
                 "--gpu {w:?} matches no GPU; the database has: {}",

@@ -41,6 +41,7 @@ mod import_openmetrics;
 mod import_rollups;
 mod kmsg_daemon;
 mod layering;
+mod mig;
 mod notify_alertmanager;
 mod notify_daemon;
 mod notify_email;

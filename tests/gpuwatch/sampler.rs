@@ -748,3 +748,108 @@ fn nvlink_and_the_fabric_are_read_where_the_gpu_has_them() {
     }
     assert_eq!(seen, 3);
 }
+
+const MIG: &str = r#"
+[scenario]
+name = "mig"
+duration = "10m"
+seed = 5
+
+[[gpu]]
+model = "H100-SXM-80GB"
+mig_mode = true
+[[gpu.timeline]]
+util_gpu = 50
+[[gpu.mig]]
+profile = "3g.40gb"
+[[gpu.mig.timeline]]
+activity = 80
+[[gpu.mig]]
+profile = "1g.10gb"
+[[gpu.mig.timeline]]
+activity = 0
+[[gpu.mig]]
+profile = "1g.10gb"
+from = "3s"
+[[gpu.mig.timeline]]
+activity = 40
+
+[[process]]
+pid = 4500
+name = "python"
+gpu = 0
+mig = 7
+mem_mib = 9000
+"#;
+
+/// In MIG mode every instance is a GPU of its own: its inventory (MIG UUID, parent index,
+/// GPU instance id and profile), its memory, processes and GPM activity; the parent keeps
+/// its temperature and power, and has no utilisation (N/A in MIG mode). An instance
+/// created while sampling is picked up without a restart.
+#[test]
+fn mig_instances_are_sampled_as_gpus_of_their_own() {
+    let mut r = rig(MIG, Duration::from_secs(2));
+    let spec = r.sim.scenario.gpu(0).clone();
+    let mut invs = Vec::new();
+    let mut last = None;
+    for _ in 0..16 {
+        let b = r.tick();
+        invs.extend(b.inventory.clone());
+        last = Some(b);
+    }
+    let b = last.expect("ticks");
+    let parent = b
+        .samples
+        .iter()
+        .find(|s| s.uuid == spec.uuid)
+        .expect("parent sample");
+    assert_eq!(parent.util_gpu_pct, None, "no utilisation in MIG mode");
+    assert!(parent.temp_c.is_some() && parent.power_mw.is_some());
+    for m in &spec.mig_instances {
+        let inv = invs
+            .iter()
+            .find(|i| i.uuid == m.uuid)
+            .unwrap_or_else(|| panic!("inventory of {}", m.uuid));
+        assert_eq!(inv.index, 0);
+        let mi = inv.mig.as_ref().expect("a MIG instance");
+        assert_eq!(mi.gpu_instance_id, m.gi_id);
+        assert_eq!(mi.profile, m.profile.name);
+        assert_eq!(mi.parent_uuid, spec.uuid);
+        assert_eq!(inv.memory_total_bytes, Some(m.memory_bytes));
+        assert_eq!(inv.address(), format!("0/{}", m.gi_id));
+        let s = b
+            .samples
+            .iter()
+            .find(|s| s.uuid == m.uuid)
+            .unwrap_or_else(|| panic!("sample of {}", m.uuid));
+        assert_eq!(s.mem_total_bytes, Some(m.memory_bytes));
+        assert_eq!(s.util_gpu_pct, None);
+        assert_eq!(s.temp_c, None, "the parent's, not the instance's");
+        let want = r.sim.scenario.mig_state(0, m.index, 15).expect("alive");
+        let got = s.sm_active_pct.expect("GPM activity of the instance");
+        assert!(
+            (got - f64::from(want.sm_active_pct)).abs() <= 1.0,
+            "{got} vs {}",
+            want.sm_active_pct
+        );
+    }
+    let second = &spec.mig_instances[1];
+    let s = b
+        .samples
+        .iter()
+        .find(|s| s.uuid == second.uuid)
+        .expect("1g");
+    assert_eq!(s.process_count, Some(1));
+    assert!(s.mem_used_bytes.is_some_and(|u| u >= 9_000 << 20));
+    let held: Vec<_> = b
+        .processes
+        .iter()
+        .filter(|p| p.process.pid == 4500)
+        .map(|p| p.gpu_uuid.as_str())
+        .collect();
+    assert_eq!(
+        held,
+        [second.uuid.as_str()],
+        "attributed to its instance only"
+    );
+}

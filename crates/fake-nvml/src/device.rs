@@ -33,12 +33,21 @@ macro_rules! string_fn {
     };
 }
 
-string_fn!(nvmlDeviceGetName, |d| d.spec().name.clone());
-string_fn!(nvmlDeviceGetUUID, |d| d.spec().uuid.clone());
+// A MIG device is named after its parent and profile, as nvidia-smi -L shows it.
+string_fn!(nvmlDeviceGetName, |d| match d.mig() {
+    Some((m, _)) => format!("{} MIG {}", d.spec().name, m.profile.name),
+    None => d.spec().name.clone(),
+});
+string_fn!(nvmlDeviceGetUUID, |d| match d.mig() {
+    Some((m, _)) => m.uuid.clone(),
+    None => d.spec().uuid.clone(),
+});
 string_fn!(nvmlDeviceGetSerial, |d| d.spec().serial.clone());
 string_fn!(nvmlDeviceGetVbiosVersion, |d| d.spec().vbios.clone());
 
-getter!(nvmlDeviceGetIndex, c_uint, |d| d.index as c_uint);
+// A MIG device's index is its place among its parent's instances.
+getter!(nvmlDeviceGetIndex, c_uint, |d| d.mig.unwrap_or(d.index)
+    as c_uint);
 getter!(nvmlDeviceGetMinorNumber, c_uint, |d| d.index as c_uint);
 getter!(nvmlDeviceGetBrand, c_uint, |d| d.spec().brand);
 getter!(nvmlDeviceGetArchitecture, c_uint, |d| d.spec().architecture);
@@ -90,13 +99,20 @@ getter!(nvmlDeviceGetPciInfo_v3, PciInfo, |d| pci_info(d));
 getter!(nvmlDeviceGetPciInfo_v2, PciInfo, |d| pci_info(d));
 getter!(nvmlDeviceGetPciInfo, PciInfo, |d| pci_info(d));
 
-getter!(nvmlDeviceGetMemoryInfo, Memory, |d| {
-    let s = d.state();
-    // v1 predates "reserved": used is everything that is not free.
-    Memory {
-        total: s.mem_total_bytes,
-        free: s.mem_free_bytes,
-        used: s.mem_total_bytes - s.mem_free_bytes,
+getter!(nvmlDeviceGetMemoryInfo, Memory, |d| match d.mig() {
+    Some((_, m)) => Memory {
+        total: m.mem_total_bytes,
+        free: m.mem_free_bytes,
+        used: m.mem_used_bytes,
+    },
+    None => {
+        let s = d.state();
+        // v1 predates "reserved": used is everything that is not free.
+        Memory {
+            total: s.mem_total_bytes,
+            free: s.mem_free_bytes,
+            used: s.mem_total_bytes - s.mem_free_bytes,
+        }
     }
 });
 
@@ -111,6 +127,17 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
             Ok(g) => g,
             Err(c) => return c,
         };
+        if let Some((_, m)) = d.mig() {
+            let v = MemoryV2 {
+                version: given.version,
+                total: m.mem_total_bytes,
+                reserved: 0,
+                free: m.mem_free_bytes,
+                used: m.mem_used_bytes,
+            };
+            // SAFETY: as above.
+            return unsafe { out(memory, v) };
+        }
         let s = d.state();
         let v = MemoryV2 {
             version: given.version,

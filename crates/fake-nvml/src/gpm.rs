@@ -19,7 +19,7 @@
 //! query's cost does not grow with the interval.
 
 use std::collections::HashMap;
-use std::ffi::{c_char, c_void};
+use std::ffi::{c_char, c_uint, c_void};
 use std::sync::{Mutex, MutexGuard};
 
 use gpuwatch_sim::GpuState;
@@ -29,6 +29,9 @@ use crate::ffi_types::{
     GPM_METRIC_MAX, GPM_STRUCT_VERSION, GpmMetricsGet, GpmSupport, NvmlDevice, NvmlReturn,
 };
 use crate::{device_call, guard, out, state, versioned_in};
+
+/// GPM's per-MIG-instance sample.
+const GPM_MIG_SAMPLE: &str = "nvmlGpmMigSampleGet";
 
 /// `NVML_GPM_METRIC_ANY_TENSOR_UTIL`.
 pub const ANY_TENSOR_UTIL: u32 = 5;
@@ -72,6 +75,8 @@ const MEAN_POINTS: u64 = 64;
 struct Taken {
     index: usize,
     tick: u64,
+    /// The MIG instance (its place) of an `nvmlGpmMigSampleGet` sample.
+    mig: Option<usize>,
 }
 
 /// Live samples by handle address; `None` until `nvmlGpmSampleGet` fills one.
@@ -151,6 +156,45 @@ pub unsafe extern "C" fn nvmlGpmSampleGet(device: NvmlDevice, sample: *mut c_voi
                 *slot = Some(Taken {
                     index: d.index,
                     tick: d.tick,
+                    mig: None,
+                });
+                code::SUCCESS
+            }
+            None => code::INVALID_ARGUMENT,
+        }
+    })
+}
+
+/// A sample of one MIG instance (by its GPU instance id) of a GPU in MIG mode: its metrics
+/// are the instance's.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlGpmMigSampleGet(
+    device: NvmlDevice,
+    gpu_instance_id: c_uint,
+    sample: *mut c_void,
+) -> NvmlReturn {
+    device_call(device, GPM_MIG_SAMPLE, |d| {
+        if d.mig.is_some() || !d.spec().mig_mode {
+            return code::NOT_SUPPORTED;
+        }
+        let Some(m) = d
+            .spec()
+            .mig_instances
+            .iter()
+            .find(|m| m.gi_id == gpu_instance_id && m.alive_at(d.tick))
+            .map(|m| m.index)
+        else {
+            return code::NOT_FOUND;
+        };
+        match samples()
+            .as_mut()
+            .and_then(|s| s.get_mut(&(sample as usize)))
+        {
+            Some(slot) => {
+                *slot = Some(Taken {
+                    index: d.index,
+                    tick: d.tick,
+                    mig: Some(m),
                 });
                 code::SUCCESS
             }
@@ -186,7 +230,7 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut GpmMetricsGet) -> NvmlR
         let (Some(a), Some(b)) = (taken(req.sample1), taken(req.sample2)) else {
             return code::INVALID_ARGUMENT;
         };
-        if a.index != b.index || b.tick < a.tick {
+        if a.index != b.index || a.mig != b.mig || b.tick < a.tick {
             return code::INVALID_ARGUMENT;
         }
         for m in &mut req.metrics[..n] {
@@ -196,9 +240,18 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut GpmMetricsGet) -> NvmlR
             m.unit = std::ptr::null();
             match ANSWERED.iter().find(|a| a.0 == m.metric_id) {
                 Some(&(_, short, long, of)) => {
-                    m.value = mean(a.tick, b.tick, |t| {
-                        f64::from(of(&scenario.gpu_state(a.index, t)))
-                    });
+                    m.value = match a.mig {
+                        None => mean(a.tick, b.tick, |t| {
+                            f64::from(of(&scenario.gpu_state(a.index, t)))
+                        }),
+                        Some(i) => mean(a.tick, b.tick, |t| {
+                            f64::from(
+                                scenario
+                                    .mig_state(a.index, i, t)
+                                    .map_or(0, |s| of_mig(m.metric_id, &s)),
+                            )
+                        }),
+                    };
                     m.short_name = short.as_ptr().cast::<c_char>();
                     m.long_name = long.as_ptr();
                     m.unit = c"%".as_ptr();
@@ -209,6 +262,16 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut GpmMetricsGet) -> NvmlR
         }
         code::SUCCESS
     })
+}
+
+/// A MIG instance's value of one of the [`ANSWERED`] metrics.
+fn of_mig(id: u32, s: &gpuwatch_sim::mig::MigState) -> u32 {
+    match id {
+        2 => s.sm_active_pct,
+        3 => s.sm_occupancy_pct,
+        10 => s.dram_active_pct,
+        _ => s.tensor_active_pct,
+    }
 }
 
 /// The mean of `value` over the ticks `(from, to]` (`to` alone when they are equal), read at

@@ -198,6 +198,27 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
     device: *mut NvmlDevice,
 ) -> NvmlReturn {
     let wanted = unsafe { arg_str(uuid) };
+    // A MIG device's UUID: its handle, while the instance exists.
+    if let Some(w) = wanted.as_deref().filter(|w| w.starts_with("MIG-")) {
+        let w = w.to_string();
+        return guard(|| {
+            let Some((s, tick)) = state::snapshot() else {
+                return code::UNINITIALIZED;
+            };
+            if device.is_null() {
+                return code::INVALID_ARGUMENT;
+            }
+            for g in 0..s.gpu_count() {
+                for m in &s.gpu(g).mig_instances {
+                    if m.uuid == w && m.alive_at(tick) {
+                        // SAFETY: checked non-null above; the caller's handle slot.
+                        return unsafe { out(device, crate::mig_handle_for(g, m.index)) };
+                    }
+                }
+            }
+            code::NOT_FOUND
+        });
+    }
     lookup("nvmlDeviceGetHandleByUUID", device, |s| {
         let wanted = wanted.ok_or(code::INVALID_ARGUMENT)?;
         (0..s.gpu_count())

@@ -16,7 +16,7 @@
 //! Module map: `init` (init/shutdown/system/handles/error strings), `device` (inventory and
 //! sensors), `health` (ECC, retirement, throttling, modes), `process` (running processes),
 //! `events` (XID event sets), `fields` (the batch `nvmlDeviceGetFieldValues`), `gpm` (GPM
-//! samples and metrics: tensor activity), `nvlink` (link state and fabric registration), `manage` (setters and supported clocks), `settings`
+//! samples and metrics: tensor activity), `mig` (MIG devices and their handles), `nvlink` (link state and fabric registration), `manage` (setters and supported clocks), `settings`
 //! (what the setters change, shared between processes through `GPUWATCH_FAKE_STATE_DIR`, and
 //! who may change it), `control` (gpuwatchFake* test controls), `state`, `ffi_types`.
 //!
@@ -54,6 +54,7 @@ mod gpm;
 mod health;
 mod init;
 mod manage;
+mod mig;
 mod nvlink;
 mod process;
 mod settings;
@@ -140,6 +141,43 @@ pub(crate) fn index_of(handle: NvmlDevice) -> Option<usize> {
     (offset < gpuwatch_sim::MAX_GPUS).then_some(offset)
 }
 
+/// MIG device handles: addresses of these slots, [`gpuwatch_sim::mig::MAX_MIG`] per GPU.
+static MIG_SLOTS: [u8; gpuwatch_sim::MAX_GPUS * gpuwatch_sim::mig::MAX_MIG] =
+    [0; gpuwatch_sim::MAX_GPUS * gpuwatch_sim::mig::MAX_MIG];
+
+pub(crate) fn mig_handle_for(index: usize, mig: usize) -> NvmlDevice {
+    let at = index.min(gpuwatch_sim::MAX_GPUS - 1) * gpuwatch_sim::mig::MAX_MIG
+        + mig.min(gpuwatch_sim::mig::MAX_MIG - 1);
+    MIG_SLOTS.as_ptr().wrapping_add(at) as NvmlDevice
+}
+
+/// The (GPU, MIG instance) behind a MIG device handle, if it is one of ours.
+pub(crate) fn mig_of(handle: NvmlDevice) -> Option<(usize, usize)> {
+    let offset = (handle as usize).wrapping_sub(MIG_SLOTS.as_ptr() as usize);
+    (offset < MIG_SLOTS.len()).then_some((
+        offset / gpuwatch_sim::mig::MAX_MIG,
+        offset % gpuwatch_sim::mig::MAX_MIG,
+    ))
+}
+
+/// The calls a MIG device handle answers (the instance's identity, memory, processes);
+/// every other per-device call on one answers NOT_SUPPORTED, as the driver does.
+const MIG_SYMBOLS: &[&str] = &[
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetIndex",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+    "nvmlDeviceGetMPSComputeRunningProcesses",
+    "nvmlDeviceGetGpuInstanceId",
+    "nvmlDeviceGetComputeInstanceId",
+    "nvmlDeviceGetAttributes",
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+    "nvmlDeviceIsMigDeviceHandle",
+    "nvmlDeviceGetMigMode",
+];
+
 /// A GPU's state as computed for a scenario and a tick.
 type Computed = (Arc<Scenario>, u64, GpuState);
 
@@ -148,9 +186,18 @@ pub(crate) struct Device {
     pub scenario: Arc<Scenario>,
     pub index: usize,
     pub tick: u64,
+    /// The MIG instance, for a call on a MIG device handle.
+    pub mig: Option<usize>,
 }
 
 impl Device {
+    /// The MIG instance's spec and values at the call's tick (a call on a MIG handle).
+    pub fn mig(&self) -> Option<(&gpuwatch_sim::mig::MigSpec, gpuwatch_sim::mig::MigState)> {
+        let i = self.mig?;
+        let spec = self.spec().mig_instances.get(i)?;
+        Some((spec, self.scenario.mig_state(self.index, i, self.tick)?))
+    }
+
     pub fn spec(&self) -> &GpuSpec {
         self.scenario.gpu(self.index)
     }
@@ -222,15 +269,29 @@ pub(crate) fn device_call(
             return code::UNINITIALIZED;
         };
         state::count_call();
-        let Some(index) = index_of(handle).filter(|i| *i < scenario.gpu_count()) else {
-            return code::INVALID_ARGUMENT;
+        let (index, mig) = match (index_of(handle), mig_of(handle)) {
+            (Some(i), _) if i < scenario.gpu_count() => (i, None),
+            (_, Some((i, m))) if i < scenario.gpu_count() => (i, Some(m)),
+            _ => return code::INVALID_ARGUMENT,
         };
+        if mig.is_some() && !MIG_SYMBOLS.contains(&gpuwatch_sim::nvml::base_symbol(symbol)) {
+            return code::NOT_SUPPORTED;
+        }
         match decide(&scenario, index, symbol, tick) {
-            Ok(tick) => body(&Device {
-                scenario,
-                index,
-                tick,
-            }),
+            Ok(tick) => {
+                // A destroyed (or not yet created) instance's handle is stale.
+                if let Some(m) = mig
+                    && scenario.mig_state(index, m, tick).is_none()
+                {
+                    return code::NOT_FOUND;
+                }
+                body(&Device {
+                    scenario,
+                    index,
+                    tick,
+                    mig,
+                })
+            }
             Err(c) => c,
         }
     })

@@ -44,15 +44,20 @@ fn stride(layout: Layout, d: &Device) -> usize {
 ///
 /// # Safety
 /// `base` must be valid for `stride` bytes of writes.
-unsafe fn write_entry(base: *mut u8, stride: usize, pid: u32, used: u64) {
+unsafe fn write_entry(base: *mut u8, stride: usize, pid: u32, used: u64, gi: Option<u32>) {
     // SAFETY: the caller guarantees `stride` writable bytes at `base`; all offsets are inside.
     unsafe {
         std::ptr::write_bytes(base, 0, stride);
         base.cast::<u32>().write_unaligned(pid);
         base.add(8).cast::<u64>().write_unaligned(used);
         if stride >= PROCESS_V2_SIZE {
-            base.add(16).cast::<u32>().write_unaligned(NO_INSTANCE);
-            base.add(20).cast::<u32>().write_unaligned(NO_INSTANCE);
+            // On a MIG instance: its GPU instance id and compute instance 0.
+            base.add(16)
+                .cast::<u32>()
+                .write_unaligned(gi.unwrap_or(NO_INSTANCE));
+            base.add(20)
+                .cast::<u32>()
+                .write_unaligned(if gi.is_some() { 0 } else { NO_INSTANCE });
         }
         // At 32 bytes, usedGpuCcProtectedMemory (offset 24) stays 0 from the zeroing.
     }
@@ -71,10 +76,18 @@ unsafe fn running_processes(
         if count.is_null() {
             return code::INVALID_ARGUMENT;
         }
-        let procs = if compute {
-            d.scenario.processes_at(d.index, d.tick)
-        } else {
-            Vec::new()
+        // A MIG device lists its instance's processes; the parent lists every process.
+        let procs = match (compute, d.mig) {
+            (false, _) => Vec::new(),
+            (true, Some(m)) => d.scenario.mig_processes_at(d.index, m, d.tick),
+            (true, None) => d.scenario.processes_at(d.index, d.tick),
+        };
+        let gi_of = |pid: u32| {
+            d.scenario
+                .processes()
+                .iter()
+                .find(|p| p.pid == pid)
+                .and_then(|p| p.mig)
         };
         let n = procs.len() as c_uint;
         // SAFETY: `count` is non-null and the caller's in/out count.
@@ -92,7 +105,15 @@ unsafe fn running_processes(
             // SAFETY: k < n <= capacity, and the caller promised `capacity` entries of *its*
             // idea of the stride; with the emulated 32-byte stride that promise can be too small
             // (the emulated driver bug, see the module doc).
-            unsafe { write_entry(infos.add(k * stride), stride, p.pid, p.used_bytes) };
+            unsafe {
+                write_entry(
+                    infos.add(k * stride),
+                    stride,
+                    p.pid,
+                    p.used_bytes,
+                    gi_of(p.pid),
+                )
+            };
         }
         code::SUCCESS
     })

@@ -177,6 +177,22 @@ pub(crate) fn parse(text: &str, origin: &str) -> Result<Scenario, ScenarioError>
                     format!("pid {} is already used by process #{}", spec.pid, prev + 1),
                 );
             }
+            if let Some(gi) = spec.mig {
+                let span = rp.get_ref().mig.as_ref().map(|m| m.span());
+                match spec.gpus.as_slice() {
+                    [g] if gpus.iter().any(|m| {
+                        m.spec.index == *g && m.mig.iter().any(|i| i.spec.gi_id == gi)
+                    }) => {}
+                    [g] => p.at(
+                        span,
+                        format!("GPU {g} has no MIG instance with GPU instance id {gi}"),
+                    ),
+                    _ => p.at(
+                        span,
+                        "a process on a MIG instance runs on one GPU: `gpu = N`",
+                    ),
+                }
+            }
             for &g in &spec.gpus {
                 if let Some(model) = gpus.iter_mut().find(|m| m.spec.index == g) {
                     let key = noise_key(&[seed, 0x9C0C, i as u64, g as u64]);

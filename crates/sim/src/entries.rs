@@ -168,6 +168,7 @@ impl Ctx {
             start_tick: start,
             end_tick: end,
             cgroup: r.cgroup.clone(),
+            mig: r.mig.as_ref().map(|m| *m.get_ref()),
         };
         Some((spec, sig))
     }

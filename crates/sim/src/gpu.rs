@@ -48,6 +48,8 @@ pub(crate) struct GpuModel {
     pub keys: [u64; METRIC_COUNT],
     /// `(index into Scenario::processes, memory signal in bytes)` for processes on this GPU.
     pub procs: Vec<(usize, Signal)>,
+    /// MIG instances (`spec.mig_instances` holds their specs).
+    pub mig: Vec<crate::mig::MigModel>,
 }
 
 /// DGX-style PCI bus numbers for the first eight GPUs.
@@ -219,6 +221,11 @@ pub(crate) fn compile_spec(
     if nvlinks == 0 || mig_mode {
         unsupported_too.push(nvml::NVLINK_STATE);
     }
+    // In MIG mode the GPU's utilisation is not reported ("N/A" in nvidia-smi): only GPM
+    // tells what the instances do.
+    if mig_mode {
+        unsupported_too.push("nvmlDeviceGetUtilizationRates");
+    }
     if !fabric {
         unsupported_too.extend(nvml::FABRIC_INFO);
     }
@@ -283,6 +290,7 @@ pub(crate) fn compile_spec(
         not_supported,
         nvlinks,
         fabric,
+        mig_instances: Vec::new(),
     };
     let params = Params {
         idle_power_w: g.idle_power_w.unwrap_or(pre.idle_power_w),
@@ -491,6 +499,17 @@ pub(crate) fn compile_timeline(
         }
     }
     let energy = energy_track(&tracks, &params, keys[Metric::Power.id()], tick_ms);
+    let mig = crate::mig::compile(
+        p,
+        &raw.mig,
+        spec.index,
+        &spec.model,
+        spec.mig_mode,
+        seed,
+        tick_ms,
+    );
+    let mut spec = spec;
+    spec.mig_instances = mig.iter().map(|m| m.spec.clone()).collect();
     let baseline_mib = raw
         .baseline_mib
         .unwrap_or(pre.baseline_mib + mix(seed ^ index ^ 0xBA5E) % 101);
@@ -503,6 +522,7 @@ pub(crate) fn compile_timeline(
         energy,
         keys,
         procs: Vec::new(),
+        mig,
     }
 }
 

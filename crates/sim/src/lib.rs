@@ -22,6 +22,7 @@ mod engine;
 mod entries;
 mod error;
 mod gpu;
+pub mod mig;
 pub mod nvml;
 pub mod presets;
 mod spec;
@@ -180,6 +181,26 @@ impl Scenario {
         self.gpus
             .get(index)
             .map_or_else(Vec::new, |g| g.processes_at(&self.processes, tick))
+    }
+
+    /// MIG instance `mig` of GPU `index` at `tick`; `None` where it does not exist then.
+    pub fn mig_state(&self, index: usize, mig: usize, tick: u64) -> Option<mig::MigState> {
+        let g = self.gpus.get(index)?;
+        let m = g.mig.get(mig).filter(|m| m.spec.alive_at(tick))?;
+        Some(m.state(tick, &g.procs, &self.processes))
+    }
+
+    /// The live processes on MIG instance `mig` of GPU `index` at `tick`.
+    pub fn mig_processes_at(&self, index: usize, mig: usize, tick: u64) -> Vec<ProcessState> {
+        let Some(g) = self.gpus.get(index) else {
+            return Vec::new();
+        };
+        let Some(m) = g.mig.get(mig).filter(|m| m.spec.alive_at(tick)) else {
+            return Vec::new();
+        };
+        m.process_bytes(&g.procs, &self.processes, tick)
+            .map(|(pid, used_bytes)| ProcessState { pid, used_bytes })
+            .collect()
     }
 
     /// Static process metadata, in file order.

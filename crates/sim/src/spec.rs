@@ -110,6 +110,9 @@ pub struct RawGpu {
     pub supported: Vec<Spanned<String>>,
     #[serde(default)]
     pub timeline: Vec<Spanned<RawSegment>>,
+    /// MIG instances (the GPU in MIG mode).
+    #[serde(default)]
+    pub mig: Vec<Spanned<crate::mig::RawMig>>,
 }
 
 /// One timeline segment. Each metric key is optional; absent ones fall back to earlier
@@ -175,6 +178,8 @@ pub struct RawProcess {
     pub mem_bytes: Option<Spanned<RawBehaviour>>,
     /// The process's `/proc/PID/cgroup` text (e.g. `0::/kubepods.slice/…`).
     pub cgroup: Option<String>,
+    /// The GPU instance id of the MIG instance it runs on (its one GPU in MIG mode).
+    pub mig: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -67,6 +67,8 @@ pub struct GpuSpec {
     /// The GPU registers with an NVLink fabric (NVSwitch systems, Hopper and later):
     /// `nvmlDeviceGetGpuFabricInfo` answers; NOT_SUPPORTED otherwise.
     pub fabric: bool,
+    /// MIG instances (in MIG mode), in `[[gpu.mig]]` order.
+    pub mig_instances: Vec<crate::mig::MigSpec>,
 }
 
 /// Every dynamic value of one GPU at one tick.
@@ -160,6 +162,8 @@ pub struct ProcessSpec {
     pub end_tick: Option<u64>,
     /// What `/proc/PID/cgroup` says for it (its container, pod, Slurm job).
     pub cgroup: Option<String>,
+    /// The GPU instance id of the MIG instance it runs on.
+    pub mig: Option<u32>,
 }
 
 /// A pod the simulated kubelet reports: the GPUs allocated to it.

@@ -538,9 +538,10 @@ impl Engine {
             };
             match name {
                 "host" => Some(TemplateValue::Text(s.host.clone())),
-                "gpu" => Some(s.gpu.map_or(TemplateValue::NoData, |g| {
-                    TemplateValue::Text(g.to_string())
-                })),
+                "gpu" => Some(
+                    s.gpu_address()
+                        .map_or(TemplateValue::NoData, TemplateValue::Text),
+                ),
                 "uuid" => text(&s.uuid),
                 "model" => text(&s.model),
                 "severity" => Some(TemplateValue::Text(severity.as_str().into())),

@@ -25,6 +25,11 @@ pub(super) fn subject_of(world: &World, target: Target<'_>, scope: Scope) -> Sub
     let mut s = Subject {
         host: g.host.clone(),
         gpu: Some(g.inv.index),
+        gpu_instance: g
+            .inv
+            .mig
+            .as_ref()
+            .map(|m| (m.gpu_instance_id, m.profile.clone())),
         uuid: Some(g.inv.uuid.clone()),
         model: g.inv.name.clone(),
         pid: target.proc.map(|p| p.pid),

@@ -182,33 +182,61 @@ impl Gpu {
         let inv = &status.inventory;
         let opt = |v: &Option<String>| v.clone().unwrap_or_default();
         let (uuid, host_label) = id_label_names(names);
+        // A MIG instance, as dcgm-exporter labels it: the parent's `gpu` and `UUID` with
+        // `GPU_I_ID` and `GPU_I_PROFILE`; in gpuwatch's naming its own MIG UUID with
+        // `gpu_instance_id` and `gpu_instance_profile`.
+        let mig = inv.mig.as_ref();
+        let id = match (names, mig) {
+            (MetricNames::Dcgm, Some(m)) => m.parent_uuid.clone(),
+            _ => inv.uuid.clone(),
+        };
+        let model = match (names, mig, &inv.name) {
+            (MetricNames::Dcgm, Some(_), Some(n)) => n
+                .rsplit_once(" MIG ")
+                .map_or(n.as_str(), |(p, _)| p)
+                .to_string(),
+            _ => opt(&inv.name),
+        };
         let mut labels: Vec<Label> = vec![
             ("gpu".into(), inv.index.to_string()),
-            (uuid.into(), inv.uuid.clone()),
+            (uuid.into(), id.clone()),
             ("pci_bus_id".into(), opt(&inv.pci_bus_id)),
         ];
         match names {
             MetricNames::Dcgm => labels.extend([
                 ("device".into(), format!("nvidia{}", inv.index)),
-                ("modelName".into(), opt(&inv.name)),
+                ("modelName".into(), model),
                 ("Hostname".into(), host.to_string()),
                 ("DCGM_FI_DRIVER_VERSION".into(), opt(&inv.driver_version)),
             ]),
             MetricNames::Gpuwatch => labels.extend([
-                ("model".into(), opt(&inv.name)),
+                ("model".into(), model),
                 ("host".into(), host.to_string()),
                 ("driver_version".into(), opt(&inv.driver_version)),
             ]),
         }
+        let mig_labels: Vec<Label> = match (names, mig) {
+            (_, None) => Vec::new(),
+            (MetricNames::Dcgm, Some(m)) => vec![
+                ("GPU_I_ID".into(), m.gpu_instance_id.to_string()),
+                ("GPU_I_PROFILE".into(), m.profile.clone()),
+            ],
+            (MetricNames::Gpuwatch, Some(m)) => vec![
+                ("gpu_instance_id".into(), m.gpu_instance_id.to_string()),
+                ("gpu_instance_profile".into(), m.profile.clone()),
+            ],
+        };
+        labels.extend(mig_labels.iter().cloned());
         push_pod(&mut labels, &status);
         if let Some(j) = job {
             labels.push(("training_job".into(), j.to_string()));
         }
         let mut short: Vec<Label> = vec![
             ("gpu".into(), inv.index.to_string()),
-            (uuid.into(), inv.uuid.clone()),
+            (uuid.into(), id),
             (host_label.into(), host.to_string()),
         ];
+        short.extend(mig_labels);
         push_pod(&mut short, &status);
         if let Some(j) = job {
             short.push(("training_job".into(), j.to_string()));

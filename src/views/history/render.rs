@@ -26,7 +26,8 @@ struct JsonHistory<'a> {
 #[derive(Serialize)]
 struct JsonSeries<'a> {
     host: Option<&'a str>,
-    gpu_index: Option<u32>,
+    /// The index, or `"N/I"` for a MIG instance.
+    gpu_index: Option<serde_json::Value>,
     gpu_uuid: Option<&'a str>,
     metric: &'static str,
     unit: &'static str,
@@ -170,7 +171,7 @@ impl History<'_> {
                         format!(
                             "{},{},{}",
                             csv_field(&g.host),
-                            g.inventory.index,
+                            g.inventory.address(),
                             csv_field(&g.inventory.uuid)
                         )
                     },
@@ -221,7 +222,10 @@ impl History<'_> {
                     let g = self.gpu(s.gpu_id);
                     JsonSeries {
                         host: g.map(|g| g.host.as_str()),
-                        gpu_index: g.map(|g| g.inventory.index),
+                        gpu_index: g.map(|g| match g.inventory.mig {
+                            Some(_) => serde_json::Value::from(g.inventory.address()),
+                            None => serde_json::Value::from(g.inventory.index),
+                        }),
                         gpu_uuid: g.map(|g| g.inventory.uuid.as_str()),
                         metric: s.metric.name,
                         unit: s.metric.unit,

@@ -32,13 +32,15 @@ impl Host {
     }
 
     /// A healthy host: driver 550.90.07 loaded with nvidia_uvm, its nodes, the library chain
-    /// serving `scenario`, nvidia-persistenced running.
+    /// serving `scenario`, nvidia-persistenced and the Fabric Manager running (an HGX host:
+    /// its H100s register with the NVLink fabric).
     pub fn healthy(scenario: &str) -> Host {
         let h = Host::empty();
         h.write("proc/modules", MODULES);
         h.write("sys/module/nvidia/version", "550.90.07\n");
         h.write("proc/driver/nvidia/version", NVRM);
         h.write("proc/4242/comm", "nvidia-persiste\n");
+        h.write("proc/4343/comm", "nv-fabricmanage\n");
         for node in ["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"] {
             h.link(&format!("dev/{node}"), "/dev/null");
         }

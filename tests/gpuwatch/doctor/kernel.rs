@@ -33,6 +33,9 @@ fn a_healthy_host_is_all_ok_in_order_and_exits_0() {
         "gpu0 persistence mode",
         "gpu1",
         "gpu1 PCIe link",
+        "gpu0 fabric",
+        "gpu1 fabric",
+        "fabric manager",
         "config",
         "database",
         "receivers",
@@ -47,6 +50,12 @@ fn a_healthy_host_is_all_ok_in_order_and_exits_0() {
     assert!(t.ends_with("0 warnings, 0 failures\n"), "{t}");
     assert!(
         t.contains("ok    gpu0 persistence mode: on; nvidia-persistenced runs (pid 4242)"),
+        "{t}"
+    );
+    assert!(
+        t.contains(
+            "ok    fabric manager: nv-fabricmanager runs (pid 4343); 2 GPU(s) in the NVLink fabric"
+        ),
         "{t}"
     );
 
