@@ -36,6 +36,12 @@ stamp() { echo "== $(date -u +%H:%M:%S) $*"; }
 stamp machine
 nvidia-smi -L || true
 nvidia-smi -q > "$OUT/nvidia-smi-q.txt" 2>&1 || true
+# What gpuwatch reads of NVLink, the fabric and MIG, as the driver's own tool shows it.
+nvidia-smi nvlink -s > "$OUT/nvlink-s.txt" 2>&1 || true
+nvidia-smi nvlink -e > "$OUT/nvlink-e.txt" 2>&1 || true
+nvidia-smi --query-gpu=index,fabric.state,fabric.status,mig.mode.current,gpu_recovery_action \
+  --format=csv > "$OUT/fabric-mig.csv" 2>&1 || true
+nvidia-smi mig -lgi > "$OUT/mig-lgi.txt" 2>&1 || true
 uname -r; nproc
 
 stamp "1. NVML tests against the real driver"

@@ -101,6 +101,17 @@ fn ticks_give_physical_values() {
                     assert!((0.0..=100.0).contains(&t), "{what} activity {t}");
                 }
             }
+            // NVLink and the fabric: consistent where the board has them, absent elsewhere.
+            if let (Some(up), Some(mask)) = (smp.nvlink_links_up, smp.nvlink_down_mask) {
+                assert!(
+                    up <= 18 && up + mask.count_ones() <= 18,
+                    "{up} up, mask {mask:#x}"
+                );
+            }
+            if let Some(st) = smp.fabric_state {
+                assert!((1..=3).contains(&st), "fabric state {st}");
+                assert!(smp.fabric_status.is_some());
+            }
             if i > 0 && hopper.contains(&smp.uuid) {
                 assert!(smp.tensor_active_pct.is_some(), "GPM on {}", smp.uuid);
                 assert!(smp.sm_active_pct.is_some(), "GPM SM_UTIL on {}", smp.uuid);

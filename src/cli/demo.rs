@@ -421,6 +421,7 @@ impl LiveView {
                     })
                     .collect(),
                 holder: None,
+                recent_xids: Vec::new(),
             })
             .collect();
         rows.sort_by_key(|r| r.inventory.index);

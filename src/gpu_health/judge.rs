@@ -32,7 +32,12 @@ struct Found {
 }
 
 /// The health of GPU `n` from its fresh sample `s`.
-pub(super) fn sample(n: u32, s: &GpuSample, inv: &GpuInventory) -> Health {
+pub(super) fn sample(
+    n: u32,
+    s: &GpuSample,
+    inv: &GpuInventory,
+    xids_of: &[crate::store::read::RecentXid],
+) -> Health {
     // None: utilisation not read, so whether the GPU is busy is unknown.
     let busy = s.util_gpu_pct.map(|u| u >= BUSY_UTIL_PCT);
     let mut f = Found::default();
@@ -43,6 +48,7 @@ pub(super) fn sample(n: u32, s: &GpuSample, inv: &GpuInventory) -> Health {
     recovery(&mut f, n, s);
     nvlink(&mut f, n, s, inv);
     fabric(&mut f, s);
+    xids(&mut f, xids_of);
     f.reasons.sort_by_key(|r| std::cmp::Reverse(r.severity));
     let status = if f.not_checked.len() == super::CHECKS.len() {
         f.reasons.push(reason(
@@ -133,6 +139,39 @@ fn fabric(f: &mut Found, s: &GpuSample) {
             ),
             fix.into(),
         )),
+    }
+}
+
+/// The GPU's recent XIDs that are the hardware's or the driver's (the catalogue's class; an
+/// application's XID is the job's fault and an informational one a report of another), each
+/// with the catalogue's action: critical ones fail, the others warn. Judged where any
+/// happened, not a check of its own.
+fn xids(f: &mut Found, recent: &[crate::store::read::RecentXid]) {
+    use crate::xid::{self, Class};
+    for x in recent {
+        let Some(e) = xid::lookup(x.code) else {
+            continue;
+        };
+        if !matches!(e.class, Class::Hardware | Class::Driver) {
+            continue;
+        }
+        let code = if e.severity == crate::model::Severity::Critical {
+            "xid_critical"
+        } else {
+            "xid_warning"
+        };
+        f.reasons.push(reason(
+            code,
+            format!(
+                "XID {} ({}) {}× in the last day, last at {}: {}",
+                x.code,
+                e.name,
+                x.count,
+                crate::format::utc_label(x.last_ms),
+                e.meaning
+            ),
+            format!("{}: {}", e.action.as_str(), e.detail),
+        ));
     }
 }
 

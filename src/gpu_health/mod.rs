@@ -102,6 +102,8 @@ pub const CODES: &[(&str, Status)] = &[
     ("nvlink_links_down", Status::Warn),
     ("fabric_failed", Status::Fail),
     ("fabric_not_ready", Status::Fail),
+    ("xid_critical", Status::Fail),
+    ("xid_warning", Status::Warn),
     ("mig_instance", Status::Unknown),
     ("no_sample", Status::Unknown),
     ("stale_sample", Status::Unknown),
@@ -200,7 +202,7 @@ pub fn judge(row: &GpuStatusRow, stale_after_ms: i64) -> Health {
             ));
         }
     }
-    judge::sample(n, s, &row.inventory)
+    judge::sample(n, s, &row.inventory, &row.recent_xids)
 }
 
 /// `ms` as `1h 2m 3s`, whole seconds.

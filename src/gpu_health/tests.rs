@@ -37,6 +37,7 @@ fn busy() -> GpuStatusRow {
         age_ms: Some(1_000),
         processes: Vec::new(),
         holder: None,
+        recent_xids: Vec::new(),
     }
 }
 
@@ -264,6 +265,36 @@ fn nvlinks_and_the_fabric_are_judged_where_the_gpu_reports_them() {
         s.fabric_status = Some(0);
     }));
     assert_eq!(h.status, Status::Ok);
+}
+
+#[test]
+fn the_hardwares_recent_xids_are_named_with_their_action() {
+    use crate::store::read::RecentXid;
+    let mut r = busy();
+    r.recent_xids = vec![
+        RecentXid {
+            code: 48,
+            count: 3,
+            last_ms: 1_000,
+        },
+        // An application's XID is the job's fault: not the GPU's health.
+        RecentXid {
+            code: 13,
+            count: 5,
+            last_ms: 900,
+        },
+    ];
+    let h = judged(&r);
+    assert_eq!((h.status, codes(&h)), (Status::Fail, vec!["xid_critical"]));
+    assert!(h.reasons[0].text.starts_with("XID 48 ("), "{:?}", h.reasons);
+    assert!(h.reasons[0].text.contains("3× in the last day"));
+    assert!(
+        h.reasons[0].fix.starts_with("reset the GPU"),
+        "{:?}",
+        h.reasons
+    );
+    r.recent_xids.remove(0);
+    assert_eq!(judged(&r).status, Status::Ok);
 }
 
 #[test]

@@ -37,6 +37,24 @@ pub struct GpuStatusRow {
     pub processes: Vec<GpuProcessRow>,
     /// Who the kubelet says holds the GPU now (`None`: no allocation known).
     pub holder: Option<GpuHolder>,
+    /// The GPU's XIDs of the last [`RECENT_XID_MS`], one per code (the health verdict
+    /// names the hardware's with the action to take).
+    pub recent_xids: Vec<RecentXid>,
+}
+
+/// A MIG instance not sampled for this long while its parent is counts as destroyed.
+pub const DESTROYED_AFTER_MS: i64 = 60_000;
+
+/// How far back the health verdict looks for XIDs: a day.
+pub const RECENT_XID_MS: i64 = 86_400_000;
+
+/// One XID code's occurrences on a GPU in the recent past.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecentXid {
+    pub code: i64,
+    /// Events (a storm's run counts each).
+    pub count: i64,
+    pub last_ms: TsMs,
 }
 
 impl GpuStatusRow {
@@ -224,10 +242,30 @@ pub fn latest_per_gpu(
                 age_ms: None,
                 processes: Vec::new(),
                 holder: None,
+                recent_xids: Vec::new(),
             };
             Ok((row, r.get::<_, i64>(1)?, r.get::<_, Option<TsMs>>(23)?))
         })?
         .collect::<Result<Vec<_>, _>>()?;
+    // A MIG instance destroyed while gpuwatch ran has no sample since; its parent goes on.
+    // An instance whose newest sample is a minute older than its parent's is gone: not listed.
+    let newest: std::collections::HashMap<String, TsMs> = gpus
+        .iter()
+        .filter_map(|(row, _, last)| Some((row.inventory.uuid.clone(), (*last)?)))
+        .collect();
+    let gpus: Vec<_> = gpus
+        .into_iter()
+        .filter(|(row, _, last)| {
+            let Some(m) = &row.inventory.mig else {
+                return true;
+            };
+            match (newest.get(&m.parent_uuid), last) {
+                (Some(parent), Some(own)) => *own + DESTROYED_AFTER_MS >= *parent,
+                (Some(_), None) => false,
+                (None, _) => true,
+            }
+        })
+        .collect();
     let mut sample = conn.prepare_cached(concat!(
         "SELECT ts_ms, ",
         sample_metric_columns!(),
@@ -242,11 +280,25 @@ pub fn latest_per_gpu(
         "SELECT pod, namespace, container, resource, training_job FROM gpu_holders
          WHERE gpu_id = ?1 AND to_ms IS NULL ORDER BY from_ms DESC LIMIT 1",
     )?;
+    let mut xids = conn.prepare_cached(
+        "SELECT code, sum(coalesce(count, 1)), max(coalesce(last_ms, ts_ms)) FROM events
+         WHERE ts_ms >= ?1 AND gpu_id = ?2 AND kind = 'xid' AND code IS NOT NULL
+         GROUP BY code ORDER BY max(coalesce(last_ms, ts_ms)) DESC",
+    )?;
     let mut out = Vec::with_capacity(gpus.len());
     for (mut row, gpu_id, last_sample_ms) in gpus {
         row.holder = held
             .query_row(params![gpu_id], |r| holder_from_row(r, 0))
             .optional()?;
+        row.recent_xids = xids
+            .query_map(params![now_ms - RECENT_XID_MS, gpu_id], |r| {
+                Ok(RecentXid {
+                    code: r.get(0)?,
+                    count: r.get(1)?,
+                    last_ms: r.get(2)?,
+                })
+            })?
+            .collect::<Result<_, _>>()?;
         if let Some(ts) = last_sample_ms {
             let uuid = row.inventory.uuid.clone();
             row.latest = sample

@@ -314,6 +314,7 @@ mod tests {
             age_ms: Some(1000),
             processes: Vec::new(),
             holder: None,
+            recent_xids: Vec::new(),
         }
     }
 

@@ -773,6 +773,9 @@ profile = "1g.10gb"
 from = "3s"
 [[gpu.mig.timeline]]
 activity = 40
+[[gpu.mig]]
+profile = "2g.20gb"
+until = "6s"
 
 [[process]]
 pid = 4500
@@ -792,11 +795,20 @@ fn mig_instances_are_sampled_as_gpus_of_their_own() {
     let spec = r.sim.scenario.gpu(0).clone();
     let mut invs = Vec::new();
     let mut last = None;
+    let destroyed = spec.mig_instances[3].uuid.clone();
+    let mut seen_destroyed = Vec::new();
     for _ in 0..16 {
+        let n = r.n;
         let b = r.tick();
         invs.extend(b.inventory.clone());
+        if b.samples.iter().any(|s| s.uuid == destroyed) {
+            seen_destroyed.push(n);
+        }
         last = Some(b);
     }
+    // The 2g.20gb lives until 6 s: sampled until then, never after (no restart).
+    assert!(!seen_destroyed.is_empty(), "sampled while it lived");
+    assert!(seen_destroyed.iter().all(|&n| n < 6), "{seen_destroyed:?}");
     let b = last.expect("ticks");
     let parent = b
         .samples
@@ -805,7 +817,7 @@ fn mig_instances_are_sampled_as_gpus_of_their_own() {
         .expect("parent sample");
     assert_eq!(parent.util_gpu_pct, None, "no utilisation in MIG mode");
     assert!(parent.temp_c.is_some() && parent.power_mw.is_some());
-    for m in &spec.mig_instances {
+    for m in spec.mig_instances.iter().filter(|m| m.until_tick.is_none()) {
         let inv = invs
             .iter()
             .find(|i| i.uuid == m.uuid)

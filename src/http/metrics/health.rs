@@ -127,6 +127,7 @@ mod tests {
                 resource: "nvidia.com/gpu".into(),
                 job: None,
             }),
+            recent_xids: Vec::new(),
         };
         Gpu::new(row, "h", MetricNames::Gpuwatch, None, None)
     }
