@@ -471,7 +471,7 @@ impl Sampler {
             };
             let probed = req.probe.contains(&slot.index);
             match got.get_mut(slot.index as usize).and_then(Option::take) {
-                Some((mut sample, raw)) if sample.status == SampleStatus::Ok => {
+                Some((sample, raw)) if sample.status == SampleStatus::Ok => {
                     slot.misses.answered();
                     if probed && let Some(q) = slot.quarantine.take() {
                         self.pending_events.push(Event {
@@ -487,20 +487,13 @@ impl Sampler {
                             ..Event::default()
                         });
                     }
-                    if self.observe_processes {
-                        sample.process_count = raw
-                            .as_ref()
-                            .map(|r| u32::try_from(r.len()).unwrap_or(u32::MAX));
-                    }
-                    for p in raw.into_iter().flatten() {
-                        batch.processes.push(ProcessSample {
-                            ts_ms,
-                            gpu_uuid: uuid.clone(),
-                            process: self.resolver.resolve(p.pid),
-                            used_mem_bytes: p.used_mem_bytes,
-                        });
-                    }
-                    batch.samples.push(sample);
+                    push_reading(
+                        &mut batch,
+                        &mut self.resolver,
+                        self.observe_processes,
+                        sample,
+                        raw,
+                    );
                 }
                 answer => {
                     if let Some(q) = slot.quarantine.as_mut() {
@@ -543,21 +536,14 @@ impl Sampler {
                 }
             }
         }
-        for (mut sample, raw) in std::mem::take(&mut self.instance_readings) {
-            if self.observe_processes {
-                sample.process_count = raw
-                    .as_ref()
-                    .map(|r| u32::try_from(r.len()).unwrap_or(u32::MAX));
-            }
-            for p in raw.into_iter().flatten() {
-                batch.processes.push(ProcessSample {
-                    ts_ms,
-                    gpu_uuid: sample.uuid.clone(),
-                    process: self.resolver.resolve(p.pid),
-                    used_mem_bytes: p.used_mem_bytes,
-                });
-            }
-            batch.samples.push(sample);
+        for (sample, raw) in std::mem::take(&mut self.instance_readings) {
+            push_reading(
+                &mut batch,
+                &mut self.resolver,
+                self.observe_processes,
+                sample,
+                raw,
+            );
         }
         let live: Vec<u32> = batch.processes.iter().map(|p| p.process.pid).collect();
         self.resolver.retain(&live);
@@ -640,6 +626,31 @@ fn quarantine(
         ..Event::default()
     });
     slot.quarantine = Some(Quarantine::new(ts_ms, reason, first_probe));
+}
+
+/// A GPU's (or MIG instance's) reading into the batch: its sample, with the process count
+/// where processes are observed, and its processes, resolved.
+fn push_reading(
+    batch: &mut TickBatch,
+    resolver: &mut ProcResolver,
+    observe_processes: bool,
+    mut sample: GpuSample,
+    raw: Option<Vec<RawProcess>>,
+) {
+    if observe_processes {
+        sample.process_count = raw
+            .as_ref()
+            .map(|r| u32::try_from(r.len()).unwrap_or(u32::MAX));
+    }
+    for p in raw.into_iter().flatten() {
+        batch.processes.push(ProcessSample {
+            ts_ms: sample.ts_ms,
+            gpu_uuid: sample.uuid.clone(),
+            process: resolver.resolve(p.pid),
+            used_mem_bytes: p.used_mem_bytes,
+        });
+    }
+    batch.samples.push(sample);
 }
 
 /// The settings that differ between two inventory reads of one GPU (both values known):
