@@ -67,7 +67,7 @@ pub fn run(args: JobArgs) -> Result<(), Failure> {
 
 /// The Prometheus to ask: `--prometheus` (with the config's auth and TLS when it has a
 /// `[prometheus]`), else the config's.
-fn prometheus(cfg: &Config, url: Option<&str>) -> Result<PrometheusConfig, Failure> {
+pub(super) fn prometheus(cfg: &Config, url: Option<&str>) -> Result<PrometheusConfig, Failure> {
     match (url, &cfg.prometheus) {
         (Some(u), Some(p)) => {
             let checked = checked_url(u)?;

@@ -15,6 +15,7 @@ mod history;
 mod hosts;
 mod import_dmesg;
 mod import_om;
+mod import_prom;
 mod import_smi;
 mod incident;
 mod job;
@@ -124,6 +125,8 @@ pub enum ImportCommand {
     Openmetrics(import_om::ImportOmArgs),
     /// XIDs from saved kernel logs (dmesg -T, --time-format iso, journalctl -k, syslog).
     Dmesg(import_dmesg::ImportDmesgArgs),
+    /// GPU history from a Prometheus that scraped dcgm-exporter: raw samples, in chunks.
+    Prometheus(import_prom::ImportPromArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -242,6 +245,7 @@ pub fn main() -> i32 {
         Command::Import(ImportCommand::NvidiaSmi(a)) => import_smi::run(a),
         Command::Import(ImportCommand::Openmetrics(a)) => import_om::run(a),
         Command::Import(ImportCommand::Dmesg(a)) => import_dmesg::run(a),
+        Command::Import(ImportCommand::Prometheus(a)) => import_prom::run(a),
         Command::Export(a) => export::run(a),
     };
     match result {

@@ -7,8 +7,11 @@
 //! - [`nvidia_smi`]: CSV logs of `nvidia-smi --query-gpu=... --format=csv -l N` and of
 //!   `--query-compute-apps`.
 //! - [`dmesg`]: XIDs from saved kernel logs (`dmesg`, `journalctl -k`, syslog).
+//! - [`prometheus`]: dcgm-exporter's series from a Prometheus's HTTP API, raw samples, in
+//!   chunks each published whole (a chunked import: one transaction per chunk, a cursor).
 //! - [`time`]: the one reader of their timestamps (wall times in a zone, RFC 3339, epoch).
 
 pub mod dmesg;
 pub mod nvidia_smi;
+pub mod prometheus;
 pub mod time;

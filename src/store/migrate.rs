@@ -155,11 +155,16 @@ const MIGRATIONS: &[Migration] = &[
         name: "mig",
         sql: include_str!("../../migrations/0026_mig.sql"),
     },
+    Migration {
+        version: 27,
+        name: "import_cursors",
+        sql: include_str!("../../migrations/0027_import_cursors.sql"),
+    },
     // The unit-test build's metric registry has one more rollup row (`crate::metric`'s
     // `test_probe`): its columns, always after the last real migration.
     #[cfg(test)]
     Migration {
-        version: 27,
+        version: 28,
         name: "test_probe",
         sql: "ALTER TABLE rollups_1m ADD COLUMN test_probe_min INTEGER;
               ALTER TABLE rollups_1m ADD COLUMN test_probe_max INTEGER;

@@ -198,6 +198,22 @@ impl PromClient {
             .map_err(|e| e.scrub(&secrets))
     }
 
+    /// Runs the instant `query` at `at_ms`: with a range selector (`name[1h]`) its answer is
+    /// the raw samples of the range, as stored (no resampling, no gap filled).
+    pub async fn query_raw(&self, query: &str, at_ms: TsMs) -> Result<Matrix, FetchError> {
+        let url = format!("{}/api/v1/query", self.base);
+        let params = [("query", query.to_string()), ("time", seconds(at_ms))];
+        let req = match self.method {
+            QueryMethod::Get => self.http.get(&url).query(&params),
+            QueryMethod::Post => self.http.post(&url).form(&params),
+        };
+        let (request, secrets) = self.auth.apply(req)?;
+        let secrets: Vec<&str> = secrets.iter().map(Secret::expose).collect();
+        self.send(request, &secrets)
+            .await
+            .map_err(|e| e.scrub(&secrets))
+    }
+
     fn request(
         &self,
         query: &str,

@@ -182,6 +182,29 @@ pub fn host_exists(path: &std::path::Path, name: &str) -> bool {
 }
 
 impl Store {
+    /// Where the chunked import `source` stands: the end of its last published chunk.
+    pub fn import_cursor(&self, source: &str) -> Result<Option<TsMs>, StoreError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT done_to_ms FROM import_cursors WHERE source = ?1",
+                params![source],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    /// Moves the chunked import `source` past `done_to_ms` (after its chunk is published).
+    pub fn set_import_cursor(&self, source: &str, done_to_ms: TsMs) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO import_cursors (source, done_to_ms, updated_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT (source) DO UPDATE SET done_to_ms = max(done_to_ms, excluded.done_to_ms),
+               updated_ms = excluded.updated_ms",
+            params![source, done_to_ms, crate::clock::now_ms()],
+        )?;
+        Ok(())
+    }
+
     /// Removes host `name` if nothing refers to it (no GPU, process, event, rollup progress,
     /// training series or source): undoes the host row `open` registered for an import that
     /// then failed. Returns whether it was removed. Only call it for a host this process
