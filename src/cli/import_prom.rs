@@ -5,8 +5,6 @@
 //! cursor says so); 1 the source could not be read, or it had no dcgm-exporter sample in the
 //! range (nothing imported); 2 a bad command line or configuration.
 
-use std::io::Write;
-
 use super::{ConfigArgs, Failure, exit, fail};
 use crate::import::prometheus::{self, PromImportError};
 use crate::model::TsMs;
@@ -50,11 +48,22 @@ pub fn run(a: ImportPromArgs) -> Result<(), Failure> {
         ));
     }
     let client = crate::training::PromClient::new(&prom).map_err(|e| fail(exit::USAGE, e))?;
-    let mut st = store::open(&cfg.database, &store::StoreConfig::new(cfg.host.clone()))
-        .map_err(|e| fail(exit::FAILURE, e))?;
+    let mut st_cfg = store::StoreConfig::new(cfg.host.clone());
+    st_cfg.retention = cfg.retention;
+    st_cfg.rollup_retention = cfg.rollup_retention;
+    st_cfg.max_db_size = cfg.max_db_size;
+    let mut st = store::open(&cfg.database, &st_cfg).map_err(|e| fail(exit::FAILURE, e))?;
     let source = format!("prometheus {} {}", prom.url, a.selector.join(","));
-    let span = (to - a.from).max(1);
-    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // A bar over the imported time, on a terminal.
+    let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+        let b = indicatif::ProgressBar::new(((to - a.from).max(1) / 1000) as u64);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "importing {bar:40} {percent:>3} % of the range ({msg}, {eta} left)",
+        ) {
+            b.set_style(style);
+        }
+        b
+    });
     let s = prometheus::import(
         &mut st,
         &client,
@@ -64,13 +73,9 @@ pub fn run(a: ImportPromArgs) -> Result<(), Failure> {
         to,
         chunk_ms,
         |at| {
-            if tty {
-                let pct = ((at - a.from) * 100 / span).clamp(0, 100);
-                eprint!(
-                    "\rimporting: {pct:>3} % (to {})",
-                    crate::format::utc_label(at)
-                );
-                let _ = std::io::stderr().flush();
+            if let Some(b) = &bar {
+                b.set_position(((at - a.from).max(0) / 1000) as u64);
+                b.set_message(format!("to {}", crate::format::utc_label(at)));
             }
         },
     )
@@ -78,8 +83,8 @@ pub fn run(a: ImportPromArgs) -> Result<(), Failure> {
         PromImportError::Usage(_) => fail(exit::USAGE, e),
         _ => fail(exit::FAILURE, e),
     })?;
-    if tty {
-        eprintln!();
+    if let Some(b) = &bar {
+        b.finish_and_clear();
     }
     println!(
         "imported {} samples of {} GPUs on {} host(s) ({}) from {} in {} chunk(s){}",

@@ -210,7 +210,10 @@ pub fn import(
     if from_ms >= to_ms {
         return Err(PromImportError::Usage("--from must be before --to".into()));
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
+    // One worker thread: the next chunk's query runs while this one is staged and published
+    // (the two cost about the same; memory holds at most two chunks).
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .build()
         .map_err(|e| PromImportError::Usage(format!("cannot start the HTTP runtime: {e}")))?;
@@ -220,24 +223,35 @@ pub fn import(
     let mut hosts = std::collections::BTreeSet::new();
     let mut gpus = std::collections::BTreeSet::new();
     let mut unmapped = std::collections::BTreeSet::new();
+    let mut chunks = Vec::new();
     let mut start = from_ms;
     while start < to_ms {
         let end = (start + chunk_ms).min(to_ms);
         if done.is_some_and(|d| d >= end) {
             s.resumed_chunks += 1;
-            start = end;
-            progress(end);
-            continue;
+        } else {
+            chunks.push((start, end));
         }
+        start = end;
+    }
+    let fetch = |(start, end): (TsMs, TsMs)| {
+        let client = client.clone();
         // Samples at `end` belong to the next chunk: the range ends a millisecond before.
-        let secs = ((end - start) / 1000).max(1);
-        let q = chunk_query(selectors, secs);
-        let m = rt.block_on(client.query_raw(&q, end - 1))?;
+        let q = chunk_query(selectors, ((end - start) / 1000).max(1));
+        rt.spawn(async move { client.query_raw(&q, end - 1).await })
+    };
+    let mut next = chunks.first().map(|&c| fetch(c));
+    for (i, &(start, end)) in chunks.iter().enumerate() {
+        let Some(pending) = next.take() else { break };
+        let m = rt
+            .block_on(pending)
+            .map_err(|e| PromImportError::Usage(format!("the query task failed: {e}")))??;
+        next = chunks.get(i + 1).map(|&c| fetch(c));
         let c = Chunk::from_matrix(&m);
+        drop(m);
         s.series_without_uuid += c.without_uuid;
         unmapped.extend(c.unmapped.iter().cloned());
-        let published = publish_chunk(store, &c, start, end)?;
-        s.samples += published;
+        s.samples += publish_chunk(store, &c, start, end)?;
         for (h, u) in c.gpus.keys() {
             hosts.insert(h.clone());
             gpus.insert((h.clone(), u.clone()));
@@ -245,7 +259,6 @@ pub fn import(
         store.set_import_cursor(&key, end)?;
         s.chunks += 1;
         progress(end);
-        start = end;
     }
     s.hosts = hosts.into_iter().collect();
     s.gpus = gpus.len();
