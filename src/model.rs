@@ -39,6 +39,15 @@ pub struct GpuInventory {
     pub mig: Option<MigInstance>,
 }
 
+/// One XID code's occurrences on a GPU in the recent past (the health verdict's evidence).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecentXid {
+    pub code: i64,
+    /// Events (a storm's run counts each).
+    pub count: i64,
+    pub last_ms: TsMs,
+}
+
 /// What makes a GPU a MIG instance: its GPU instance id and profile on its parent.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
 pub struct MigInstance {

@@ -36,7 +36,7 @@ pub(super) fn sample(
     n: u32,
     s: &GpuSample,
     inv: &GpuInventory,
-    xids_of: &[crate::store::read::RecentXid],
+    xids_of: &[crate::model::RecentXid],
 ) -> Health {
     // None: utilisation not read, so whether the GPU is busy is unknown.
     let busy = s.util_gpu_pct.map(|u| u >= BUSY_UTIL_PCT);
@@ -146,7 +146,7 @@ fn fabric(f: &mut Found, s: &GpuSample) {
 /// application's XID is the job's fault and an informational one a report of another), each
 /// with the catalogue's action: critical ones fail, the others warn. Judged where any
 /// happened, not a check of its own.
-fn xids(f: &mut Found, recent: &[crate::store::read::RecentXid]) {
+fn xids(f: &mut Found, recent: &[crate::model::RecentXid]) {
     use crate::xid::{self, Class};
     for x in recent {
         let Some(e) = xid::lookup(x.code) else {

@@ -269,7 +269,7 @@ fn nvlinks_and_the_fabric_are_judged_where_the_gpu_reports_them() {
 
 #[test]
 fn the_hardwares_recent_xids_are_named_with_their_action() {
-    use crate::store::read::RecentXid;
+    use crate::model::RecentXid;
     let mut r = busy();
     r.recent_xids = vec![
         RecentXid {

@@ -48,14 +48,7 @@ pub const DESTROYED_AFTER_MS: i64 = 60_000;
 /// How far back the health verdict looks for XIDs: a day.
 pub const RECENT_XID_MS: i64 = 86_400_000;
 
-/// One XID code's occurrences on a GPU in the recent past.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecentXid {
-    pub code: i64,
-    /// Events (a storm's run counts each).
-    pub count: i64,
-    pub last_ms: TsMs,
-}
+pub use crate::model::RecentXid;
 
 impl GpuStatusRow {
     /// The pod holding the GPU: the kubelet's allocation, else the one pod its processes

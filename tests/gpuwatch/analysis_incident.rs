@@ -112,11 +112,12 @@ fn demo_faults_have_their_analyses() {
     }
     assert_eq!(gpuwatch::analysis::message_line(&conn, 9999), None);
 
-    // The GPU with the XID 48: its hardware health now (gpuwatch status) names the pending
-    // row remap; the hang's GPUs are healthy.
+    // The GPU with the XID 48: its hardware health now (gpuwatch status) fails on the XID
+    // (the hardware's, with its action) and names the pending row remap; the hang's GPUs are
+    // healthy.
     let ecc = all.iter().find(|a| a.1 == "gpu_xid_error").expect("xid").0;
     let h = incident_json(&db, ecc)["analysis"]["health"].clone();
-    assert_eq!(h["status"], "warn", "{h}");
+    assert_eq!(h["status"], "fail", "{h}");
     let codes: Vec<&str> = h["findings"]
         .as_array()
         .expect("findings")
@@ -124,6 +125,7 @@ fn demo_faults_have_their_analyses() {
         .map(|f| f["code"].as_str().expect("code"))
         .collect();
     assert!(codes.contains(&"row_remap_pending"), "{codes:?}");
+    assert_eq!(codes.first(), Some(&"xid_critical"), "{codes:?}");
 
     // The demo's hang: both ranks of the llama job are one incident, stopped at the same
     // second (28:00), so no rank is named first; the step stopped at 28:00 too.
