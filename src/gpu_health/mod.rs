@@ -11,7 +11,8 @@
 //!
 //! Invariants:
 //! - Pure and cheap: a function of one [`GpuStatusRow`] and the staleness bound, no I/O; a
-//!   scrape judges the rows it has already read, so health adds no query.
+//!   scrape judges the rows it has already read (their recent XIDs included: one query of
+//!   the status read for every GPU), so health adds no query of its own.
 //! - Unknown is not OK: no sample, a stale one or a gap is `unknown`; a check whose readings
 //!   were not read (or, for the PCIe link, an idle GPU) is named in `not_checked`, and a GPU
 //!   none of whose checks could be made is `unknown`, never `ok`.

@@ -120,16 +120,13 @@ pub fn read_links(nvml: &Nvml, dev: &Device<'_>, s: &mut Support) -> Links {
         }
         _ => return Links::default(),
     };
-    let states: Vec<Option<u64>> = v[HEAD..HEAD + count].iter().map(value).collect();
-    let (up, down_mask) = if states.iter().all(Option::is_some) {
-        let mask = states
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| **s == Some(0))
-            .fold(0u32, |m, (i, _)| m | (1 << i));
-        (Some(count as u32 - mask.count_ones()), Some(mask))
-    } else {
-        (None, None)
+    // Each link's state, folded into the down mask without an allocation on the sampling path.
+    let states = v[HEAD..HEAD + count].iter().map(value);
+    let (up, down_mask) = match states.enumerate().try_fold(0u32, |m, (i, s)| {
+        s.map(|s| if s == 0 { m | (1 << i) } else { m })
+    }) {
+        Some(mask) => (Some(count as u32 - mask.count_ones()), Some(mask)),
+        None => (None, None),
     };
     Links {
         up,

@@ -273,25 +273,37 @@ pub fn latest_per_gpu(
         "SELECT pod, namespace, container, resource, training_job FROM gpu_holders
          WHERE gpu_id = ?1 AND to_ms IS NULL ORDER BY from_ms DESC LIMIT 1",
     )?;
-    let mut xids = conn.prepare_cached(
-        "SELECT code, sum(coalesce(count, 1)), max(coalesce(last_ms, ts_ms)) FROM events
-         WHERE ts_ms >= ?1 AND gpu_id = ?2 AND kind = 'xid' AND code IS NOT NULL
-         GROUP BY code ORDER BY max(coalesce(last_ms, ts_ms)) DESC",
-    )?;
+    // Every GPU's recent XIDs in one query (the events of a day, by their time index), not
+    // one per GPU: a scrape reads them for every GPU.
+    let mut recent: std::collections::HashMap<i64, Vec<RecentXid>> =
+        std::collections::HashMap::new();
+    for x in conn
+        .prepare_cached(
+            "SELECT gpu_id, code, sum(coalesce(count, 1)), max(coalesce(last_ms, ts_ms)) AS last
+             FROM events
+             WHERE ts_ms >= ?1 AND kind = 'xid' AND code IS NOT NULL AND gpu_id IS NOT NULL
+             GROUP BY gpu_id, code ORDER BY gpu_id, last DESC",
+        )?
+        .query_map(params![now_ms - RECENT_XID_MS], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                RecentXid {
+                    code: r.get(1)?,
+                    count: r.get(2)?,
+                    last_ms: r.get(3)?,
+                },
+            ))
+        })?
+    {
+        let (gpu, x) = x?;
+        recent.entry(gpu).or_default().push(x);
+    }
     let mut out = Vec::with_capacity(gpus.len());
     for (mut row, gpu_id, last_sample_ms) in gpus {
         row.holder = held
             .query_row(params![gpu_id], |r| holder_from_row(r, 0))
             .optional()?;
-        row.recent_xids = xids
-            .query_map(params![now_ms - RECENT_XID_MS, gpu_id], |r| {
-                Ok(RecentXid {
-                    code: r.get(0)?,
-                    count: r.get(1)?,
-                    last_ms: r.get(2)?,
-                })
-            })?
-            .collect::<Result<_, _>>()?;
+        row.recent_xids = recent.remove(&gpu_id).unwrap_or_default();
         if let Some(ts) = last_sample_ms {
             let uuid = row.inventory.uuid.clone();
             row.latest = sample
