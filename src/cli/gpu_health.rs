@@ -34,6 +34,10 @@ pub struct HealthArgs {
     /// breaker, audited; `dry_run` says what it would do.
     #[arg(long)]
     pub slurm: bool,
+    /// Say (and audit) what `--slurm` would do without doing it, whatever `[remediation]
+    /// dry_run` says.
+    #[arg(long)]
+    pub dry_run: bool,
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
 }
@@ -70,8 +74,12 @@ pub fn run(a: HealthArgs) -> Result<(), Failure> {
                 uid: Some(actor.uid),
             };
             let backend = remediate::backend(&r.action);
+            let r = crate::config::remediation::RemediationConfig {
+                dry_run: r.dry_run || a.dry_run,
+                ..r.clone()
+            };
             Some(
-                remediate::run(&mut st, r, backend.as_ref(), &who, &faults, now)
+                remediate::run(&mut st, &r, backend.as_ref(), &who, &faults, now)
                     .map_err(|e| fail(exit::FAILURE, e))?,
             )
         }

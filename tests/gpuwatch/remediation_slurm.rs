@@ -154,10 +154,16 @@ fn set_mode(p: &Path, mode: u32) {
 
 /// `gpuwatch gpu health --slurm` on the node's config: (exit code, stdout).
 fn health(node: &Node, slurm: &Slurm) -> (i32, String) {
+    health_with(node, slurm, &[])
+}
+
+fn health_with(node: &Node, slurm: &Slurm, extra: &[&str]) -> (i32, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
         .env_remove("RUST_LOG")
         .env("SLURM_CONF", slurm.conf())
-        .args(["gpu", "health", "--slurm", "--config"])
+        .args(["gpu", "health", "--slurm"])
+        .args(extra)
+        .arg("--config")
         .arg(&node.cfg)
         .output()
         .expect("gpuwatch");
@@ -265,8 +271,12 @@ fn an_xid_79_drains_the_node_once_a_resume_is_respected_and_the_breaker_holds() 
     assert_eq!(a.len(), 1, "{a:?}");
     assert_eq!(a[0].0, "dry_run");
 
-    // For real: drained, with gpuwatch's reason; a second run does not drain again.
+    // For real — but `--dry-run` on the command line still only says it.
     remediation(&node, &slurm, false);
+    let (_, line) = health_with(&node, &slurm, &["--dry-run"]);
+    assert!(line.contains("dry run: would take node"), "{line}");
+    assert!(!slurm.state().contains("DRAIN"), "{}", slurm.state());
+    // Drained, with gpuwatch's reason; a second run does not drain again.
     let (code, line) = health(&node, &slurm);
     assert_eq!(code, 1);
     assert!(
