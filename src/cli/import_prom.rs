@@ -54,6 +54,18 @@ pub fn run(a: ImportPromArgs) -> Result<(), Failure> {
     st_cfg.max_db_size = cfg.max_db_size;
     let mut st = store::open(&cfg.database, &st_cfg).map_err(|e| fail(exit::FAILURE, e))?;
     let source = format!("prometheus {} {}", prom.url, a.selector.join(","));
+    // The job's step and loss, as the daemon would poll them (plain selectors only).
+    let mut training: prometheus::TrainingQueries = Vec::new();
+    let mut unread = Vec::new();
+    for (role, q) in [
+        (prometheus::training::STEP, &prom.queries.step),
+        (prometheus::training::LOSS, &prom.queries.loss),
+    ] {
+        match prometheus::training::selectors(q) {
+            Some(sels) => training.push((role, sels)),
+            None => unread.push(format!("{role} (`{q}`)")),
+        }
+    }
     // A bar over the imported time, on a terminal.
     let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
         let b = indicatif::ProgressBar::new(((to - a.from).max(1) / 1000) as u64);
@@ -72,6 +84,7 @@ pub fn run(a: ImportPromArgs) -> Result<(), Failure> {
         a.from,
         to,
         chunk_ms,
+        &training,
         |at| {
             if let Some(b) = &bar {
                 b.set_position(((at - a.from).max(0) / 1000) as u64);
@@ -103,6 +116,29 @@ pub fn run(a: ImportPromArgs) -> Result<(), Failure> {
             String::new()
         }
     );
+    if s.holders > 0 {
+        println!(
+            "{} holder interval(s) from the pod labels (gpu_allocations)",
+            s.holders
+        );
+    }
+    if s.training_points > 0 {
+        println!(
+            "{} training point(s) of the step and loss queries",
+            s.training_points
+        );
+    }
+    if s.training_unplaced > 0 {
+        println!(
+            "skipped {} training series that name no imported host or pod (add a Hostname, host, node or pod label)",
+            s.training_unplaced
+        );
+    }
+    for u in &unread {
+        println!(
+            "not read: the {u} query is not a plain selector; a subquery would resample it (write it as `metric{{labels}}` to import it)"
+        );
+    }
     if s.series_without_uuid > 0 {
         println!(
             "skipped {} series without a UUID label (gpuwatch keys GPUs by UUID)",

@@ -106,6 +106,9 @@ pub enum WindowFn {
     Delta,
     /// Per-second rate of increase, counter resets handled like Prometheus's `rate`.
     Rate,
+    /// Increase of a counter over the window's samples, resets handled like Prometheus's
+    /// `increase` (a drop counts the new value), not extrapolated.
+    Increase,
     /// Number of times the value changed.
     Changes,
     /// Seconds since the value last changed (the whole window when it never did; no data when

@@ -71,6 +71,7 @@ const FUNCTIONS: &[(&str, Sig, &str)] = &[
     ("stddev",         Sig::Window(WindowFn::Stddev),       "stddev(power[10m])"),
     ("delta",          Sig::Window(WindowFn::Delta),        "delta(ecc_corrected[1h])"),
     ("rate",           Sig::Window(WindowFn::Rate),         "rate(training_step[5m])"),
+    ("increase",       Sig::Window(WindowFn::Increase),     "increase(ecc_uncorrected[10m])"),
     ("changes",        Sig::Window(WindowFn::Changes),      "changes(training_step[10m])"),
     ("unchanged_for",  Sig::Window(WindowFn::UnchangedFor), "unchanged_for(training_step[30m])"),
     ("max_unchanged_for", Sig::Window(WindowFn::MaxUnchangedFor), "max_unchanged_for(training_step[2h])"),

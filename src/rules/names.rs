@@ -183,7 +183,6 @@ pub fn unknown_name(name: &str, at: usize) -> ExprError {
 
 /// Other tools' names for our functions, with the hint to give.
 const FUNCTION_ALIASES: &[(&str, &str)] = &[
-    ("increase", "use `delta(x[5m])` or `rate(x[5m])`"),
     ("deriv", "use `slope(x[5m])`"),
     ("absent", "use `not present(x)`"),
     ("mean", "did you mean `avg`?"),

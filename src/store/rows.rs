@@ -547,28 +547,32 @@ impl<'a> TickWriter<'a> {
             None => {
                 let id: i64 = self
                     .conn
-                    .prepare_cached(
-                        "INSERT INTO training_series (host_id, name, labels_json, first_seen_ms)
-                         VALUES (?1, ?2, ?3, ?4)
-                         ON CONFLICT (host_id, name, labels_json) DO UPDATE SET
-                           first_seen_ms = min(first_seen_ms, excluded.first_seen_ms)
-                         RETURNING id",
-                    )?
+                    .prepare_cached(TRAINING_SERIES_UPSERT)?
                     .query_row(params![self.host_id, key.0, key.1, t.ts_ms], |r| r.get(0))?;
                 self.caches.series.insert(key, id);
                 id
             }
         };
         self.conn
-            .prepare_cached(
-                "INSERT OR REPLACE INTO training_samples (ts_ms, series_id, value)
-                 VALUES (?1, ?2, ?3)",
-            )?
+            .prepare_cached(TRAINING_SAMPLE_UPSERT)?
             .execute(params![t.ts_ms, series_id, t.value])?;
         self.rows += 1;
         Ok(())
     }
 }
+
+/// A training series' row by its identity `(host_id, name, labels_json)`, first seen at ?4:
+/// its id.
+pub(super) const TRAINING_SERIES_UPSERT: &str =
+    "INSERT INTO training_series (host_id, name, labels_json, first_seen_ms)
+     VALUES (?1, ?2, ?3, ?4)
+     ON CONFLICT (host_id, name, labels_json) DO UPDATE SET
+       first_seen_ms = min(first_seen_ms, excluded.first_seen_ms)
+     RETURNING id";
+
+/// A training point `(ts_ms, series_id, value)`.
+pub(super) const TRAINING_SAMPLE_UPSERT: &str =
+    "INSERT OR REPLACE INTO training_samples (ts_ms, series_id, value) VALUES (?1, ?2, ?3)";
 
 /// The labels as a JSON object with sorted keys: the series identity.
 pub fn labels_json(labels: &[(String, String)]) -> String {

@@ -39,6 +39,7 @@ mod import_dmesg;
 mod import_nvidia_smi;
 mod import_openmetrics;
 mod import_prometheus;
+mod import_prometheus_fleet;
 mod import_rollups;
 mod kmsg_daemon;
 mod layering;

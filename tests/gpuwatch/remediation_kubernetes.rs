@@ -197,21 +197,31 @@ fn a_lost_gpu_sets_the_node_condition_once_and_a_person_clearing_it_is_respected
             x["reason"] = json!("ResetByOperator");
         }
     }
-    let rows = wait_for(
-        "the resume and the breaker audited",
-        Duration::from_secs(20),
-        || {
-            let out = node.cli(&[
-                "query",
-                "--format",
-                "json",
-                "SELECT result, fault, who, action FROM remediation_audit ORDER BY id",
-            ]);
-            let v: Value = serde_json::from_str(&out).ok()?;
-            let rows = v.as_array()?.clone();
-            (rows.len() >= 3).then_some(rows)
-        },
-    );
+    let audit = || -> Vec<Value> {
+        let out = node.cli(&[
+            "query",
+            "--format",
+            "json",
+            "SELECT result, fault, who, action FROM remediation_audit ORDER BY id",
+        ]);
+        serde_json::from_str::<Value>(&out)
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+    };
+    let end = std::time::Instant::now() + Duration::from_secs(60);
+    let rows = loop {
+        let rows = audit();
+        if rows.len() >= 3 {
+            break rows;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "timed out waiting for the resume and the breaker audited: {rows:?}\n{}",
+            node.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
     let results: Vec<&str> = rows.iter().filter_map(|r| r["result"].as_str()).collect();
     assert_eq!(
         results,

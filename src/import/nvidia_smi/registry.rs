@@ -345,6 +345,7 @@ impl Registry {
             gpus,
             processes: self.procs,
             gpu_refs,
+            ..ImportPlan::default()
         };
         (plan, unresolved)
     }

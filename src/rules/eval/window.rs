@@ -45,6 +45,7 @@ pub fn window(s: &Series, f: WindowFn, to: i64, w_ms: i64) -> Option<f64> {
             }
             s.increase(i, j) / dt
         }
+        WindowFn::Increase => s.increase(i, j),
         WindowFn::UnchangedFor => {
             let since = s.last_change(j)?.max(to - w_ms);
             (to - since) as f64 / 1000.0
@@ -73,7 +74,7 @@ pub fn stats_for(f: WindowFn) -> Stats {
         WindowFn::Min => Stats::MIN,
         WindowFn::Max => Stats::MAX,
         WindowFn::Stddev => Stats::SUM.union(Stats::SQUARES),
-        WindowFn::Rate => Stats::INCREASE,
+        WindowFn::Rate | WindowFn::Increase => Stats::INCREASE,
         WindowFn::Changes => Stats::CHANGES,
         // The newest change is always tracked (one summary, no per-point array).
         WindowFn::UnchangedFor => Stats::NONE,
@@ -188,6 +189,7 @@ mod tests {
             WindowFn::Stddev,
             WindowFn::Delta,
             WindowFn::Rate,
+            WindowFn::Increase,
             WindowFn::Changes,
             WindowFn::UnchangedFor,
             WindowFn::Age,
@@ -259,6 +261,7 @@ mod tests {
         assert_eq!(window(&s, WindowFn::Delta, to, 60_000), Some(59.0));
         assert_eq!(window(&s, WindowFn::Avg, to, 60_000), Some(669.5));
         assert!((window(&s, WindowFn::Rate, to, 60_000).expect("rate") - 1.0).abs() < 1e-9);
+        assert_eq!(window(&s, WindowFn::Increase, to, 60_000), Some(59.0));
         assert!((window(&s, WindowFn::Slope, to, 60_000).expect("slope") - 1.0).abs() < 1e-9);
         assert_eq!(window(&s, WindowFn::Changes, to, 60_000), Some(59.0));
         assert_eq!(window(&s, WindowFn::UnchangedFor, to, 60_000), Some(0.0));

@@ -304,8 +304,8 @@ fn name_errors() {
         "column 1: unknown function `avg_over_time` (did you mean `avg`?)"
     );
     assert_eq!(
-        err("increase(ecc_corrected[1h]) > 0"),
-        "column 1: unknown function `increase` (use `delta(x[5m])` or `rate(x[5m])`)"
+        err("deriv(mem_used[1h]) > 0"),
+        "column 1: unknown function `deriv` (use `slope(x[5m])`)"
     );
     assert_eq!(
         err("temp(5) > 1"),

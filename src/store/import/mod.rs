@@ -37,7 +37,7 @@ pub use xids::{KERNEL_DUPLICATE_MS, KernelXid, XidsPublished};
 use super::rollup::{self, ceil_minute, floor_minute, rollup_host, set_done};
 use super::rows::{sample_metric_columns, sample_params, sample_placeholders};
 use super::{Store, StoreError};
-use crate::model::{GpuInventory, GpuSample, TsMs};
+use crate::model::{GpuHolder, GpuInventory, GpuSample, TrainingPoint, TsMs};
 use publish::{publish_rows, sat};
 
 /// `PRAGMA cache_size` (negative: KiB) while an import is staged and published, and after.
@@ -104,6 +104,25 @@ pub struct ImportPlan {
     /// GPUs were observed over the imported time span; their samples get `process_count`
     /// (0 where no process row lands on them). Other hosts' counts stay unknown (NULL).
     pub processes_observed: Vec<bool>,
+    /// Who held which GPU when (pods from a Prometheus's labels): merged with the GPU's
+    /// stored holder interval when it is the same pod and follows it within
+    /// [`HOLDER_MERGE_MS`].
+    pub holders: Vec<ImportHolder>,
+    /// Training points by host (`hosts` index), written as the daemon's poll writes them.
+    pub training: Vec<(usize, TrainingPoint)>,
+}
+
+/// Two intervals of the same pod on a GPU further apart than this stay two (a scrape gap
+/// within it does not split a holder; a pod that left and came back does).
+pub const HOLDER_MERGE_MS: i64 = 5 * 60_000;
+
+/// A GPU's holder over `[from_ms, to_ms)`; `gpu` indexes [`ImportPlan::gpus`].
+#[derive(Debug, Clone)]
+pub struct ImportHolder {
+    pub gpu: usize,
+    pub from_ms: TsMs,
+    pub to_ms: TsMs,
+    pub holder: GpuHolder,
 }
 
 impl ImportPlan {
@@ -128,6 +147,8 @@ impl ImportPlan {
 pub struct Published {
     pub samples: u64,
     pub process_samples: u64,
+    pub holders: u64,
+    pub training_points: u64,
     /// Per host of the plan: the rollup rows of its imported minutes, written by the publish
     /// from the minutes computed while staging (`fused.rs`); `None`: the host's minutes are
     /// rolled up from the published rows ([`Store::import_rollups`]).

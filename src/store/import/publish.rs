@@ -11,7 +11,7 @@
 //!   its samples of the imported span; without one the counts stay NULL (not observed).
 //! - A GPU with a PCI address takes the host's kernel-log XIDs that named only that address.
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 /// A process row is moved to the time of the nearest sample of its GPU at most this far away
 /// (the earlier one on a tie): `--query-compute-apps` runs as its own call, a little after
@@ -21,11 +21,13 @@ pub const PROCESS_SNAP_MS: i64 = 1_000;
 
 use super::super::StoreError;
 use super::super::events;
-use super::super::rows::sample_metric_columns;
+use super::super::rows::{
+    TRAINING_SAMPLE_UPSERT, TRAINING_SERIES_UPSERT, labels_json, sample_metric_columns,
+};
 use super::super::write::ensure_host;
 use super::fused::{self, MinuteRollups};
-use super::{ImportPlan, Published};
-use crate::model::TsMs;
+use super::{HOLDER_MERGE_MS, ImportHolder, ImportPlan, Published};
+use crate::model::{TrainingPoint, TsMs};
 use crate::xid::nvrm::PciAddr;
 
 pub(super) fn sat(v: Option<u64>) -> Option<i64> {
@@ -228,11 +230,80 @@ pub(super) fn publish_rows(
             .execute(params![first, last, host_ids[host]])?;
         }
     }
+    let mut holders = 0;
+    for h in &plan.holders {
+        holders += publish_holder(conn, gpu_ids[h.gpu], h)?;
+    }
+    let mut training_points = 0;
+    for (host, p) in &plan.training {
+        publish_training(conn, host_ids[*host], p)?;
+        training_points += 1;
+    }
     Ok(Published {
         samples: samples as u64,
         process_samples: process_samples as u64,
+        holders,
+        training_points,
         rollups,
     })
+}
+
+/// Writes one imported holder interval: extends the GPU's latest interval before it when
+/// that is the same pod and ends within [`HOLDER_MERGE_MS`] of it, else adds it. Returns
+/// the rows added (0 when merged).
+fn publish_holder(conn: &Connection, gpu_id: i64, h: &ImportHolder) -> Result<u64, StoreError> {
+    let last: Option<(TsMs, Option<TsMs>, String, String, String)> = conn
+        .prepare_cached(
+            "SELECT from_ms, to_ms, pod, namespace, container FROM gpu_holders
+             WHERE gpu_id = ?1 AND from_ms <= ?2 ORDER BY from_ms DESC LIMIT 1",
+        )?
+        .query_row(params![gpu_id, h.from_ms], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .optional()?;
+    let g = &h.holder;
+    if let Some((from, to, pod, ns, container)) = last
+        && (pod, ns, container) == (g.pod.clone(), g.namespace.clone(), g.container.clone())
+    {
+        match to {
+            None => return Ok(0),
+            Some(to) if to + HOLDER_MERGE_MS >= h.from_ms => {
+                conn.prepare_cached(
+                    "UPDATE gpu_holders SET to_ms = max(to_ms, ?3) WHERE gpu_id = ?1 AND from_ms = ?2",
+                )?
+                .execute(params![gpu_id, from, h.to_ms])?;
+                return Ok(0);
+            }
+            Some(_) => {}
+        }
+    }
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO gpu_holders
+           (gpu_id, from_ms, to_ms, pod, namespace, container, resource, training_job)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        gpu_id,
+        h.from_ms,
+        h.to_ms,
+        g.pod,
+        g.namespace,
+        g.container,
+        g.resource,
+        g.job
+    ])?;
+    Ok(1)
+}
+
+/// Writes one training point of host `host_id` (the series' identity as the daemon's).
+fn publish_training(conn: &Connection, host_id: i64, p: &TrainingPoint) -> Result<(), StoreError> {
+    let series: i64 = conn.prepare_cached(TRAINING_SERIES_UPSERT)?.query_row(
+        params![host_id, p.name, labels_json(&p.labels), p.ts_ms],
+        |r| r.get(0),
+    )?;
+    conn.prepare_cached(TRAINING_SAMPLE_UPSERT)?
+        .execute(params![p.ts_ms, series, p.value])?;
+    Ok(())
 }
 
 /// Sets `process_count` of the host's ok samples in `[first, last]` from the process rows
