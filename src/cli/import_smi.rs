@@ -82,15 +82,26 @@ pub fn run(args: ImportSmiArgs) -> Result<(), Failure> {
         host: args.host.clone(),
         columns,
         strict: args.strict,
+        map: None,
     };
+    import_files(&cfg, &args.files, &opts)
+}
+
+/// Imports `files` with `opts` into the config's database and prints the summary (also
+/// `import csv`, which reads through a column map).
+pub(super) fn import_files(
+    cfg: &crate::config::Config,
+    files: &[PathBuf],
+    opts: &Options,
+) -> Result<(), Failure> {
     let mut total = 0u64;
-    for f in &args.files {
+    for f in files {
         let meta = std::fs::metadata(f)
             .with_context(|| format!("cannot read {}", f.display()))
             .map_err(|e| fail(exit::USAGE, e))?;
         total += meta.len();
     }
-    let first_host = nvidia_smi::host_of(&opts, &args.files[0]);
+    let first_host = nvidia_smi::host_of(opts, &files[0]);
     let host_existed = store::import::host_exists(&cfg.database, &first_host);
     let db_existed = cfg.database.exists();
     let mut st_cfg = store::StoreConfig::new(first_host.clone());
@@ -99,7 +110,7 @@ pub fn run(args: ImportSmiArgs) -> Result<(), Failure> {
     st_cfg.max_db_size = cfg.max_db_size;
     let store = store::open(&cfg.database, &st_cfg)
         .with_context(|| format!("opening {}", cfg.database.display()))?;
-    crate::notify::recovered::announce(&store, &cfg);
+    crate::notify::recovered::announce(&store, cfg);
 
     let bar = (std::io::stderr().is_terminal() && total >= PROGRESS_MIN_BYTES).then(|| {
         let b = indicatif::ProgressBar::new(total);
@@ -111,7 +122,7 @@ pub fn run(args: ImportSmiArgs) -> Result<(), Failure> {
         b
     });
     let started = std::time::Instant::now();
-    let result = nvidia_smi::import(&store, &args.files, &opts, &mut |n| {
+    let result = nvidia_smi::import(&store, files, opts, &mut |n| {
         if let Some(b) = &bar {
             b.inc(n);
         }

@@ -13,6 +13,7 @@ mod gpu_audit;
 mod gpu_health;
 mod history;
 mod hosts;
+mod import_csv;
 mod import_dmesg;
 mod import_om;
 mod import_prom;
@@ -127,6 +128,8 @@ pub enum ImportCommand {
     Dmesg(import_dmesg::ImportDmesgArgs),
     /// GPU history from a Prometheus that scraped dcgm-exporter: raw samples, in chunks.
     Prometheus(import_prom::ImportPromArgs),
+    /// CSV logs of your own scripts, read through a column map (--map FIELD=COLUMN[:UNIT]).
+    Csv(import_csv::ImportCsvArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -246,6 +249,7 @@ pub fn main() -> i32 {
         Command::Import(ImportCommand::Openmetrics(a)) => import_om::run(a),
         Command::Import(ImportCommand::Dmesg(a)) => import_dmesg::run(a),
         Command::Import(ImportCommand::Prometheus(a)) => import_prom::run(a),
+        Command::Import(ImportCommand::Csv(a)) => import_csv::run(a),
         Command::Export(a) => export::run(a),
     };
     match result {

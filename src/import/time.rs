@@ -37,6 +37,16 @@ impl EpochUnit {
         }
     }
 
+    /// The unit as a column header names it (`timestamp [ms]`).
+    pub fn header(self) -> &'static str {
+        match self {
+            Self::Seconds => "s",
+            Self::Millis => "ms",
+            Self::Micros => "us",
+            Self::Nanos => "ns",
+        }
+    }
+
     /// Milliseconds per unit.
     fn ms(self) -> f64 {
         match self {

@@ -68,6 +68,7 @@ fn import_as(db: &Path, dir: &Path, name: &str, text: &str, host: &str) -> Summa
         host: Some(host.into()),
         columns: None,
         strict: true,
+        map: None,
     };
     let s = nvidia_smi::import(&store, &[file], &opts, &mut |_| {}).unwrap();
     assert!(s.bad_lines.is_empty(), "{:?}", s.bad_lines);

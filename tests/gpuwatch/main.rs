@@ -34,6 +34,7 @@ mod gpu_health;
 mod gpu_set;
 mod http_api;
 mod http_support;
+mod import_csv;
 mod import_detection;
 mod import_dmesg;
 mod import_nvidia_smi;

@@ -188,6 +188,7 @@ fn import(
         host: Some("node1".into()),
         columns: None,
         strict: true,
+        map: None,
     };
     let summary = nvidia_smi::import(&store, &[file], &opts, &mut |_| {})
         .map_err(|e| TestCaseError::fail(e.to_string()))?;

@@ -65,6 +65,32 @@ pub enum Target {
 
 pub const N_TARGETS: usize = Target::UsedMem as usize + 1;
 
+/// The unit a field's number is read in (`None`: not a field, or not a number).
+pub fn field_unit(name: &str) -> Option<super::values::Unit> {
+    use super::values::Unit;
+    use Target::*;
+    let Meaning::Targets(ts) = meaning(name, name == "used_gpu_memory" || name == "used_memory")
+    else {
+        return None;
+    };
+    Some(match ts.first()?.0 {
+        MemUsed | MemFree | MemTotal | UsedMem => Unit::MiB,
+        Power | SamplePowerLimit | InvPowerLimit | PowerMin | PowerMax => Unit::Watt,
+        UtilGpu | UtilMem | Fan => Unit::Percent,
+        ClockSm | ClockMem => Unit::MHz,
+        Temp | TempMargin => Unit::Celsius,
+        Index | PcieGen | PcieWidth | PcieMaxGen | PcieMaxWidth | EccCorrected | EccUncorrected
+        | RetiredSbe | RetiredDbe | RemapCorrectable | RemapUncorrectable | Pid => Unit::Count,
+        _ => return None,
+    })
+}
+
+/// Whether `name` is a field gpuwatch reads.
+pub fn is_field(name: &str) -> bool {
+    !matches!(meaning(name, false), Meaning::Unknown)
+        || !matches!(meaning(name, true), Meaning::Unknown)
+}
+
 /// What a field name means: targets with their rank (0 = preferred), or a throttle bit.
 enum Meaning {
     Targets(&'static [(Target, u8)]),
@@ -189,6 +215,9 @@ pub struct Layout {
     /// The epoch unit the timestamp column's header names (`timestamp [ms]`); without one an
     /// epoch number's unit is judged by its size.
     pub ts_unit: Option<crate::import::time::EpochUnit>,
+    /// Per column, the factor from the column's unit to the field's (`import csv --map
+    /// memory.used=mem:GiB`: 1024); empty: every column in the field's own unit.
+    pub scales: Vec<f64>,
 }
 
 impl Layout {
@@ -258,6 +287,7 @@ impl Layout {
             cols,
             reasons,
             ts_unit,
+            scales: Vec::new(),
         };
         if apps {
             // The GPU's name and serial only identify it; they are not "ignored" data.
@@ -308,6 +338,11 @@ impl Layout {
     /// The column feeding `t`, if any.
     pub fn col(&self, t: Target) -> Option<usize> {
         self.cols[t as usize]
+    }
+
+    /// The factor from column `c`'s unit to its field's.
+    pub fn scale(&self, c: usize) -> f64 {
+        self.scales.get(c).copied().unwrap_or(1.0)
     }
 }
 

@@ -43,6 +43,7 @@ fn read(data: &[u8], fixed: Option<&fields::Layout>, strict: bool) -> Read {
         last_ts: None,
         rows: 0,
         ignored: Vec::new(),
+        map: None,
     };
     let mut bad = Vec::new();
     let mut sinks = Sinks {

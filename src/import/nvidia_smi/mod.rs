@@ -18,6 +18,7 @@
 
 mod fields;
 mod fuzz;
+pub mod map;
 mod reader;
 mod registry;
 pub mod values;
@@ -45,6 +46,8 @@ pub struct Options {
     pub columns: Option<Vec<String>>,
     /// Fail the whole import on the first bad line instead of skipping it.
     pub strict: bool,
+    /// `import csv --map`: the files are CSV with their own header, read through this map.
+    pub map: Option<map::ColumnMap>,
 }
 
 /// A line that could not be imported.
@@ -81,6 +84,8 @@ pub enum SmiError {
         skipped: u64,
         first: Vec<BadLine>,
     },
+    #[error("no data row in {0} (a header only, or an empty file): nothing was imported")]
+    Empty(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -177,6 +182,7 @@ fn parse_files(
             last_ts: None,
             rows: 0,
             ignored: Vec::new(),
+            map: opts.map.as_ref(),
         };
         let mut bad_here = 0;
         let mut sinks = reader::Sinks {
@@ -319,6 +325,11 @@ pub fn import(
                 .cloned()
                 .collect(),
         });
+    }
+    // Nothing at all to import is not a success either (exit 1, nothing written).
+    if parsed.files.iter().all(|f| f.rows == 0) {
+        let names: Vec<&str> = parsed.files.iter().map(|f| f.path.as_str()).collect();
+        return Err(SmiError::Empty(names.join(", ")));
     }
     summary.files = parsed.files;
     summary.bad_lines = parsed.bad_lines;

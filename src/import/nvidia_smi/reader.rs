@@ -49,6 +49,8 @@ pub struct FileReader<'a> {
     pub last_ts: Option<TsMs>,
     pub rows: u64,
     pub ignored: Vec<String>,
+    /// `import csv --map`: the first line is the file's own header, read through the map.
+    pub map: Option<&'a super::map::ColumnMap>,
 }
 
 /// A row for the staging tables, parsed. Samples are nearly every row: kept inline (a box
@@ -197,7 +199,16 @@ impl FileReader<'_> {
         if line.is_empty() || line.starts_with('#') {
             return Ok(());
         }
-        if looks_like_header(line) {
+        if let Some(map) = self.map
+            && self.layout.is_none()
+        {
+            let cells: Vec<&str> = line.split(',').collect();
+            let layout = map.layout(&cells).map_err(RowError::Fatal)?;
+            self.ignored.extend(layout.ignored.iter().cloned());
+            self.layout = Some(layout);
+            return Ok(());
+        }
+        if self.map.is_none() && looks_like_header(line) {
             if self.fixed {
                 return Err(RowError::Bad(
                     "this looks like a header line, but --columns says the file has none: drop --columns"
@@ -287,8 +298,12 @@ impl FileReader<'_> {
                     .flatten()
                     .ok_or_else(|| "pid: no value".to_string())?;
                 let name = get(Target::ProcessName).filter(|s| !v::is_null(s));
-                let used = get(Target::UsedMem)
-                    .map(|s| v::scaled_u64(s, Unit::MiB, MIB).map_err(|e| ctx(Target::UsedMem, e)))
+                let used = layout
+                    .col(Target::UsedMem)
+                    .map(|c| {
+                        v::scaled_u64(cells[c], Unit::MiB, MIB * layout.scale(c))
+                            .map_err(|e| ctx(Target::UsedMem, e))
+                    })
                     .transpose()?
                     .flatten();
                 let path = &self.path;
@@ -322,15 +337,19 @@ impl FileReader<'_> {
     ) -> Result<(), RowError> {
         let get = |t: Target| layout.col(t).map(|c| cells[c]);
         let u32_of = |t: Target, unit: Unit, scale: f64| -> Result<Option<u32>, String> {
-            match get(t) {
+            match layout.col(t) {
                 None => Ok(None),
-                Some(s) => v::scaled_u32(s, unit, scale).map_err(|e| ctx(t, e)),
+                Some(c) => {
+                    v::scaled_u32(cells[c], unit, scale * layout.scale(c)).map_err(|e| ctx(t, e))
+                }
             }
         };
         let u64_of = |t: Target, unit: Unit, scale: f64| -> Result<Option<u64>, String> {
-            match get(t) {
+            match layout.col(t) {
                 None => Ok(None),
-                Some(s) => v::scaled_u64(s, unit, scale).map_err(|e| ctx(t, e)),
+                Some(c) => {
+                    v::scaled_u64(cells[c], unit, scale * layout.scale(c)).map_err(|e| ctx(t, e))
+                }
             }
         };
         let flag_of = |t: Target| -> Result<Option<bool>, String> {
