@@ -18,6 +18,7 @@ mod import_dmesg;
 mod import_om;
 mod import_prom;
 mod import_smi;
+mod import_wandb;
 mod incident;
 mod job;
 mod notify;
@@ -130,6 +131,8 @@ pub enum ImportCommand {
     Prometheus(import_prom::ImportPromArgs),
     /// CSV logs of your own scripts, read through a column map (--map FIELD=COLUMN[:UNIT]).
     Csv(import_csv::ImportCsvArgs),
+    /// A Weights & Biases run's history export: GPU system metrics, step and loss.
+    Wandb(import_wandb::ImportWandbArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -250,6 +253,7 @@ pub fn main() -> i32 {
         Command::Import(ImportCommand::Dmesg(a)) => import_dmesg::run(a),
         Command::Import(ImportCommand::Prometheus(a)) => import_prom::run(a),
         Command::Import(ImportCommand::Csv(a)) => import_csv::run(a),
+        Command::Import(ImportCommand::Wandb(a)) => import_wandb::run(a),
         Command::Export(a) => export::run(a),
     };
     match result {

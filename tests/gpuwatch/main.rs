@@ -42,6 +42,7 @@ mod import_openmetrics;
 mod import_prometheus;
 mod import_prometheus_fleet;
 mod import_rollups;
+mod import_wandb;
 mod kmsg_daemon;
 mod layering;
 mod mig;
