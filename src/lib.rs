@@ -16,6 +16,7 @@
 pub mod alerts;
 pub mod analysis;
 pub mod attribution;
+pub mod backtest;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -8,5 +8,6 @@
 pub mod engine;
 pub mod episodes;
 pub mod evaluator;
+pub mod replay;
 pub mod state;
 pub mod unittest;

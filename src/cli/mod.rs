@@ -5,6 +5,7 @@
 //! never as a panic or a debug dump.
 
 mod alerts;
+mod backtest;
 mod demo;
 mod doctor;
 mod export;
@@ -87,6 +88,8 @@ pub enum Command {
     Rules(rules::RulesArgs),
     /// Evaluate rules over stored history as the live daemon would; print every transition.
     Replay(replay::ReplayArgs),
+    /// Your Prometheus alerting rules and gpuwatch's over the same stored history, side by side.
+    Backtest(backtest::BacktestArgs),
     /// Alert delivery: `notify test` sends a test message through the receivers.
     Notify(notify::NotifyArgs),
     /// Silence alerts (`add`, `list`, `expire`): recorded, not sent.
@@ -238,6 +241,7 @@ pub fn main() -> i32 {
         Command::Gpu(a) => gpu::run(a),
         Command::Rules(a) => rules::run(a),
         Command::Replay(a) => replay::run(a),
+        Command::Backtest(a) => backtest::run(a),
         Command::Scenario(ScenarioCommand::Record(a)) => record::run(a),
         Command::Hosts(a) => hosts::run(a),
         Command::Job(a) => job::run(a),

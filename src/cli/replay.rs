@@ -12,7 +12,8 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
-use crate::alerts::engine::{Engine, EngineOptions, Transition};
+use crate::alerts::engine::Transition;
+use crate::alerts::replay::{self, ReplayOptions};
 use crate::rules::rule::Rule;
 use crate::store::{self, history};
 
@@ -111,18 +112,6 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
     };
     let from = args.from.unwrap_or(first);
     let to = args.to.unwrap_or(last);
-    let staleness_ms = 3 * estimate_interval(&conn, from)?;
-    let mut engine = Engine::new(
-        rules,
-        EngineOptions {
-            staleness_ms,
-            eval_every_ms: args.eval_interval.map_or(0, |d| d.as_millis() as i64),
-            job_label: cfg.fleet.job_label.clone(),
-            xid_overrides: cfg.xid.overrides.clone(),
-        },
-        from - 1,
-    );
-    engine.world_mut().set_fetch_ahead(10 * 60_000);
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if matches!(args.format, Format::Table) {
         use std::io::Write;
@@ -133,15 +122,15 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
         );
     }
     let mut episodes = crate::alerts::episodes::Episodes::default();
-    let mut end = from;
-    while let Some(t) = engine.world_mut().next_sample_time(&conn, to)? {
-        engine.advance(&conn, t)?;
-        for tr in engine.evaluate(t) {
-            print_transition(&mut out, &tr, args.format);
-            episodes.add(&tr);
-        }
-        end = t;
-    }
+    let opts = ReplayOptions {
+        eval_every_ms: args.eval_interval.map_or(0, |d| d.as_millis() as i64),
+        job_label: cfg.fleet.job_label.clone(),
+        xid_overrides: cfg.xid.overrides.clone(),
+    };
+    let end = replay::run(&conn, rules, &opts, (from, to), |tr| {
+        print_transition(&mut out, tr, args.format);
+        episodes.add(tr);
+    })?;
     {
         use std::io::Write;
         let _ = out.flush();
@@ -160,20 +149,6 @@ pub fn run(args: ReplayArgs) -> Result<(), Failure> {
         );
     }
     Ok(())
-}
-
-/// The typical spacing of samples near `from` (1 s when it cannot be told).
-fn estimate_interval(conn: &rusqlite::Connection, from: i64) -> Result<i64, store::StoreError> {
-    let rows = history::samples(conn, from - 1, from + 120_000)?;
-    let mut times: Vec<i64> = rows.iter().map(|(_, s)| s.ts_ms).collect();
-    times.dedup();
-    let mut gaps: Vec<i64> = times
-        .windows(2)
-        .map(|w| w[1] - w[0])
-        .filter(|g| *g > 0)
-        .collect();
-    gaps.sort_unstable();
-    Ok(gaps.get(gaps.len() / 2).copied().unwrap_or(1000).max(1))
 }
 
 pub use crate::format::rfc3339_ms as rfc3339;

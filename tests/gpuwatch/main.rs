@@ -18,6 +18,7 @@ mod attribution_alerts;
 mod attribution_notify;
 mod attribution_prometheus;
 mod attribution_support;
+mod backtest;
 mod browser_support;
 mod chaos_campaigns;
 mod cli;
