@@ -3,7 +3,7 @@
 //!
 //! Invariants:
 //! - Raw samples only: each chunk is one instant query of a range selector
-//!   (`{__name__=~"DCGM_FI_(DEV|PROF)_.+"}[3600s]` at the chunk's end), which answers the samples
+//!   (`{__name__=~"DCGM_FI_(DEV|PROF)_.+|gpuwatch_gpu_.+"}[3600s]` at the chunk's end), which answers the samples
 //!   as stored. `query_range` is never used: it resamples, and where there are no stale markers
 //!   (backfilled blocks, VictoriaMetrics) fills a gap up to the lookback with samples that were
 //!   never taken; a gap in the source stays a gap here.
