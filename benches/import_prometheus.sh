@@ -56,7 +56,10 @@ url="http://127.0.0.1:$port"
 points=$(( nodes * 8 * 7 * hours * 240 ))
 echo "source: $nodes nodes x 8 GPUs, $hours h at 15 s, 7 families: $points points ($(( nodes * 8 * hours * 240 )) samples)"
 
-q='{__name__=~"DCGM_FI_(DEV|PROF)_.+"}[3600s]'
+# The queries gpuwatch sends per chunk: the GPU series (both namings) and the default
+# `[prometheus.queries]` step and loss selectors.
+queries=('{__name__=~"DCGM_FI_(DEV|PROF)_.+|gpuwatch_gpu_.+"}[3600s]' 'training_step[3600s]'
+         'training_step_total[3600s]' 'training_loss[3600s]')
 imp=(); rss=(); fl=()
 for r in $(seq "$runs"); do
   rm -f "$work"/i.db*
@@ -66,8 +69,10 @@ for r in $(seq "$runs"); do
   imp+=("$wall"); rss+=("$kib")
   start=$(date +%s.%N)
   for h in $(seq 1 "$hours"); do
-    curl -sf -G "$url/api/v1/query" --data-urlencode "query=$q" \
-      --data-urlencode "time=$(( t0 + h * 3600 ))" -o /dev/null
+    for q in "${queries[@]}"; do
+      curl -sf -G "$url/api/v1/query" --data-urlencode "query=$q" \
+        --data-urlencode "time=$(( t0 + h * 3600 ))" -o /dev/null
+    done
   done
   fl+=("$(python3 -c "import time; print(round(time.time() - $start, 3))")")
 done
@@ -75,5 +80,5 @@ med() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2
 mi=$(med "${imp[@]}"); mf=$(med "${fl[@]}"); mr=$(med "${rss[@]}")
 cat "$work/out.txt"
 echo "import prometheus: median ${mi} s wall (runs: ${imp[*]}), peak RSS median $(( mr / 1024 )) MiB"
-echo "curl floor (the same $hours queries): median ${mf} s (runs: ${fl[*]})"
+echo "curl floor (the same $(( hours * ${#queries[@]} )) queries): median ${mf} s (runs: ${fl[*]})"
 python3 -c "print(f'import / floor: {float($mi) / float($mf):.2f}x')"

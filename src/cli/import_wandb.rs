@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use anyhow::{Context, anyhow};
 
 use super::{ConfigArgs, Failure, exit, fail};
+use crate::import::tracker::Parsed;
 use crate::import::wandb::{self, Keys};
 use crate::model::{GpuInventory, TsMs};
 use crate::store::{self, import::ImportGpu, import::ImportPlan, import::MinuteRollups};
@@ -63,8 +64,7 @@ pub fn run(a: ImportWandbArgs) -> Result<(), Failure> {
         );
     }
     let parsed = wandb::parse(&rows, &keys);
-    let n_samples: usize = parsed.samples.values().map(|m| m.len()).sum();
-    if n_samples == 0 && parsed.training.is_empty() {
+    if parsed.sample_count() == 0 && parsed.training.is_empty() {
         return Err(fail(
             exit::FAILURE,
             anyhow!(
@@ -80,6 +80,18 @@ pub fn run(a: ImportWandbArgs) -> Result<(), Failure> {
             ),
         ));
     }
+    publish(&cfg, &host, a.gpu_model.as_deref(), &parsed)
+}
+
+/// Publishes what a tracker's export held as samples of `host`'s GPUs (by index) and its
+/// training series, in one transaction, and prints the summary (also `import mlflow`).
+pub(super) fn publish(
+    cfg: &crate::config::Config,
+    host: &str,
+    gpu_model: Option<&str>,
+    parsed: &Parsed,
+) -> Result<(), Failure> {
+    let host = host.to_string();
     let host_existed = store::import::host_exists(&cfg.database, &host);
     let mut st_cfg = store::StoreConfig::new(host.clone());
     st_cfg.retention = cfg.retention;
@@ -114,7 +126,7 @@ pub fn run(a: ImportWandbArgs) -> Result<(), Failure> {
             inventory: GpuInventory {
                 index: i,
                 uuid: uuid.clone(),
-                name: a.gpu_model.clone(),
+                name: gpu_model.map(str::to_string),
                 memory_total_bytes: parsed.mem_total.get(&i).copied(),
                 ..GpuInventory::default()
             },

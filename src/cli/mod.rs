@@ -16,6 +16,7 @@ mod history;
 mod hosts;
 mod import_csv;
 mod import_dmesg;
+mod import_mlflow;
 mod import_om;
 mod import_prom;
 mod import_smi;
@@ -136,6 +137,8 @@ pub enum ImportCommand {
     Csv(import_csv::ImportCsvArgs),
     /// A Weights & Biases run's history export: GPU system metrics, step and loss.
     Wandb(import_wandb::ImportWandbArgs),
+    /// An MLflow run's GPU system metrics and loss (mlflow.db or a run directory).
+    Mlflow(import_mlflow::ImportMlflowArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -258,6 +261,7 @@ pub fn main() -> i32 {
         Command::Import(ImportCommand::Prometheus(a)) => import_prom::run(a),
         Command::Import(ImportCommand::Csv(a)) => import_csv::run(a),
         Command::Import(ImportCommand::Wandb(a)) => import_wandb::run(a),
+        Command::Import(ImportCommand::Mlflow(a)) => import_mlflow::run(a),
         Command::Export(a) => export::run(a),
     };
     match result {

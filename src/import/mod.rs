@@ -9,11 +9,14 @@
 //! - [`dmesg`]: XIDs from saved kernel logs (`dmesg`, `journalctl -k`, syslog).
 //! - [`prometheus`]: dcgm-exporter's series from a Prometheus's HTTP API, raw samples, in
 //!   chunks each published whole (a chunked import: one transaction per chunk, a cursor).
+//! - [`mlflow`]: an MLflow run's metrics (tracking database or run directory).
 //! - [`wandb`]: a Weights & Biases run's history export (GPU system metrics, step, loss).
 //! - [`time`]: the one reader of their timestamps (wall times in a zone, RFC 3339, epoch).
 
 pub mod dmesg;
+pub mod mlflow;
 pub mod nvidia_smi;
 pub mod prometheus;
 pub mod time;
+pub mod tracker;
 pub mod wandb;

@@ -16,25 +16,16 @@
 //!   read twice. Keys gpuwatch does not store are listed once.
 //! - Everything is parsed before anything is written; the publish is one transaction.
 
-use std::collections::{BTreeMap, BTreeSet};
-
-use crate::model::{GpuSample, SampleStatus, TrainingPoint, TsMs};
+use super::tracker::{Parsed, nonneg, pct};
+use crate::model::{GpuSample, TsMs};
 
 /// How a W&B GPU metric lands in a sample.
 type Set = fn(&mut GpuSample, f64);
 
-fn nonneg(v: f64) -> Option<f64> {
-    (v.is_finite() && v >= 0.0).then_some(v)
-}
-
 /// The GPU metrics (after `gpu.{i}.`) gpuwatch stores.
 const GPU_METRICS: &[(&str, Set)] = &[
-    ("gpu", |s, v| {
-        s.util_gpu_pct = nonneg(v).map(|v| v.round().min(100.0) as u32)
-    }),
-    ("memory", |s, v| {
-        s.util_mem_pct = nonneg(v).map(|v| v.round().min(100.0) as u32)
-    }),
+    ("gpu", |s, v| s.util_gpu_pct = pct(v)),
+    ("memory", |s, v| s.util_mem_pct = pct(v)),
     ("memoryAllocatedBytes", |s, v| {
         s.mem_used_bytes = nonneg(v).map(|v| v.round() as u64)
     }),
@@ -83,22 +74,6 @@ pub struct Row {
 pub struct Keys {
     pub step: String,
     pub loss: String,
-}
-
-/// What a file holds, parsed.
-#[derive(Debug, Default)]
-pub struct Parsed {
-    /// GPU index → time → sample.
-    pub samples: BTreeMap<u32, BTreeMap<TsMs, GpuSample>>,
-    /// GPU index → its memory total, where the bytes and the percentage both say it.
-    pub mem_total: BTreeMap<u32, u64>,
-    pub training: Vec<TrainingPoint>,
-    pub rows: u64,
-    pub rows_without_time: u64,
-    /// Keys gpuwatch does not store (`system.` dropped), once each.
-    pub unstored: BTreeSet<String>,
-    /// GPUs whose memory was given only as a percentage.
-    pub percent_only_memory: BTreeSet<u32>,
 }
 
 /// Parses the rows of a W&B export: a JSON array, JSON lines, or CSV with a header.
@@ -221,7 +196,6 @@ fn gpu_key(key: &str) -> Option<(u32, &str)> {
 /// Groups rows into per-GPU samples and training points.
 pub fn parse(rows: &[Row], keys: &Keys) -> Parsed {
     let mut p = Parsed::default();
-    let mut percent: BTreeMap<(u32, TsMs), f64> = BTreeMap::new();
     for r in rows {
         p.rows += 1;
         let Some(ts) = r.ts_ms else {
@@ -231,15 +205,9 @@ pub fn parse(rows: &[Row], keys: &Keys) -> Parsed {
         for (k, v) in &r.values {
             if let Some((i, metric)) = gpu_key(k) {
                 if let Some(set) = GPU_METRICS.iter().find(|(m, _)| *m == metric).map(|x| x.1) {
-                    let s = p
-                        .samples
-                        .entry(i)
-                        .or_default()
-                        .entry(ts)
-                        .or_insert_with(|| GpuSample::empty(ts, "", SampleStatus::Ok));
-                    set(s, *v);
+                    set(p.sample(i, ts), *v);
                 } else if metric == "memoryAllocated" {
-                    percent.insert((i, ts), *v);
+                    p.memory_percent(i, ts, *v);
                 } else if !DERIVED.contains(&metric) {
                     p.unstored.insert(format!("gpu.{{i}}.{metric}"));
                 }
@@ -248,49 +216,16 @@ pub fn parse(rows: &[Row], keys: &Keys) -> Parsed {
             if k.starts_with("system.gpu.process.") || k.starts_with("gpu.process.") {
                 continue;
             }
-            if *k == keys.step || *k == keys.loss {
-                p.training.push(TrainingPoint {
-                    ts_ms: ts,
-                    name: if *k == keys.step {
-                        "training_step"
-                    } else {
-                        "training_loss"
-                    }
-                    .into(),
-                    labels: Vec::new(),
-                    value: *v,
-                });
-                continue;
-            }
-            if !matches!(k.as_str(), "_runtime" | "_step" | "_wandb.runtime") {
-                p.unstored.insert(
-                    k.strip_prefix("system.")
-                        .map_or(k.clone(), |x| format!("system.{x}")),
-                );
+            if *k == keys.step {
+                p.training("training_step", ts, *v);
+            } else if *k == keys.loss {
+                p.training("training_loss", ts, *v);
+            } else if !matches!(k.as_str(), "_runtime" | "_step" | "_wandb.runtime") {
+                p.unstored.insert(k.clone());
             }
         }
     }
-    // Memory: the bytes, and the total where the percentage of the same row says it.
-    for ((i, ts), pct) in percent {
-        let used = p
-            .samples
-            .get(&i)
-            .and_then(|m| m.get(&ts))
-            .and_then(|s| s.mem_used_bytes);
-        match used {
-            Some(b) if pct > 0.5 => {
-                p.mem_total
-                    .entry(i)
-                    .or_insert(((b as f64) * 100.0 / pct).round() as u64);
-            }
-            Some(_) => {}
-            None => {
-                p.percent_only_memory.insert(i);
-            }
-        }
-    }
-    p.training.sort_by_key(|t| (t.name.clone(), t.ts_ms));
-    p
+    p.finish()
 }
 
 #[cfg(test)]

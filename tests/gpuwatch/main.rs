@@ -38,6 +38,7 @@ mod http_support;
 mod import_csv;
 mod import_detection;
 mod import_dmesg;
+mod import_mlflow;
 mod import_nvidia_smi;
 mod import_openmetrics;
 mod import_prometheus;
