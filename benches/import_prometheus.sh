@@ -60,6 +60,13 @@ echo "source: $nodes nodes x 8 GPUs, $hours h at 15 s, 7 families: $points point
 # `[prometheus.queries]` step and loss selectors.
 queries=('{__name__=~"DCGM_FI_(DEV|PROF)_.+|gpuwatch_gpu_.+"}[3600s]' 'training_step[3600s]'
          'training_step_total[3600s]' 'training_loss[3600s]')
+curl_args=()
+for h in $(seq 1 "$hours"); do
+  for q in "${queries[@]}"; do
+    enc=$(python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "$q")
+    curl_args+=(-o /dev/null "$url/api/v1/query?query=$enc&time=$(( t0 + h * 3600 ))")
+  done
+done
 imp=(); rss=(); fl=()
 for r in $(seq "$runs"); do
   rm -f "$work"/i.db*
@@ -68,12 +75,8 @@ for r in $(seq "$runs"); do
   read -r wall kib < "$work/time.txt"
   imp+=("$wall"); rss+=("$kib")
   start=$(date +%s.%N)
-  for h in $(seq 1 "$hours"); do
-    for q in "${queries[@]}"; do
-      curl -sf -G "$url/api/v1/query" --data-urlencode "query=$q" \
-        --data-urlencode "time=$(( t0 + h * 3600 ))" -o /dev/null
-    done
-  done
+  # One curl for all of them (one connection, kept alive, as gpuwatch's client keeps it).
+  curl -sf "${curl_args[@]}"
   fl+=("$(python3 -c "import time; print(round(time.time() - $start, 3))")")
 done
 med() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }

@@ -26,8 +26,9 @@ pub struct Chunk {
     /// `(host, uuid)` → index and model (from the series' labels).
     pub gpus: BTreeMap<GpuKey, (Option<u32>, Option<String>)>,
     pub samples: BTreeMap<GpuKey, BTreeMap<TsMs, GpuSample>>,
-    /// Who held the GPU at each of its scrapes (`None`: no pod label: not allocated).
-    pub holders: BTreeMap<GpuKey, BTreeMap<TsMs, Option<Holder>>>,
+    /// Who held the GPU at its scrapes that carried pod labels (a scrape without them: not
+    /// allocated).
+    pub holders: BTreeMap<GpuKey, BTreeMap<TsMs, Holder>>,
     pub without_uuid: u64,
     pub unmapped: BTreeSet<String>,
 }
@@ -106,17 +107,18 @@ impl Chunk {
                     first(&s.labels, &["modelName", "model"]).map(str::to_string),
                 )
             });
-            let held = holder(&s.labels);
-            let holders = c.holders.entry(key.clone()).or_default();
             let per = c.samples.entry(key.clone()).or_default();
             for &(ts, v) in &s.points {
                 let sample = per
                     .entry(ts)
                     .or_insert_with(|| GpuSample::empty(ts, &key.1, SampleStatus::Ok));
                 set(sample, v / div);
-                let h = holders.entry(ts).or_insert(None);
-                if h.is_none() {
-                    h.clone_from(&held);
+            }
+            // Only labelled series cost a holder entry per point.
+            if let Some(held) = holder(&s.labels) {
+                let holders = c.holders.entry(key).or_default();
+                for &(ts, _) in &s.points {
+                    holders.entry(ts).or_insert_with(|| held.clone());
                 }
             }
         }
@@ -133,17 +135,21 @@ impl Chunk {
     ) -> Vec<(TsMs, TsMs, GpuHolder)> {
         let mut runs: Vec<(TsMs, TsMs, GpuHolder)> = Vec::new();
         let mut open: Option<(TsMs, TsMs, &Holder)> = None;
-        for (&ts, h) in self.holders.get(key).into_iter().flatten() {
+        let Some(held) = self.holders.get(key) else {
+            return runs;
+        };
+        for &ts in self.samples.get(key).into_iter().flat_map(BTreeMap::keys) {
             if !(start..end).contains(&ts) {
                 continue;
             }
+            let h = held.get(&ts);
             match (open.take(), h) {
                 (Some((from, _, o)), Some(h)) if o == h => open = Some((from, ts, o)),
                 (prev, h) => {
                     if let Some((from, last, o)) = prev {
                         runs.push((from, last + 1, as_holder(o)));
                     }
-                    open = h.as_ref().map(|h| (ts, ts, h));
+                    open = h.map(|h| (ts, ts, h));
                 }
             }
         }
@@ -157,7 +163,7 @@ impl Chunk {
     pub fn pod_hosts(&self) -> BTreeMap<(String, String), String> {
         let mut out = BTreeMap::new();
         for (key, per) in &self.holders {
-            for (ns, pod, _) in per.values().flatten() {
+            for (ns, pod, _) in per.values() {
                 out.entry((ns.clone(), pod.clone()))
                     .or_insert_with(|| key.0.clone());
             }

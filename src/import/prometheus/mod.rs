@@ -126,14 +126,27 @@ pub fn import(
             })
             .collect();
         rt.spawn(async move {
-            let gpus = client.query_raw(&q, end - 1).await?;
-            let mut series = Vec::new();
+            // The step and loss queries run beside the GPU query, not after it.
+            let mut tasks = Vec::new();
             for (role, qs) in roles {
-                let mut ms = Vec::new();
                 for q in qs {
-                    ms.push(client.query_raw(&q, end - 1).await?);
+                    let client = client.clone();
+                    tasks.push((
+                        role,
+                        tokio::spawn(async move { client.query_raw(&q, end - 1).await }),
+                    ));
                 }
-                series.push((role, ms));
+            }
+            let gpus = client.query_raw(&q, end - 1).await?;
+            let mut series: Vec<(&'static str, Vec<Matrix>)> = Vec::new();
+            for (role, task) in tasks {
+                let m = task
+                    .await
+                    .map_err(|e| FetchError::Setup(format!("a query task failed: {e}")))??;
+                match series.iter_mut().find(|(r, _)| *r == role) {
+                    Some((_, ms)) => ms.push(m),
+                    None => series.push((role, vec![m])),
+                }
             }
             Ok::<_, FetchError>((gpus, series))
         })
