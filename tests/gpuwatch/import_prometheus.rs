@@ -192,6 +192,24 @@ fn raw_samples_land_exactly_gaps_stay_gaps_and_a_rerun_adds_nothing() {
         count(&conn, "SELECT count(DISTINCT host) FROM gpu_inventory"),
         2
     );
+    // The minutes rolled up while staging equal the samples' own: every GPU-minute, its
+    // count and extremes.
+    let minutes = count(
+        &conn,
+        "SELECT count(*) FROM (SELECT gpu_id, ts_ms / 60000 FROM samples GROUP BY 1, 2)",
+    );
+    assert_eq!(count(&conn, "SELECT count(*) FROM rollups_1m"), minutes);
+    assert_eq!(
+        count(
+            &conn,
+            "SELECT count(*) FROM rollups_1m r JOIN (
+               SELECT gpu_id, ts_ms / 60000 * 60000 AS m, count(*) AS n, max(temp_c) AS t,
+                      min(util_gpu_pct) AS u FROM samples GROUP BY 1, 2) s
+               ON s.gpu_id = r.gpu_id AND s.m = r.ts_ms
+             WHERE r.n = s.n AND r.temp_max = s.t AND r.util_gpu_min = s.u"
+        ),
+        minutes
+    );
     assert_eq!(
         count(
             &conn,
