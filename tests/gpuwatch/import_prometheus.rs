@@ -298,42 +298,9 @@ fn raw_samples_land_exactly_gaps_stay_gaps_and_a_rerun_adds_nothing() {
 #[test]
 fn victoria_metrics_answers_the_same_raw_samples() {
     let dir = tempfile::tempdir().expect("tmp");
-    let port = free_port();
-    let log = std::fs::File::create(dir.path().join("vm.log")).expect("log");
-    let child = Command::new("victoria-metrics")
-        .arg(format!(
-            "-storageDataPath={}",
-            dir.path().join("vm").display()
-        ))
-        .arg(format!("-httpListenAddr=127.0.0.1:{port}"))
-        .arg("-search.latencyOffset=0s")
-        .arg("-search.disableCache")
-        .arg("-retentionPeriod=100y")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("victoria-metrics (scripts/test.sh installs Debian's victoria-metrics)");
-    let _vm = crate::http_support::Daemon(child);
-    wait_for("VictoriaMetrics up", Duration::from_secs(30), || {
-        (http_get(port, "/health", None, &[]).0 == 200).then_some(())
-    });
+    let (_vm, port) = victoria_metrics(dir.path());
     let t0_s = (chrono::Utc::now().timestamp() - 3 * 3600) / 3600 * 3600;
-    let body = exposition(t0_s, true);
-    // A plain HTTP/1.1 POST of the text (Connection: close).
-    {
-        use std::io::{Read as _, Write as _};
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        write!(
-            s,
-            "POST /api/v1/import/prometheus HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .expect("post");
-        let mut answer = String::new();
-        s.read_to_string(&mut answer).expect("answer");
-        assert!(answer.starts_with("HTTP/1.1 204"), "{answer}");
-    }
-    let _ = http_get(port, "/internal/force_flush", None, &[]);
+    vm_import(port, &exposition(t0_s, true));
     let want = 4 * POINTS - 12;
     let url = format!("http://127.0.0.1:{port}");
     let db = dir.path().join("vm.db");
@@ -375,4 +342,44 @@ fn victoria_metrics_answers_the_same_raw_samples() {
         13 * STEP_S * 1000,
         "the gap stays a gap"
     );
+}
+
+/// Starts Debian's VictoriaMetrics on a free loopback port over a store in `dir`.
+pub fn victoria_metrics(dir: &std::path::Path) -> (crate::http_support::Daemon, u16) {
+    let port = free_port();
+    let log = std::fs::File::create(dir.join("vm.log")).expect("log");
+    let child = Command::new("victoria-metrics")
+        .arg(format!("-storageDataPath={}", dir.join("vm").display()))
+        .arg(format!("-httpListenAddr=127.0.0.1:{port}"))
+        .arg("-search.latencyOffset=0s")
+        .arg("-search.disableCache")
+        .arg("-retentionPeriod=100y")
+        .arg("-maxInsertRequestSize=512000000")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("victoria-metrics (scripts/test.sh installs Debian's victoria-metrics)");
+    let vm = crate::http_support::Daemon(child);
+    wait_for("VictoriaMetrics up", Duration::from_secs(30), || {
+        (http_get(port, "/health", None, &[]).0 == 200).then_some(())
+    });
+    (vm, port)
+}
+
+/// POSTs Prometheus text (millisecond timestamps) to VictoriaMetrics' import API, then
+/// flushes it (a plain HTTP/1.1 request, Connection: close).
+pub fn vm_import(port: u16, body: &str) {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    write!(
+        s,
+        "POST /api/v1/import/prometheus HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .expect("post");
+    s.write_all(body.as_bytes()).expect("post body");
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).expect("answer");
+    assert!(answer.starts_with("HTTP/1.1 204"), "{answer}");
+    let _ = http_get(port, "/internal/force_flush", None, &[]);
 }

@@ -121,8 +121,10 @@ fn scrape(node: usize, gpu: usize, i: i64) -> Option<Scrape> {
     })
 }
 
-/// The day as OpenMetrics (second timestamps) for promtool's backfill.
-fn exposition(t0: i64) -> String {
+/// The day as OpenMetrics with second timestamps (promtool's backfill), or as the
+/// Prometheus text format with millisecond timestamps (VictoriaMetrics' import).
+fn exposition(t0: i64, millis: bool) -> String {
+    let at = |t: i64| if millis { t * 1000 } else { t };
     let mut out = String::with_capacity(80 << 20);
     type Get = fn(&Scrape) -> f64;
     let families: [(&str, Get); 5] = [
@@ -150,7 +152,7 @@ fn exposition(t0: i64) -> String {
                         "{name}{{gpu=\"{gpu}\",UUID=\"{}\",device=\"nvidia{gpu}\",modelName=\"{MODEL}\",Hostname=\"node-{node}\"{pod}}} {} {}",
                         uuid(node, gpu),
                         get(&s),
-                        t0 + i * STEP_S
+                        at(t0 + i * STEP_S)
                     );
                 }
             }
@@ -165,7 +167,7 @@ fn exposition(t0: i64) -> String {
                 out,
                 "training_step{{job=\"llm\",namespace=\"ml\",pod=\"llm-{rank}\",instance=\"10.0.{rank}.7:8000\"}} {} {}",
                 t / 10,
-                t0 + i * STEP_S
+                at(t0 + i * STEP_S)
             );
         }
     }
@@ -177,11 +179,13 @@ fn exposition(t0: i64) -> String {
                 out,
                 "training_loss{{job=\"llm\",namespace=\"ml\",pod=\"llm-{rank}\",instance=\"10.0.{rank}.7:8000\"}} {:.4} {}",
                 2.0 + 8.0 / (1.0 + t as f64 / 3600.0),
-                t0 + i * STEP_S
+                at(t0 + i * STEP_S)
             );
         }
     }
-    out.push_str("# EOF\n");
+    if !millis {
+        out.push_str("# EOF\n");
+    }
     out
 }
 
@@ -205,17 +209,45 @@ fn a_day_of_three_nodes_imports_and_replays_to_the_right_gpus() {
     let data = dir.path().join("tsdb");
     std::fs::create_dir(&data).expect("mkdir");
     let t0 = (chrono::Utc::now().timestamp() - 27 * H) / H * H;
-    backfill(dir.path(), "fleet.om", &exposition(t0), &data);
+    backfill(dir.path(), "fleet.om", &exposition(t0, false), &data);
     let prom = Prometheus::start(dir.path(), &data);
-    let db = dir.path().join("fleet.db");
+    import_and_replay(dir.path(), &prom.url(), t0);
+}
+
+/// The same day in VictoriaMetrics, imported through its own API (no stale markers).
+#[test]
+fn the_same_day_from_victoria_metrics() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (_vm, port) = crate::import_prometheus::victoria_metrics(dir.path());
+    let t0 = (chrono::Utc::now().timestamp() - 27 * H) / H * H;
+    crate::import_prometheus::vm_import(port, &exposition(t0, true));
+    let url = format!("http://127.0.0.1:{port}");
+    // Ingested rows become searchable within a second or two: all 24 GPUs' newest hour.
+    let probe = format!(
+        "/api/v1/query?query=count(count_over_time(DCGM_FI_DEV_GPU_UTIL%5B1h%5D))&time={}",
+        t0 + HOURS * H
+    );
+    crate::http_support::wait_for(
+        "the rows searchable",
+        std::time::Duration::from_secs(30),
+        || {
+            let (code, _, body) = crate::http_support::http_get(port, &probe, None, &[]);
+            (code == 200 && body.contains("\"24\"")).then_some(())
+        },
+    );
+    import_and_replay(dir.path(), &url, t0);
+}
+
+/// Imports the day from `url` and checks what lands and what replay says.
+fn import_and_replay(dir: &std::path::Path, url: &str, t0: i64) {
+    let db = dir.join("fleet.db");
     let db = db.to_str().expect("utf-8");
     let (from, to) = (t0.to_string(), (t0 + HOURS * H).to_string());
-    let url = prom.url();
     let args = [
         "import",
         "prometheus",
         "--prometheus",
-        &url,
+        url,
         "--from",
         &from,
         "--to",
