@@ -32,7 +32,9 @@ MLFLOW_PY="${XDG_CACHE_HOME:-$HOME/.cache}/gpuwatch/mlflow-py"
 if ! PYTHONPATH="$MLFLOW_PY" python3 -c 'import mlflow, sqlalchemy, alembic, psutil, pynvml' 2>/dev/null; then
   say "installing mlflow-skinny, sqlalchemy, alembic, psutil, nvidia-ml-py into $MLFLOW_PY (pip)"
   python3 -m pip install --quiet --disable-pip-version-check --upgrade --target "$MLFLOW_PY" \
-    mlflow-skinny sqlalchemy alembic psutil nvidia-ml-py
+    mlflow-skinny sqlalchemy alembic psutil nvidia-ml-py \
+    || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages \
+      --upgrade --target "$MLFLOW_PY" mlflow-skinny sqlalchemy alembic psutil nvidia-ml-py
 fi
 
 # The deployment examples' checkers (tests/gpuwatch/deploy.rs): hadolint for the Dockerfile and

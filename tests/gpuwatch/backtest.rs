@@ -6,22 +6,9 @@
 //! a quiet-period alert; gpuwatch stays quiet).
 
 use std::fmt::Write as _;
-use std::process::Command;
 
+use crate::common::gpuwatch_run as gpuwatch;
 use crate::training_support::require_tools;
-
-fn gpuwatch(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
-        .env_remove("RUST_LOG")
-        .args(args)
-        .output()
-        .expect("gpuwatch");
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
 
 const RULES: &str = r#"groups:
   - name: dcgm

@@ -78,3 +78,17 @@ impl Rig {
         batch
     }
 }
+
+/// Runs the gpuwatch binary with `args` (RUST_LOG unset): its exit code, stdout and stderr.
+pub fn gpuwatch_run(args: &[&str]) -> (i32, String, String) {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
+        .env_remove("RUST_LOG")
+        .args(args)
+        .output()
+        .expect("gpuwatch");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}

@@ -4,22 +4,9 @@
 //! format exit non-zero with one line and import nothing.
 
 use std::fmt::Write as _;
-use std::process::Command;
 
+use crate::common::gpuwatch_run as gpuwatch;
 use crate::training_support::count;
-
-fn gpuwatch(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
-        .env_remove("RUST_LOG")
-        .args(args)
-        .output()
-        .expect("gpuwatch");
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
 
 const MAP: &str = "timestamp=time_ms:ms,index=gpu,utilization.gpu=busy:ratio,memory.used=mem_gb:GiB,power.draw=watts,temperature.gpu=temp";
 

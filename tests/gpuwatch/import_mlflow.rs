@@ -6,7 +6,7 @@
 
 use std::process::Command;
 
-use crate::common::sim;
+use crate::common::{gpuwatch_run as gpuwatch, sim};
 use crate::training_support::count;
 
 /// Constant readings, so the Python process's wall-clock ticks cannot change them.
@@ -50,19 +50,6 @@ fn mlflow_pythonpath() -> String {
         p = format!("{p}:{old}");
     }
     p
-}
-
-fn gpuwatch(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
-        .env_remove("RUST_LOG")
-        .args(args)
-        .output()
-        .expect("gpuwatch");
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
 }
 
 #[test]

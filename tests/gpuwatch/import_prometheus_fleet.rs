@@ -17,8 +17,8 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::process::Command;
 
+use crate::common::gpuwatch_run as gpuwatch;
 use crate::training_support::{Prometheus, backfill, count, require_tools};
 
 const STEP_S: i64 = 30;
@@ -187,19 +187,6 @@ fn exposition(t0: i64, millis: bool) -> String {
         out.push_str("# EOF\n");
     }
     out
-}
-
-fn gpuwatch(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_gpuwatch"))
-        .env_remove("RUST_LOG")
-        .args(args)
-        .output()
-        .expect("gpuwatch");
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
 }
 
 #[test]
