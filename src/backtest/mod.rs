@@ -170,11 +170,28 @@ impl Report {
             .map(|q| q.iter().any(|&p| e.overlaps(p, self.to)))
     }
 
-    fn side(&self, set: Set) -> Value {
-        let list = match set {
+    fn list(&self, set: Set) -> &[Episode] {
+        match set {
             Set::Gpuwatch => &self.ours,
             Set::Theirs => &self.theirs,
-        };
+        }
+    }
+
+    /// A set's episodes, those with a counterpart, and those in the quiet periods (`None`:
+    /// no period given).
+    fn counts(&self, set: Set) -> (usize, usize, Option<usize>) {
+        let list = self.list(set);
+        let with = (0..list.len()).filter(|&i| self.has_match(set, i)).count();
+        let quiet = self.quiet.as_ref().map(|_| {
+            list.iter()
+                .filter(|e| self.in_quiet(e) == Some(true))
+                .count()
+        });
+        (list.len(), with, quiet)
+    }
+
+    fn side(&self, set: Set) -> Value {
+        let list = self.list(set);
         let episodes: Vec<Value> = list
             .iter()
             .enumerate()
@@ -192,16 +209,13 @@ impl Report {
                 })
             })
             .collect();
-        let with = (0..list.len()).filter(|&i| self.has_match(set, i)).count();
+        let (n, with, quiet) = self.counts(set);
         json!({
             "episodes": episodes,
-            "count": list.len(),
+            "count": n,
             "with_counterpart": with,
-            "without_counterpart": list.len() - with,
-            "in_quiet_periods": self
-                .quiet
-                .as_ref()
-                .map(|_| list.iter().filter(|e| self.in_quiet(e) == Some(true)).count()),
+            "without_counterpart": n - with,
+            "in_quiet_periods": quiet,
         })
     }
 
@@ -238,25 +252,8 @@ impl Report {
     pub fn to_table(&self) -> String {
         use std::fmt::Write as _;
         let mut out = String::new();
-        let n = |set: Set| match set {
-            Set::Gpuwatch => self.ours.len(),
-            Set::Theirs => self.theirs.len(),
-        };
-        let with = |set: Set| (0..n(set)).filter(|&i| self.has_match(set, i)).count();
-        let quiet = |set: Set| -> String {
-            let list = match set {
-                Set::Gpuwatch => &self.ours,
-                Set::Theirs => &self.theirs,
-            };
-            match &self.quiet {
-                None => "-".into(),
-                Some(_) => list
-                    .iter()
-                    .filter(|e| self.in_quiet(e) == Some(true))
-                    .count()
-                    .to_string(),
-            }
-        };
+        let (g, t) = (self.counts(Set::Gpuwatch), self.counts(Set::Theirs));
+        let quiet = |q: Option<usize>| q.map_or("-".to_string(), |n| n.to_string());
         let _ = writeln!(
             out,
             "backtest {} .. {} (counterparts within ±{} min)",
@@ -266,22 +263,14 @@ impl Report {
         );
         let _ = writeln!(out, "{:<28} {:>9} {:>9}", "", "GPUWATCH", "THEIRS");
         for (what, a, b) in [
-            (
-                "alert episodes",
-                n(Set::Gpuwatch).to_string(),
-                n(Set::Theirs).to_string(),
-            ),
-            (
-                "with a counterpart",
-                with(Set::Gpuwatch).to_string(),
-                with(Set::Theirs).to_string(),
-            ),
+            ("alert episodes", g.0.to_string(), t.0.to_string()),
+            ("with a counterpart", g.1.to_string(), t.1.to_string()),
             (
                 "without one",
-                (n(Set::Gpuwatch) - with(Set::Gpuwatch)).to_string(),
-                (n(Set::Theirs) - with(Set::Theirs)).to_string(),
+                (g.0 - g.1).to_string(),
+                (t.0 - t.1).to_string(),
             ),
-            ("in quiet periods", quiet(Set::Gpuwatch), quiet(Set::Theirs)),
+            ("in quiet periods", quiet(g.2), quiet(t.2)),
         ] {
             let _ = writeln!(out, "{what:<28} {a:>9} {b:>9}");
         }

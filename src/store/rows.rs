@@ -411,21 +411,7 @@ impl<'a> TickWriter<'a> {
             )?
             .execute(params![ts_ms, gpu_id])?;
         if let Some(h) = &a.holder {
-            self.conn
-                .prepare_cached(
-                    "INSERT OR REPLACE INTO gpu_holders
-                       (gpu_id, from_ms, to_ms, pod, namespace, container, resource, training_job)
-                     VALUES (?1, ?2, NULL, ?3, ?4, ?5, ?6, ?7)",
-                )?
-                .execute(params![
-                    gpu_id,
-                    ts_ms,
-                    h.pod,
-                    h.namespace,
-                    h.container,
-                    h.resource,
-                    h.job
-                ])?;
+            insert_holder(self.conn, gpu_id, ts_ms, None, h)?;
         }
         self.rows += 1;
         Ok(())
@@ -559,6 +545,32 @@ impl<'a> TickWriter<'a> {
         self.rows += 1;
         Ok(())
     }
+}
+
+/// Adds GPU `gpu_id`'s holder interval `[from_ms, to_ms)` (`to_ms` `None`: still held).
+pub(super) fn insert_holder(
+    conn: &rusqlite::Connection,
+    gpu_id: i64,
+    from_ms: TsMs,
+    to_ms: Option<TsMs>,
+    h: &crate::model::GpuHolder,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO gpu_holders
+           (gpu_id, from_ms, to_ms, pod, namespace, container, resource, training_job)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        gpu_id,
+        from_ms,
+        to_ms,
+        h.pod,
+        h.namespace,
+        h.container,
+        h.resource,
+        h.job
+    ])?;
+    Ok(())
 }
 
 /// A training series' row by its identity `(host_id, name, labels_json)`, first seen at ?4:

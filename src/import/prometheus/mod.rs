@@ -27,7 +27,6 @@ use crate::store::import::{ImportGpu, ImportHolder, ImportPlan, MinuteRollups};
 use crate::store::{Store, StoreError};
 use crate::training::{FetchError, Matrix, PromClient};
 use chunk::{Chunk, GpuKey};
-pub use mapping::MAPPED;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PromImportError {

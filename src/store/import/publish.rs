@@ -22,7 +22,8 @@ pub const PROCESS_SNAP_MS: i64 = 1_000;
 use super::super::StoreError;
 use super::super::events;
 use super::super::rows::{
-    TRAINING_SAMPLE_UPSERT, TRAINING_SERIES_UPSERT, labels_json, sample_metric_columns,
+    TRAINING_SAMPLE_UPSERT, TRAINING_SERIES_UPSERT, insert_holder, labels_json,
+    sample_metric_columns,
 };
 use super::super::write::ensure_host;
 use super::fused::{self, MinuteRollups};
@@ -263,7 +264,9 @@ fn publish_holder(conn: &Connection, gpu_id: i64, h: &ImportHolder) -> Result<u6
         .optional()?;
     let g = &h.holder;
     if let Some((from, to, pod, ns, container)) = last
-        && (pod, ns, container) == (g.pod.clone(), g.namespace.clone(), g.container.clone())
+        && pod == g.pod
+        && ns == g.namespace
+        && container == g.container
     {
         match to {
             None => return Ok(0),
@@ -277,21 +280,7 @@ fn publish_holder(conn: &Connection, gpu_id: i64, h: &ImportHolder) -> Result<u6
             Some(_) => {}
         }
     }
-    conn.prepare_cached(
-        "INSERT OR REPLACE INTO gpu_holders
-           (gpu_id, from_ms, to_ms, pod, namespace, container, resource, training_job)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )?
-    .execute(params![
-        gpu_id,
-        h.from_ms,
-        h.to_ms,
-        g.pod,
-        g.namespace,
-        g.container,
-        g.resource,
-        g.job
-    ])?;
+    insert_holder(conn, gpu_id, h.from_ms, Some(h.to_ms), g)?;
     Ok(1)
 }
 
