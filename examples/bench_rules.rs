@@ -115,6 +115,11 @@ fn live_path(path: &std::path::Path, tg: &mut TickGen, from: i64) -> anyhow::Res
         router: gpuwatch::notify::route::Router::new(&cfg.notify),
         sink: Box::new(|_| {}),
         wake: None,
+        // The daemon keeps the usage ledger of its own host on this path.
+        usage: Some(gpuwatch::alerts::evaluator::UsageOutput {
+            host: "bench".into(),
+            health: None,
+        }),
     };
     let rules = gpuwatch::rules::load_configured(true, &[])?;
     let started = Instant::now();

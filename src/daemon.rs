@@ -190,7 +190,8 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
     // The rules run on the writer thread after each commit; they wake the sender when they
     // queued notifications (no polling).
     let outbox_bell = Arc::new(tokio::sync::Notify::new());
-    let evaluator = if rules.iter().any(|r| r.enabled) {
+    // Also without rules: the usage ledger is kept on the same path.
+    let evaluator = {
         let bell = outbox_bell.clone();
         Some(crate::alerts::evaluator::after_commit(
             config.database.clone(),
@@ -212,10 +213,9 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
                     .multi_node(config.fleet.multi_node),
                 wake: Some(Box::new(move || bell.notify_one())),
                 health: Some(health.clone()),
+                usage_host: Some(config.host.clone()),
             },
         ))
-    } else {
-        None
     };
     // The writer touches the newest pages of a few tables (and the rules read the same): a
     // 1 MB cache holds them; SQLite's 2 MB default filled with the history read at start.

@@ -50,5 +50,6 @@ pub mod telemetry;
 pub mod text;
 pub mod training;
 pub mod transition;
+pub mod usage;
 pub mod views;
 pub mod xid;

@@ -57,6 +57,8 @@ pub struct Outputs {
     pub wake: Option<Wake>,
     /// Where each wake-up's duration is recorded (`/metrics`).
     pub health: Option<Arc<crate::telemetry::Health>>,
+    /// Keep the usage ledger of this host's GPUs (`None`: no ledger).
+    pub usage_host: Option<String>,
 }
 
 /// Where a [`Live`] path's transitions go.
@@ -64,6 +66,21 @@ pub struct Delivery {
     pub router: Router,
     pub sink: TransitionSink,
     pub wake: Option<Wake>,
+    /// The usage ledger of this host's GPUs (`None`: no ledger).
+    pub usage: Option<UsageOutput>,
+}
+
+/// Where the usage ledger of a live path goes: the host whose GPUs it accounts, and where its
+/// counters are published (`/metrics`).
+pub struct UsageOutput {
+    pub host: String,
+    pub health: Option<Arc<crate::telemetry::Health>>,
+}
+
+/// The ledger and where it goes.
+struct Usage {
+    ledger: crate::usage::Ledger,
+    out: UsageOutput,
 }
 
 /// The live evaluation path, one wake-up at a time: what the rules thread runs and what
@@ -76,6 +93,7 @@ pub struct Live {
     wake: Option<Wake>,
     failures: u64,
     sources_read: Option<std::time::Instant>,
+    usage: Option<Usage>,
 }
 
 impl Live {
@@ -90,7 +108,12 @@ impl Live {
         delivery: Delivery,
         stop: &AtomicBool,
     ) -> Live {
-        let Delivery { router, sink, wake } = delivery;
+        let Delivery {
+            router,
+            sink,
+            wake,
+            usage,
+        } = delivery;
         // Start at the newest stored sample with the windows filled from history (a restart
         // neither replays old alerts nor starts blind), and restore the live alerts.
         let start = match store::history::sample_span(conn) {
@@ -111,6 +134,16 @@ impl Live {
                 None
             }
         };
+        let usage = usage.map(|out| {
+            let open = store::usage::open_rows(conn, Some(&out.host)).unwrap_or_else(|e| {
+                tracing::error!(error = %e, "cannot read the usage ledger's open rows; they are closed by the next change");
+                Vec::new()
+            });
+            Usage {
+                ledger: crate::usage::Ledger::resume(open),
+                out,
+            }
+        });
         let mut live = Live {
             engine,
             alert_db,
@@ -119,6 +152,7 @@ impl Live {
             wake,
             failures: 0,
             sources_read: None,
+            usage,
         };
         if let Some(loaded) = live.alert_db.as_ref().map(|a| a.load_live()) {
             match loaded {
@@ -201,6 +235,7 @@ impl Live {
                     let outbox = enqueue(&self.router, &transitions, &mut self.sink);
                     let saves = self.engine.take_saves();
                     save(&mut self.alert_db, t, &saves, &outbox, stop, &self.wake);
+                    self.account(t, stop);
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -208,6 +243,41 @@ impl Live {
                     break;
                 }
             }
+        }
+    }
+}
+
+impl Live {
+    /// The usage ledger's changes at `t`, saved like alert state (retried until saved).
+    fn account(&mut self, t: TsMs, stop: &AtomicBool) {
+        let Some(u) = self.usage.as_mut() else { return };
+        let mut ops = Vec::new();
+        for o in self.engine.observe_usage(t, Some(&u.out.host)) {
+            let stale = self.engine.stale_after(o.gpu_id);
+            u.ledger.observe(o, stale, &mut ops);
+        }
+        if let Some(h) = &u.out.health
+            && let Ok(mut c) = h.usage.lock()
+        {
+            *c = u.ledger.counters(t);
+        }
+        if ops.is_empty() {
+            return;
+        }
+        let Some(db) = self.alert_db.as_mut() else {
+            return;
+        };
+        let mut tries = 0u64;
+        while let Err(e) = db.save_usage(&ops) {
+            tries += 1;
+            if tries == 1 || tries.is_power_of_two() {
+                tracing::error!(error = %e, tries, "cannot save the usage ledger; retrying");
+            }
+            if stop.load(Ordering::Relaxed) && tries >= 20 {
+                tracing::error!("giving up saving the usage ledger at shutdown");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 }
@@ -231,8 +301,18 @@ pub fn after_commit(
             router,
             wake,
             health,
+            usage_host,
         } = outputs;
-        let delivery = Delivery { router, sink, wake };
+        let usage = usage_host.map(|host| UsageOutput {
+            host,
+            health: health.clone(),
+        });
+        let delivery = Delivery {
+            router,
+            sink,
+            wake,
+            usage,
+        };
         let live = Live::start(&db, conn, rules, opts, 0, delivery, &stop);
         Box::new(Follower {
             live,

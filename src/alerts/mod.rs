@@ -11,3 +11,4 @@ pub mod evaluator;
 pub mod replay;
 pub mod state;
 pub mod unittest;
+pub mod usage;

@@ -153,6 +153,20 @@ pub(super) fn import_files(
         fail(code, e)
     })?;
     print_summary(&summary, &cfg.database, started.elapsed());
+    if let Some(span) = summary.span {
+        let mut hosts: Vec<String> = files.iter().map(|f| nvidia_smi::host_of(opts, f)).collect();
+        hosts.sort();
+        hosts.dedup();
+        for h in hosts {
+            // The samples are in; the ledger is a derived view: a failure is said, not fatal.
+            match crate::alerts::usage::account(&cfg.database, &h, span) {
+                Ok(n) => tracing::info!(host = h, changes = n, "usage ledger accounted"),
+                Err(e) => eprintln!(
+                    "warning: the usage ledger of {h} was not accounted ({e}); `gpuwatch usage` will not show this log"
+                ),
+            }
+        }
+    }
     if let Some((first, last)) = summary.span {
         let keep = cfg.retention.as_millis() as i64;
         if last - first > keep {

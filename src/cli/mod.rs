@@ -33,6 +33,7 @@ mod rules_test;
 mod run;
 mod silence;
 mod status;
+mod usage;
 pub use crate::views::timearg;
 
 use std::path::PathBuf;
@@ -101,6 +102,9 @@ pub enum Command {
     History(history::HistoryArgs),
     /// Alert history with durations.
     Alerts(alerts::AlertsArgs),
+    /// GPU-hours held, busy and idle-held per namespace, pod, training job, user, host, GPU or
+    /// model, with the idle share and the cost.
+    Usage(usage::UsageArgs),
     /// One alert's story: pending, firing, notified, resolved, with metrics around it.
     Incident(incident::IncidentArgs),
     /// A self-contained HTML report with charts, for an alert or a time window.
@@ -253,6 +257,7 @@ pub fn main() -> i32 {
         Command::Query(a) => query::run(a),
         Command::History(a) => history::run(a),
         Command::Alerts(a) => alerts::run(a),
+        Command::Usage(a) => usage::run(a),
         Command::Incident(a) => incident::run(a),
         Command::Report(a) => report::run(a),
         Command::Import(ImportCommand::NvidiaSmi(a)) => import_smi::run(a),

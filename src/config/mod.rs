@@ -16,6 +16,7 @@ mod raw;
 mod receivers;
 pub mod remediation;
 mod remote_write;
+pub mod usage;
 mod xid;
 pub use remote_write::RemoteWriteConfig;
 pub use xid::{DEFAULT_KMSG_PATH, OverrideClass, XidConfig, XidOverride};
@@ -86,6 +87,8 @@ pub struct Config {
     pub fleet: FleetConfig,
     /// `[remediation]`: taking a broken GPU's node out of service; `None`: off (the default).
     pub remediation: Option<remediation::RemediationConfig>,
+    /// `[usage]`: GPU-hour prices and the usage digest.
+    pub usage: usage::UsageConfig,
 }
 
 /// `[fleet]`: the training job's identity across nodes (`training_job`, docs/FLEET.md).
@@ -248,6 +251,7 @@ impl Default for Config {
             xid: XidConfig::default(),
             analysis: None,
             remediation: None,
+            usage: usage::UsageConfig::default(),
             fleet: FleetConfig::default(),
         }
     }

@@ -47,6 +47,8 @@ pub struct RawConfig {
     analysis: Option<Spanned<super::analysis::RawAnalysis>>,
     remediation: Option<Spanned<super::remediation::RawRemediation>>,
     #[serde(default)]
+    usage: super::usage::RawUsage,
+    #[serde(default)]
     fleet: RawFleet,
 }
 
@@ -470,6 +472,7 @@ impl RawConfig {
             let span = a.span();
             a.into_inner().compile(&mut c, span)
         });
+        let usage = self.usage.compile(&mut c);
         let remediation = self.remediation.and_then(|r| {
             let span = r.span();
             r.into_inner().compile(&mut c, span, &host)
@@ -550,6 +553,7 @@ impl RawConfig {
             notify,
             analysis,
             remediation,
+            usage,
             log_format,
             xid,
             fleet: super::FleetConfig {

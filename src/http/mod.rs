@@ -1,6 +1,6 @@
 //! The HTTP listener: `/healthz`, `/metrics` (dcgm-exporter-compatible, see [`metrics`]),
 //! the read-only JSON API (`/api/v1/status`, `/api/v1/alerts`, `/api/v1/history`,
-//! `/api/v1/gpu/audit`: the CLI's `--format json` documents, rendered by the same functions,
+//! `/api/v1/gpu/audit`, `/api/v1/usage`: the CLI's `--format json` documents, rendered by the same functions,
 //! [`crate::views`]) and the live page at `/`.
 //!
 //! Invariants: binds 127.0.0.1 unless configured otherwise, and beyond loopback the config
@@ -224,6 +224,17 @@ async fn gpu_audit(
     .await
 }
 
+async fn usage(
+    State(api): State<Arc<Api>>,
+    headers: HeaderMap,
+    Query(q): Query<Vec<(String, String)>>,
+) -> Response {
+    document(api, headers, move |a, c| {
+        crate::views::api::usage_doc(&q, c, &a.cfg.usage, a.health.sample_now())
+    })
+    .await
+}
+
 pub fn router(api: Arc<Api>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
@@ -232,6 +243,7 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/api/v1/alerts", get(alerts))
         .route("/api/v1/history", get(history))
         .route("/api/v1/gpu/audit", get(gpu_audit))
+        .route("/api/v1/usage", get(usage))
         .route("/", get(page::page))
         .with_state(api)
 }

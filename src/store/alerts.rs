@@ -76,6 +76,33 @@ impl AlertDb {
         })
     }
 
+    /// Saves the usage ledger's changes in one transaction.
+    pub fn save_usage(&mut self, ops: &[crate::usage::Op]) -> Result<(), StoreError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        super::usage::apply(&tx, ops)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Replaces the ledger of `host`'s GPUs over `[from, to]` by `ops`, in one transaction
+    /// (an import accounting its history again).
+    pub fn replace_usage(
+        &mut self,
+        host: &str,
+        (from, to): (TsMs, TsMs),
+        ops: &[crate::usage::Op],
+    ) -> Result<(), StoreError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        super::usage::forget(&tx, host, from, to)?;
+        super::usage::apply(&tx, ops)?;
+        tx.commit()?;
+        Ok(())
+    }
+
     /// The live (pending or firing) alerts.
     pub fn load_live(&self) -> Result<Vec<SavedAlert>, StoreError> {
         let mut stmt = self.conn.prepare(

@@ -66,6 +66,7 @@ pub(super) enum Table {
     TrainingSamples,
     Rollups,
     Events,
+    Usage,
 }
 
 pub(super) const RAW: [Table; 3] = [
@@ -73,7 +74,7 @@ pub(super) const RAW: [Table; 3] = [
     Table::ProcessSamples,
     Table::TrainingSamples,
 ];
-pub(super) const AGGREGATED: [Table; 2] = [Table::Rollups, Table::Events];
+pub(super) const AGGREGATED: [Table; 3] = [Table::Rollups, Table::Events, Table::Usage];
 
 impl Table {
     pub(super) fn name(self) -> &'static str {
@@ -83,13 +84,14 @@ impl Table {
             Table::TrainingSamples => "training_samples",
             Table::Rollups => "rollups_1m",
             Table::Events => "events",
+            Table::Usage => "usage_intervals",
         }
     }
 
     /// SQL condition selecting the rows of host `?3`.
     fn host_filter(self) -> &'static str {
         match self {
-            Table::Samples | Table::ProcessSamples | Table::Rollups => {
+            Table::Samples | Table::ProcessSamples | Table::Rollups | Table::Usage => {
                 "gpu_id IN (SELECT id FROM gpus WHERE host_id = ?3)"
             }
             Table::TrainingSamples => {

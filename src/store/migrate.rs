@@ -160,11 +160,16 @@ const MIGRATIONS: &[Migration] = &[
         name: "import_cursors",
         sql: include_str!("../../migrations/0027_import_cursors.sql"),
     },
+    Migration {
+        version: 28,
+        name: "usage",
+        sql: include_str!("../../migrations/0028_usage.sql"),
+    },
     // The unit-test build's metric registry has one more rollup row (`crate::metric`'s
     // `test_probe`): its columns, always after the last real migration.
     #[cfg(test)]
     Migration {
-        version: 28,
+        version: 29,
         name: "test_probe",
         sql: "ALTER TABLE rollups_1m ADD COLUMN test_probe_min INTEGER;
               ALTER TABLE rollups_1m ADD COLUMN test_probe_max INTEGER;

@@ -61,6 +61,7 @@ pub mod silences;
 mod size;
 pub mod synth;
 mod training;
+pub mod usage;
 pub mod window;
 mod write;
 mod writer;

@@ -40,6 +40,15 @@ pub struct Health {
     pub scrape_seconds: Histogram,
     /// Bytes the rules thread's in-memory windows hold, after its last wake-up.
     pub rule_window_bytes: AtomicU64,
+    /// The usage ledger's counters per GPU and holder, after the rules thread's last wake-up
+    /// (`gpuwatch_gpu_held_seconds_total`, `gpuwatch_gpu_idle_held_seconds_total`).
+    pub usage: std::sync::Mutex<
+        Vec<(
+            crate::usage::GpuLabel,
+            crate::usage::Holder,
+            crate::usage::Counter,
+        )>,
+    >,
     xid_watch: OnceLock<Arc<XidWatch>>,
     /// The clock the samples' times come from (unset: the wall clock).
     sample_clock: OnceLock<SampleClock>,
@@ -69,6 +78,7 @@ impl Health {
             write_errors: AtomicU64::new(0),
             tick_seconds: Histogram::default(),
             eval_seconds: Histogram::default(),
+            usage: std::sync::Mutex::default(),
             scrape_seconds: Histogram::default(),
             rule_window_bytes: AtomicU64::new(0),
             xid_watch: OnceLock::new(),

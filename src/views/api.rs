@@ -21,6 +21,27 @@ pub const HISTORY_PARAMS: &[&str] = &[
     "since", "from", "to", "gpu", "host", "metric", "step", "source",
 ];
 
+/// The parameters `/api/v1/usage` takes (the flags of `gpuwatch usage`).
+pub const USAGE_PARAMS: &[&str] = &["by", "since", "from", "to", "host"];
+
+#[derive(Parser)]
+#[command(no_binary_name = true)]
+struct UsageParams {
+    #[command(flatten)]
+    args: super::usage::UsageQuery,
+}
+
+/// `gpuwatch usage --format json` with the query's flags, priced by `[usage]`.
+pub fn usage_doc(
+    query: &[(String, String)],
+    conn: &rusqlite::Connection,
+    cfg: &crate::config::usage::UsageConfig,
+    now: TsMs,
+) -> Result<String, ViewError> {
+    let q = UsageParams::try_parse_from(argv(query, USAGE_PARAMS)?).map_err(usage)?;
+    super::usage::output(&q.args, conn, cfg, now)
+}
+
 /// The parameters `/api/v1/gpu/audit` takes (the flags of `gpuwatch gpu audit`).
 pub const GPU_AUDIT_PARAMS: &[&str] = &["since", "from", "to", "gpu", "host"];
 

@@ -15,6 +15,7 @@ pub mod history;
 pub mod status;
 pub mod status_training;
 pub mod timearg;
+pub mod usage;
 
 pub use status_training::Joins;
 

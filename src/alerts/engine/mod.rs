@@ -91,6 +91,8 @@ pub struct Engine {
     world: World,
     alerts: BTreeMap<AlertKey, Instance>,
     opts: EngineOptions,
+    /// `gpu_idle`'s activity test, for the usage ledger (its windows are kept).
+    idle: crate::alerts::usage::IdleTest,
 }
 
 impl Engine {
@@ -108,6 +110,13 @@ impl Engine {
                 needs::add(&mut needs, e, slack, r.gpu_fallback);
             }
         }
+        let idle = crate::alerts::usage::IdleTest::from_rules(&rules);
+        for e in idle.exprs() {
+            needs::add(&mut needs, e, slack, false);
+        }
+        for m in crate::alerts::usage::IdleTest::current_metrics() {
+            needs::add(&mut needs, &Expr::Current(m), slack, false);
+        }
         let mut world = World::new(needs, start_after);
         world.job_label = opts.job_label.clone();
         world.xid_overrides = opts.xid_overrides.clone();
@@ -121,7 +130,33 @@ impl Engine {
             world,
             alerts: BTreeMap::new(),
             opts,
+            idle,
         }
+    }
+
+    /// Observes every GPU of `host` (all hosts: `None`) with a fresh sample at `t`, for the
+    /// usage ledger.
+    pub fn observe_usage(&self, t: TsMs, host: Option<&str>) -> Vec<crate::usage::Observation> {
+        let peers = PeerMemo::default();
+        let ctx = EvalCtx {
+            world: &self.world,
+            t,
+            staleness_ms: self.opts.staleness_ms,
+            peers: &peers,
+        };
+        self.world
+            .gpus
+            .values()
+            .filter(|g| host.is_none_or(|h| g.host == h))
+            .filter_map(|g| self.idle.observe(&ctx, g))
+            .collect()
+    }
+
+    /// How old a GPU's sample may be and still count, for the usage ledger (its staleness
+    /// bound, or 3 of its own intervals).
+    pub fn stale_after(&self, gpu_id: i64) -> i64 {
+        let interval = self.world.gpus.get(&gpu_id).map_or(0, |g| g.interval.ms());
+        self.opts.staleness_ms.max(3 * interval)
     }
 
     pub fn world(&self) -> &World {

@@ -15,6 +15,7 @@ mod fleet;
 mod gpus;
 mod health;
 mod own;
+mod usage;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -228,6 +229,7 @@ impl Scraper {
         out.extend(health::families(&gpus, stale, &mut self.health_labels));
         out.extend(own::training(&gpus, &r.joins, &r.latest));
         out.extend(fleet::families(&r.fleet, host, names));
+        out.extend(usage::families(health, host, names));
         out.push(own::alerts(&ctx, &r.alerts));
         out.extend(own::daemon(
             &ctx,
