@@ -70,6 +70,20 @@ impl IdleTest {
         [PROCESS_COUNT, UTIL_GPU, SM_ACTIVE]
     }
 
+    /// Since when a GPU the test finds idle at `t` has been idle: the oldest sample of the
+    /// window (its activity series'), else the window's start.
+    fn window_start(&self, g: &Gpu, t: TsMs) -> TsMs {
+        [UTIL_GPU, SM_ACTIVE]
+            .iter()
+            .filter_map(|m| g.series.get(m))
+            .filter_map(|tr| {
+                let (i, j) = tr.series.range(t, self.window_ms);
+                (i < j).then(|| tr.series.time(i))
+            })
+            .min()
+            .unwrap_or(t - self.window_ms)
+    }
+
     /// Observes `g` at `ctx.t`; `None` when it has no fresh sample.
     pub fn observe(&self, ctx: &EvalCtx<'_>, g: &Gpu) -> Option<Observation> {
         let t = ctx.t;
@@ -158,7 +172,7 @@ impl IdleTest {
                 // (an A100 has no SM activity for its second half) is not idle.
                 match ctx.eval(&self.activity, target) {
                     Ok(Some(v)) if v != 0.0 => {
-                        idle_since = Some(t - self.window_ms);
+                        idle_since = Some(self.window_start(g, t));
                         State::IdleHeld
                     }
                     Ok(_) => State::Busy,

@@ -10,6 +10,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::StoreError;
 use crate::model::TsMs;
+use crate::usage::summary::Interval;
 use crate::usage::{Holder, Op, OpenRow, State};
 
 /// The SQL test that a row names its holder.
@@ -178,27 +179,6 @@ pub fn forget(conn: &Connection, host: &str, from: TsMs, to: TsMs) -> Result<usi
              AND gpu_id IN (SELECT g.id FROM gpus g JOIN hosts h ON h.id = g.host_id WHERE h.name = ?1)",
         )?
         .execute(params![host, from, to])?)
-}
-
-/// One holder's part of one interval, clipped to the range read.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Interval {
-    pub host: String,
-    pub gpu_uuid: String,
-    pub gpu_index: Option<u32>,
-    pub model: Option<String>,
-    pub from_ms: TsMs,
-    pub to_ms: TsMs,
-    pub state: State,
-    pub share: f64,
-    pub holder: Holder,
-}
-
-impl Interval {
-    /// The holder's GPU-seconds in the interval.
-    pub fn gpu_seconds(&self) -> f64 {
-        (self.to_ms - self.from_ms).max(0) as f64 / 1000.0 * self.share
-    }
 }
 
 /// Every interval overlapping `[from, to)`, clipped to it, of `host` (all: `None`), in time

@@ -17,6 +17,7 @@
 //!   accounting pass build the same rows from the same samples.
 
 pub mod ledger;
+pub mod summary;
 
 pub use ledger::{Counter, GpuLabel, Ledger, Observation, Op, OpenRow};
 

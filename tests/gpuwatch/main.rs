@@ -80,3 +80,4 @@ mod training_fetch_errors;
 mod training_hang_prometheus;
 mod training_prometheus;
 mod training_support;
+mod usage;
