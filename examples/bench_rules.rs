@@ -119,6 +119,7 @@ fn live_path(path: &std::path::Path, tg: &mut TickGen, from: i64) -> anyhow::Res
         usage: Some(gpuwatch::alerts::evaluator::UsageOutput {
             host: "bench".into(),
             health: None,
+            config: Default::default(),
         }),
     };
     let rules = gpuwatch::rules::load_configured(true, &[])?;

@@ -55,3 +55,11 @@ SELECT date(from_ms / 1000, 'unixepoch') AS day,
        sum(gpu_seconds) / 3600.0 AS gpu_hours
 FROM gpu_usage
 GROUP BY day, host, gpu_uuid, state, namespace, pod, container, slurm_job, user, training_job;
+
+-- The usage digests enqueued (`[usage] digest`): one row per period, written in the
+-- transaction that queues its notifications, so a period is sent once across restarts.
+CREATE TABLE usage_digests (
+    period_end_ms   INTEGER PRIMARY KEY,
+    period_start_ms INTEGER NOT NULL,
+    created_ms      INTEGER NOT NULL
+);

@@ -214,6 +214,7 @@ pub fn run(parts: DaemonParts, stop: Arc<AtomicBool>) -> Result<RunSummary, Daem
                 wake: Some(Box::new(move || bell.notify_one())),
                 health: Some(health.clone()),
                 usage_host: Some(config.host.clone()),
+                usage_config: config.usage.clone(),
             },
         ))
     };

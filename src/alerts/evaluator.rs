@@ -59,6 +59,8 @@ pub struct Outputs {
     pub health: Option<Arc<crate::telemetry::Health>>,
     /// Keep the usage ledger of this host's GPUs (`None`: no ledger).
     pub usage_host: Option<String>,
+    /// `[usage]`: prices and the digest.
+    pub usage_config: crate::config::usage::UsageConfig,
 }
 
 /// Where a [`Live`] path's transitions go.
@@ -75,12 +77,16 @@ pub struct Delivery {
 pub struct UsageOutput {
     pub host: String,
     pub health: Option<Arc<crate::telemetry::Health>>,
+    /// `[usage]`: prices and the digest.
+    pub config: crate::config::usage::UsageConfig,
 }
 
 /// The ledger and where it goes.
 struct Usage {
     ledger: crate::usage::Ledger,
     out: UsageOutput,
+    /// The end of the last digest period looked at.
+    digest_checked: Option<TsMs>,
 }
 
 /// The live evaluation path, one wake-up at a time: what the rules thread runs and what
@@ -142,6 +148,7 @@ impl Live {
             Usage {
                 ledger: crate::usage::Ledger::resume(open),
                 out,
+                digest_checked: None,
             }
         });
         let mut live = Live {
@@ -261,14 +268,13 @@ impl Live {
         {
             *c = u.ledger.counters(t);
         }
-        if ops.is_empty() {
-            return;
-        }
         let Some(db) = self.alert_db.as_mut() else {
             return;
         };
         let mut tries = 0u64;
-        while let Err(e) = db.save_usage(&ops) {
+        while !ops.is_empty()
+            && let Err(e) = db.save_usage(&ops)
+        {
             tries += 1;
             if tries == 1 || tries.is_power_of_two() {
                 tracing::error!(error = %e, tries, "cannot save the usage ledger; retrying");
@@ -278,6 +284,50 @@ impl Live {
                 return;
             }
             std::thread::sleep(Duration::from_millis(100));
+        }
+        self.digest(t);
+    }
+
+    /// Queues the usage digest of the period that ended (`[usage] digest`), once the idle
+    /// test's window has passed its end (an idle onset found late still counts in it).
+    fn digest(&mut self, t: TsMs) {
+        let (Some(u), Some(db)) = (self.usage.as_mut(), self.alert_db.as_mut()) else {
+            return;
+        };
+        let Some(d) = u.out.config.digest.clone() else {
+            return;
+        };
+        let settle = self.engine.idle_window_ms();
+        let Some(p) = crate::usage::digest::last_period(&d, t - settle) else {
+            return;
+        };
+        if u.digest_checked == Some(p.to_ms) {
+            return;
+        }
+        let (host, cfg, router) = (&u.out.host, &u.out.config, &self.router);
+        let queued = db.queue_digest((p.from_ms, p.to_ms), host, t, |intervals| {
+            let usage = crate::usage::summary::summarize(
+                intervals,
+                crate::usage::summary::By::Holder,
+                (p.from_ms, p.to_ms),
+                cfg,
+            );
+            let msg = crate::usage::digest::build(&usage, host, d.period, p, d.top);
+            router.digest_rows(&msg, t)
+        });
+        match queued {
+            Ok(sent) => {
+                u.digest_checked = Some(p.to_ms);
+                if sent {
+                    tracing::info!(period_end = %crate::format::rfc3339_ms(p.to_ms), "usage digest queued");
+                    if let Some(w) = &self.wake {
+                        w();
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot queue the usage digest; trying again at the next evaluation")
+            }
         }
     }
 }
@@ -302,10 +352,12 @@ pub fn after_commit(
             wake,
             health,
             usage_host,
+            usage_config,
         } = outputs;
         let usage = usage_host.map(|host| UsageOutput {
             host,
             health: health.clone(),
+            config: usage_config,
         });
         let delivery = Delivery {
             router,

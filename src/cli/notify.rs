@@ -93,6 +93,7 @@ fn test(a: TestArgs) -> Result<(), Failure> {
             }
         };
         let n = Notification {
+            digest: None,
             receiver: rc.name.clone(),
             group_key: "test".into(),
             alerts: vec![AlertMsg {

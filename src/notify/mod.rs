@@ -17,6 +17,7 @@
 //!   [`secret::scrub`] before it is logged or stored.
 
 pub mod alertmanager;
+pub mod digest;
 mod diskfull;
 pub mod email;
 pub mod http;
@@ -119,6 +120,8 @@ pub struct Notification {
     pub sender_host: String,
     /// When the notification was built.
     pub now_ms: TsMs,
+    /// The usage digest this message is (then `alerts` is empty): not an alert.
+    pub digest: Option<Box<crate::usage::digest::DigestMsg>>,
 }
 
 impl Notification {

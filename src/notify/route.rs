@@ -53,6 +53,11 @@ impl Router {
             .any(|x| x.name == name && matches!(x.kind, ReceiverKind::Alertmanager(_)))
     }
 
+    /// The configured receivers.
+    pub fn receivers(&self) -> &[crate::config::ReceiverConfig] {
+        &self.cfg.receivers
+    }
+
     /// With `[fleet] multi_node`.
     pub fn multi_node(mut self, on: bool) -> Self {
         self.multi_node = on;

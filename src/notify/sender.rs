@@ -297,6 +297,8 @@ pub(super) struct Sender {
 /// What a group's rows become.
 enum Fate {
     Send(Box<AlertMsg>),
+    /// A usage digest: a message of its own.
+    Digest(Box<crate::usage::digest::DigestMsg>),
     Silenced,
     Skipped,
     Dead(String),
@@ -395,10 +397,14 @@ impl Sender {
             // Marks below change what is due: look again at once.
             next.daemon_at(now);
             let mut send: Vec<(i64, AlertMsg)> = Vec::new();
+            let mut digest: Option<(i64, Box<crate::usage::digest::DigestMsg>)> = None;
             let (mut silenced, mut skipped) = (Vec::new(), Vec::new());
             for r in &rows {
                 match self.fate(slot, r, &rows, silences)? {
                     Fate::Send(m) => send.push((r.id, *m)),
+                    // One digest per message; another waits for the next pass.
+                    Fate::Digest(d) if digest.is_none() => digest = Some((r.id, d)),
+                    Fate::Digest(_) => {}
                     Fate::Silenced => silenced.push(r.id),
                     Fate::Skipped => skipped.push(r.id),
                     Fate::Dead(e) => self.outbox.mark(&[r.id], "dead", now, Some(&e))?,
@@ -406,11 +412,21 @@ impl Sender {
             }
             self.outbox.mark(&silenced, "silenced", now, None)?;
             self.outbox.mark(&skipped, "skipped", now, None)?;
-            if send.is_empty() {
-                continue;
-            }
-            let ids: Vec<i64> = send.iter().map(|(id, _)| *id).collect();
-            let n = self.notification(&slot.cfg.name, &key, &rows, send, now);
+            let (ids, n) = match digest {
+                Some((id, d)) => {
+                    let mut n = self.notification(&slot.cfg.name, &key, &rows, Vec::new(), now);
+                    n.digest = Some(d);
+                    (vec![id], n)
+                }
+                None if send.is_empty() => continue,
+                None => {
+                    let ids: Vec<i64> = send.iter().map(|(id, _)| *id).collect();
+                    (
+                        ids,
+                        self.notification(&slot.cfg.name, &key, &rows, send, now),
+                    )
+                }
+            };
             let attempt =
                 tokio::time::timeout(slot.cfg.timeout + Duration::from_secs(5), receiver.send(&n))
                     .await
@@ -485,6 +501,14 @@ impl Sender {
         group: &[PendingRow],
         silences: &[Vec<Matcher>],
     ) -> Result<Fate, StoreError> {
+        if r.kind == "digest" {
+            return Ok(
+                match serde_json::from_str::<crate::usage::digest::DigestMsg>(&r.payload_json) {
+                    Ok(d) => Fate::Digest(Box::new(d)),
+                    Err(e) => Fate::Dead(format!("unreadable digest: {e}")),
+                },
+            );
+        }
         let mut msg: AlertMsg = match serde_json::from_str(&r.payload_json) {
             Ok(m) => m,
             Err(e) => return Ok(Fate::Dead(format!("unreadable payload: {e}"))),
@@ -604,6 +628,7 @@ impl Sender {
             })
             .unwrap_or_default();
         Notification {
+            digest: None,
             receiver: receiver.to_string(),
             group_key: key.to_string(),
             group_labels,

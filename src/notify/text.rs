@@ -180,6 +180,7 @@ mod tests {
             ..Default::default()
         };
         let n = Notification {
+            digest: None,
             receiver: "oncall".into(),
             alerts: vec![a],
             sender_host: "node-7".into(),

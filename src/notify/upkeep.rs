@@ -187,6 +187,7 @@ impl Sender {
         }
         if !alerts.is_empty() {
             let n = Notification {
+                digest: None,
                 receiver: slot.cfg.name.clone(),
                 alerts,
                 sender_host: self.host.clone(),

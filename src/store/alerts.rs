@@ -103,6 +103,41 @@ impl AlertDb {
         Ok(())
     }
 
+    /// Queues the usage digest of the period ending at `to` unless it was queued before: in
+    /// one transaction, the period's ledger (read through this connection, so the ledger's
+    /// last changes are in it) → `build` → its outbox rows and the period's record. Returns
+    /// whether rows were queued.
+    pub fn queue_digest(
+        &mut self,
+        (from, to): (TsMs, TsMs),
+        host: &str,
+        now: TsMs,
+        build: impl FnOnce(&[crate::usage::summary::Interval]) -> Vec<NewNotification>,
+    ) -> Result<bool, StoreError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let done: bool = tx
+            .prepare_cached("SELECT count(*) > 0 FROM usage_digests WHERE period_end_ms = ?1")?
+            .query_row(params![to], |r| r.get(0))?;
+        if done {
+            return Ok(false);
+        }
+        let intervals = super::usage::intervals(&tx, from, to, Some(host))?;
+        if intervals.is_empty() {
+            // Nothing to say about a period the ledger does not cover.
+            return Ok(false);
+        }
+        let rows = build(&intervals);
+        tx.prepare_cached(
+            "INSERT INTO usage_digests (period_end_ms, period_start_ms, created_ms) VALUES (?1, ?2, ?3)",
+        )?
+        .execute(params![to, from, now])?;
+        super::outbox::insert(&tx, &rows)?;
+        tx.commit()?;
+        Ok(!rows.is_empty())
+    }
+
     /// The live (pending or firing) alerts.
     pub fn load_live(&self) -> Result<Vec<SavedAlert>, StoreError> {
         let mut stmt = self.conn.prepare(

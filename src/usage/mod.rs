@@ -16,6 +16,7 @@
 //! - The ledger is fed only by the evaluator, in time order: the daemon and an import's
 //!   accounting pass build the same rows from the same samples.
 
+pub mod digest;
 pub mod ledger;
 pub mod summary;
 
@@ -67,6 +68,22 @@ impl Holder {
     /// Whether anything names the holder.
     pub fn is_known(&self) -> bool {
         self.fields().iter().any(|(_, v)| v.is_some())
+    }
+
+    /// How people name the holder: `namespace/pod`, `slurm job 777 (carol)`, `container c`,
+    /// `user dave`; `None` when nothing names it.
+    pub fn label(&self) -> Option<String> {
+        let by = |u: &Option<String>| u.as_ref().map_or(String::new(), |u| format!(" ({u})"));
+        if let Some(p) = &self.pod {
+            return Some(format!("{}/{p}", self.namespace.as_deref().unwrap_or("-")));
+        }
+        if let Some(j) = &self.slurm_job {
+            return Some(format!("slurm job {j}{}", by(&self.user)));
+        }
+        if let Some(c) = &self.container {
+            return Some(format!("container {c}{}", by(&self.user)));
+        }
+        self.user.as_ref().map(|u| format!("user {u}"))
     }
 
     /// The holder's labels, in a fixed order (absent ones `None`).

@@ -46,6 +46,8 @@ pub enum By {
     Host,
     Gpu,
     Model,
+    /// Each holder (the digest's rows).
+    Holder,
 }
 
 impl By {
@@ -58,12 +60,16 @@ impl By {
             By::Host => "host",
             By::Gpu => "gpu",
             By::Model => "model",
+            By::Holder => "holder",
         }
     }
 
     /// Whether the rows are holders (free time belongs to no one).
     pub fn by_holder(self) -> bool {
-        matches!(self, By::Namespace | By::Pod | By::TrainingJob | By::User)
+        matches!(
+            self,
+            By::Namespace | By::Pod | By::TrainingJob | By::User | By::Holder
+        )
     }
 
     fn key(self, i: &Interval) -> Option<String> {
@@ -84,6 +90,7 @@ impl By {
                     .map_or_else(|| i.gpu_uuid.clone(), |x| x.to_string())
             )),
             By::Model => i.model.clone(),
+            By::Holder => h.label(),
         }
     }
 }

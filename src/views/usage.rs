@@ -41,6 +41,8 @@ pub enum ByArg {
     Host,
     Gpu,
     Model,
+    /// Each holder: `namespace/pod`, `slurm job N (user)`, `user U`.
+    Holder,
 }
 
 impl ByArg {
@@ -53,6 +55,7 @@ impl ByArg {
             ByArg::Host => By::Host,
             ByArg::Gpu => By::Gpu,
             ByArg::Model => By::Model,
+            ByArg::Holder => By::Holder,
         }
     }
 }

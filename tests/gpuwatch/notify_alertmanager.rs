@@ -76,6 +76,7 @@ fn alert(rule: &str, host: &str) -> AlertMsg {
 
 fn notification(sender: &str, alerts: Vec<AlertMsg>) -> Notification {
     Notification {
+        digest: None,
         receiver: "am".into(),
         alerts,
         sender_host: sender.into(),

@@ -109,6 +109,7 @@ fn alert(gpu_id: Option<i64>) -> AlertMsg {
 
 fn notification(alerts: Vec<AlertMsg>) -> Notification {
     Notification {
+        digest: None,
         receiver: "oncall-mail".into(),
         group_key: "rule=gpu_idle,host=node-7".into(),
         alerts,

@@ -97,6 +97,7 @@ fn alert(firing: bool) -> AlertMsg {
 
 fn notification(alerts: Vec<AlertMsg>, now_ms: i64) -> Notification {
     Notification {
+        digest: None,
         receiver: "oncall".into(),
         group_key: "rule=training_hang,host=node-7".into(),
         alerts,

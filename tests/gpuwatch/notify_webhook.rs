@@ -55,6 +55,7 @@ fn alert(firing: bool) -> AlertMsg {
 
 fn notification() -> Notification {
     Notification {
+        digest: None,
         receiver: "ops".into(),
         group_key: "rule=gpu_hot,host=node-7".into(),
         group_labels: BTreeMap::from([

@@ -18,6 +18,8 @@ use serde_json::Value;
 
 use crate::common::gpuwatch_run;
 use crate::http_support::{free_port, http_get, url_encode, wait_for};
+use crate::notify_support::slack_server::SlackServer;
+use crate::notify_support::smtp::{SmtpServer, require_aiosmtpd};
 use crate::training_support;
 
 const TICK_S: i64 = 5;
@@ -130,23 +132,26 @@ struct Node {
     port: u16,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
-    _dir: tempfile::TempDir,
+    dir: Option<tempfile::TempDir>,
 }
 
 impl Node {
     fn start(host: &str, t0: i64) -> Node {
-        let dir = tempfile::tempdir().expect("tempdir");
+        Node::start_in(tempfile::tempdir().expect("tempdir"), host, t0, "")
+    }
+
+    /// A daemon in `dir` (its database `g.db`, kept across runs), `extra` added to its config.
+    fn start_in(dir: tempfile::TempDir, host: &str, t0: i64, extra: &str) -> Node {
         let lib = find_fake_library().expect("cargo build --workspace first");
         let sim = SimGpus::prepare(&lib, &scenario(), "usage.toml").expect("scenario");
         let db = dir.path().join("g.db");
         let port = free_port();
-        let mut cfg = gpuwatch::config::Config {
-            host: host.into(),
-            database: db.clone(),
-            ..gpuwatch::config::Config::default()
-        };
-        cfg.http.listen = format!("127.0.0.1:{port}").parse().expect("addr");
-        cfg.sample_deadline = Duration::from_secs(2);
+        let text = format!(
+            "host = \"{host}\"\ndatabase = \"{}\"\ninterval = \"5s\"\nsample_deadline = \"2s\"\n{extra}\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
+            db.display()
+        );
+        let mut cfg = gpuwatch::config::Config::parse(&text, &dir.path().join("g.toml"))
+            .unwrap_or_else(|e| panic!("config: {e}"));
         let kubelet = sim.serve_pods().expect("kubelet").expect("pods");
         kubelet.configure(&mut cfg);
         let stop = Arc::new(AtomicBool::new(false));
@@ -175,7 +180,20 @@ impl Node {
             port,
             stop,
             thread: Some(thread),
-            _dir: dir,
+            dir: Some(dir),
+        }
+    }
+
+    /// Stops the daemon; its directory (and database) stays for another run.
+    fn stop(mut self) -> tempfile::TempDir {
+        self.halt();
+        self.dir.take().expect("dir")
+    }
+
+    fn halt(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
 
@@ -212,10 +230,7 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.halt();
     }
 }
 
@@ -428,4 +443,120 @@ fn an_imported_nvidia_smi_log_is_accounted_as_holder_unknown() {
     ]);
     assert_ne!(code, 0);
     assert!(err.contains("the ledger spans"), "{err}");
+}
+
+/// The last Monday 08:00 UTC at least two days before now.
+fn monday_8am() -> i64 {
+    use chrono::{Datelike, Duration as D, Timelike};
+    let mut t = chrono::Utc::now() - D::days(2);
+    while t.weekday() != chrono::Weekday::Mon {
+        t -= D::days(1);
+    }
+    let t = t
+        .with_hour(8)
+        .and_then(|t| t.with_minute(0))
+        .and_then(|t| t.with_second(0))
+        .and_then(|t| t.with_nanosecond(0))
+        .expect("08:00");
+    t.timestamp_millis()
+}
+
+#[test]
+fn the_weekly_digest_arrives_once_per_period_across_a_restart() {
+    require_aiosmtpd();
+    let slack = SlackServer::start();
+    let hook = SlackServer::start();
+    let mail = SmtpServer::start();
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(dir.path().join("slack-url"), slack.url()).expect("url");
+    let extra = format!(
+        "[usage]\ndigest = \"weekly\"\ndigest_day = \"monday\"\ndigest_hour = 9\ndigest_zone = \"UTC\"\n\
+         currency = \"EUR\"\ncost_per_gpu_hour = {{ \"NVIDIA H100 80GB HBM3\" = 2.5, default = 1.0 }}\n\
+         [notify]\ngroup_wait = \"0s\"\n\
+         [[notify.slack]]\nname = \"chat\"\nwebhook_url_file = \"{}\"\nmin_interval = \"0s\"\n\
+         [[notify.webhook]]\nname = \"hook\"\nurl = \"{}\"\n\
+         [[notify.email]]\nname = \"mail\"\nsmtp_host = \"127.0.0.1\"\nsmtp_port = {}\ntls = \"none\"\n\
+         from = \"gpuwatch@example.com\"\nto = [\"team@example.com\"]\n",
+        dir.path().join("slack-url").display(),
+        hook.url(),
+        mail.port()
+    );
+    // 08:00 to 10:30 on a Monday: the week ends at 09:00; its digest goes once the idle
+    // test's window has passed (09:10).
+    let t0 = monday_8am();
+    let node = Node::start_in(dir, "node-d", t0, &extra);
+    node.wait_done(t0 + (HOURS * 3600.0) as i64 * 1000 - TICK_S * 1000);
+    // Alerts go to these receivers too; the digest is its own message.
+    let digests = |hook: &SlackServer| -> Vec<Value> {
+        hook.received()
+            .iter()
+            .map(|r| r.json().clone())
+            .filter(|j| j["kind"] == "usage_digest")
+            .collect()
+    };
+    let slack_digests = |slack: &SlackServer| -> usize {
+        slack
+            .received()
+            .iter()
+            .filter(|r| {
+                r.json()["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("GPU usage on"))
+            })
+            .count()
+    };
+    let mail_digests = |mail: &SmtpServer| -> Vec<crate::notify_support::smtp::Received> {
+        mail.messages()
+            .into_iter()
+            .filter(|m| {
+                m.header("Subject")
+                    .unwrap_or("")
+                    .contains("GPU usage on node-d")
+            })
+            .collect()
+    };
+    let d = wait_for("the digest at the webhook", Duration::from_secs(30), || {
+        digests(&hook).first().cloned()
+    });
+    assert_eq!(d["period"], "weekly");
+    assert_eq!(d["host"], "node-d");
+    assert_eq!(d["to_ms"], t0 + 3_600_000, "the week ended Monday 09:00");
+    assert_eq!(d["currency"], "EUR");
+    let top = d["top"].as_array().expect("top");
+    assert_eq!(top[0]["holder"], "team-lazy/forgotten-0", "{d:#}");
+    near(
+        &top[0]["idle_held_hours"],
+        1.0,
+        "the idle pod's hour of the week",
+    );
+    near(&top[0]["cost"], 2.5, "2.5 EUR a GPU-hour");
+    assert_eq!(top[1]["holder"], "team-idle/notebook-0");
+    near(&top[1]["idle_held_hours"], 2.0 / 3.0, "idle from 08:20");
+    wait_for("the digest on Slack", Duration::from_secs(30), || {
+        (slack_digests(&slack) == 1).then_some(())
+    });
+    let mails = wait_for("the digest by email", Duration::from_secs(30), || {
+        let m = mail_digests(&mail);
+        (!m.is_empty()).then_some(m)
+    });
+    assert!(
+        mails[0].part("image/png").is_some(),
+        "the email has its chart"
+    );
+    assert!(mails[0].text("text/html").contains("team-lazy/forgotten-0"));
+
+    // A restart after the period: nothing more (the period is recorded with its rows).
+    let dir = node.stop();
+    let t1 = t0 + (HOURS * 3600.0) as i64 * 1000;
+    let node = Node::start_in(dir, "node-d", t1, &extra);
+    node.wait_done(t1 + (HOURS * 3600.0) as i64 * 1000 - TICK_S * 1000);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(digests(&hook).len(), 1, "one digest per period");
+    assert_eq!(slack_digests(&slack), 1);
+    assert_eq!(mail_digests(&mail).len(), 1);
+    let conn = gpuwatch::store::open_read_only(&node.db).expect("db");
+    let periods: i64 = conn
+        .query_row("SELECT count(*) FROM usage_digests", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(periods, 1);
 }

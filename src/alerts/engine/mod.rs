@@ -152,6 +152,11 @@ impl Engine {
             .collect()
     }
 
+    /// The window of `gpu_idle`'s activity test (ms).
+    pub fn idle_window_ms(&self) -> TsMs {
+        self.idle.window_ms
+    }
+
     /// How old a GPU's sample may be and still count, for the usage ledger (its staleness
     /// bound, or 3 of its own intervals).
     pub fn stale_after(&self, gpu_id: i64) -> i64 {

@@ -100,6 +100,12 @@ impl AlertmanagerReceiver {
 
     /// One delivery attempt of every alert of `n` to every member.
     pub async fn send(&self, n: &Notification) -> Result<(), SendError> {
+        if n.digest.is_some() {
+            // Not an alert: the router never queues a digest for Alertmanager.
+            return Err(SendError::Permanent(
+                "a usage digest is not an alert: not sent to Alertmanager".into(),
+            ));
+        }
         if n.alerts.is_empty() {
             return Ok(());
         }

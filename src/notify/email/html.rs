@@ -317,6 +317,7 @@ mod tests {
         r.analysis = None;
         r.ends_ms = Some(60_000);
         let n = Notification {
+            digest: None,
             alerts: vec![a, r],
             ..Default::default()
         };

@@ -162,8 +162,46 @@ impl EmailReceiver {
         Ok(b.build())
     }
 
+    /// The MIME message of a usage digest: its table and its chart (inline PNG).
+    fn digest_message(&self, d: &crate::usage::digest::DigestMsg) -> Result<Message, SendError> {
+        let cid = format!("digest.{:x}@gpuwatch", fastrand::u64(..));
+        let png = crate::notify::digest::chart_png(d);
+        let html = crate::notify::digest::html(d, png.as_ref().ok().map(|_| cid.as_str()));
+        let mut related = MultiPart::related().singlepart(SinglePart::html(html));
+        if let Ok(bytes) = png {
+            let kind = ContentType::parse("image/png")
+                .map_err(|e| SendError::Permanent(format!("content type image/png: {e}")))?;
+            related = related.singlepart(Attachment::new_inline(cid).body(bytes, kind));
+        }
+        let body = MultiPart::alternative()
+            .singlepart(SinglePart::plain(d.text()))
+            .multipart(related);
+        let mut b = Message::builder()
+            .from(self.from.clone())
+            .subject(format!("[gpuwatch] {}", d.title()))
+            .date(SystemTime::now())
+            .message_id(None);
+        for t in &self.to {
+            b = b.to(t.clone());
+        }
+        let mut m = b.multipart(body).map_err(|e| {
+            SendError::Permanent(format!(
+                "email receiver {}: building the message: {e}",
+                self.name
+            ))
+        })?;
+        m.headers_mut().insert_raw(HeaderValue::new(
+            HeaderName::new_from_ascii_str("Auto-Submitted"),
+            "auto-generated".to_string(),
+        ));
+        Ok(m)
+    }
+
     /// The MIME message.
     async fn message(&self, n: &Notification) -> Result<Message, SendError> {
+        if let Some(d) = &n.digest {
+            return self.digest_message(d);
+        }
         let outcomes = self.charts(n).await;
         let nonce = format!("{:x}.{:x}", n.now_ms, fastrand::u64(..));
         let mut refs: Vec<Option<ChartRef<'_>>> = vec![None; n.alerts.len()];

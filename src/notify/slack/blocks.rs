@@ -245,6 +245,7 @@ mod tests {
     #[test]
     fn many_alerts_fit_slacks_limits() {
         let n = Notification {
+            digest: None,
             receiver: "r".into(),
             alerts: (0..120).map(|i| alert(i, i < 100)).collect(),
             now_ms: 10_000,
@@ -266,6 +267,7 @@ mod tests {
     #[test]
     fn exactly_the_room_shows_every_alert() {
         let n = Notification {
+            digest: None,
             alerts: (0..MAX_BLOCKS - 2).map(|i| alert(i, true)).collect(),
             ..Default::default()
         };
@@ -285,6 +287,7 @@ mod tests {
     #[test]
     fn resolved_looks_different() {
         let n = Notification {
+            digest: None,
             alerts: vec![alert(0, false)],
             ..Default::default()
         };

@@ -59,7 +59,11 @@ impl SlackReceiver {
 
     /// One delivery attempt (after waiting out `min_interval` since the previous one).
     pub async fn send(&self, n: &Notification) -> Result<(), SendError> {
-        let body = serde_json::to_vec(&blocks::payload(n))
+        let message = match &n.digest {
+            Some(d) => super::digest::slack(d),
+            None => blocks::payload(n),
+        };
+        let body = serde_json::to_vec(&message)
             .map_err(|e| SendError::Permanent(format!("{WHAT}: cannot encode the message: {e}")))?;
         let mut next_allowed = self.next_allowed.lock().await;
         if let Some(at) = *next_allowed

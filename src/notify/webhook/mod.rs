@@ -61,8 +61,12 @@ impl WebhookReceiver {
     /// One delivery attempt.
     pub async fn send(&self, n: &Notification) -> Result<(), SendError> {
         let what = &self.what;
-        let body = serde_json::to_vec(&payload::payload(n))
-            .map_err(|e| SendError::Permanent(format!("{what}: cannot encode the payload: {e}")))?;
+        // A digest posts its own document (`kind: usage_digest`), not an alert payload.
+        let body = match &n.digest {
+            Some(d) => serde_json::to_vec(d),
+            None => serde_json::to_vec(&payload::payload(n)),
+        }
+        .map_err(|e| SendError::Permanent(format!("{what}: cannot encode the payload: {e}")))?;
         let url = match &self.url {
             UrlSource::Plain(u) => u.clone(),
             UrlSource::Secret(s) => secret::read("webhook URL", s)

@@ -137,6 +137,7 @@ mod tests {
             ..Default::default()
         };
         let n = Notification {
+            digest: None,
             alerts: vec![firing, resolved],
             now_ms: 9_000,
             ..Default::default()
@@ -146,6 +147,7 @@ mod tests {
         assert_eq!(p.alerts[0].ends_at, None);
         assert_eq!(p.alerts[1].ends_ms, Some(9_000));
         let n = Notification {
+            digest: None,
             alerts: vec![AlertMsg {
                 state: "resolved".into(),
                 ..Default::default()
