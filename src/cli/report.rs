@@ -98,7 +98,7 @@ pub fn run(args: ReportArgs) -> Result<(), Failure> {
     {
         return Err(fail(exit::FAILURE, anyhow!(hint)));
     }
-    let data = report::gather(&conn, gpus, from, to, focus, now).map_err(usage)?;
+    let data = report::gather(&conn, gpus, (from, to), focus, now, &cfg.usage).map_err(usage)?;
     let html = report::render(&data)?;
     write_whole(&args.output, html.as_bytes())
         .with_context(|| format!("cannot write the report to {}", args.output.display()))?;

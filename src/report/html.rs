@@ -123,6 +123,7 @@ pub fn render(d: &ReportData) -> Result<String, ReportError> {
         focus(&mut o, d, a);
     }
     alerts(&mut o, d);
+    usage(&mut o, d);
     gpu_charts(&mut o, d)?;
     training(&mut o, d)?;
     processes(&mut o, d);
@@ -331,6 +332,52 @@ fn alerts(o: &mut String, d: &ReportData) {
             esc(a.summary.as_deref().unwrap_or("")),
         );
     }
+    o.push_str("</table></section>\n");
+}
+
+/// Who held the GPUs in the window and how much of it was idle (the usage ledger).
+fn usage(o: &mut String, d: &ReportData) {
+    let Some(u) = &d.usage else {
+        return;
+    };
+    o.push_str("<section><h2>GPU usage</h2><p>GPU-hours of the window by holder, from the usage ledger: idle-held is gpu_idle's test, counted from when the GPU became idle; a shared GPU's time is split between its holders (docs/USAGE.md).</p>");
+    let cost_head = u
+        .currency
+        .as_ref()
+        .map_or(String::new(), |c| format!("<th>Cost {}</th>", esc(c)));
+    let _ = write!(
+        o,
+        "<table><tr><th>Holder</th><th>GPUs</th><th>Held h</th><th>Busy h</th><th>Idle-held h</th><th>Idle</th><th>Longest idle</th><th>Unknown h</th>{cost_head}</tr>\n"
+    );
+    let line = |o: &mut String, name: &str, s: &crate::usage::summary::Sums| {
+        let share = s
+            .idle_share()
+            .map_or("-".to_string(), |v| format!("{:.0} %", v * 100.0));
+        let longest = if s.longest_idle_ms > 0 {
+            duration(s.longest_idle_ms)
+        } else {
+            "-".into()
+        };
+        let cost = match (&u.currency, s.cost) {
+            (Some(_), Some(c)) => format!("<td>{c:.2}</td>"),
+            (Some(_), None) => "<td>-</td>".into(),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{share}</td><td>{longest}</td><td>{:.2}</td>{cost}</tr>",
+            esc(name),
+            s.gpus.len(),
+            s.held / 3600.0,
+            s.busy / 3600.0,
+            s.idle_held / 3600.0,
+            s.unknown / 3600.0
+        );
+    };
+    for r in &u.rows {
+        line(o, r.key.value().unwrap_or("(holder unknown)"), &r.sums);
+    }
+    line(o, "total", &u.total);
     o.push_str("</table></section>\n");
 }
 

@@ -80,6 +80,8 @@ pub struct ReportData {
     pub holders: Vec<HolderRow>,
     /// The rule-based analysis of the focused alert (`crate::analysis`).
     pub analysis: Option<crate::analysis::Analysis>,
+    /// The usage ledger of these GPUs over the window, by holder (`None`: no ledger there).
+    pub usage: Option<crate::usage::summary::Usage>,
 }
 
 /// The window of an alert's report: its span, [`CONTEXT_BEFORE_MS`] (or its length, when
@@ -120,10 +122,10 @@ fn chart_metrics() -> Vec<SampleMetric> {
 pub fn gather(
     conn: &rusqlite::Connection,
     gpus: Vec<GpuRow>,
-    from_ms: TsMs,
-    to_ms: TsMs,
+    (from_ms, to_ms): (TsMs, TsMs),
     focus: Option<AlertSpan>,
     generated_ms: TsMs,
+    prices: &crate::config::usage::UsageConfig,
 ) -> Result<ReportData, ReportError> {
     if gpus.is_empty() {
         return Err(ReportError::NoGpus);
@@ -162,7 +164,21 @@ pub fn gather(
             .transpose()?,
         None => None,
     };
+    let uuids: Vec<&str> = gpus.iter().map(|g| g.inventory.uuid.as_str()).collect();
+    let intervals: Vec<_> = crate::store::usage::intervals(conn, from_ms, to_ms, None)?
+        .into_iter()
+        .filter(|i| uuids.contains(&i.gpu_uuid.as_str()))
+        .collect();
+    let usage = (!intervals.is_empty()).then(|| {
+        crate::usage::summary::summarize(
+            &intervals,
+            crate::usage::summary::By::Holder,
+            (from_ms, to_ms),
+            prices,
+        )
+    });
     Ok(ReportData {
+        usage,
         analysis,
         process_observation,
         alerts: postmortem::alerts_in(conn, &ids, from_ms, to_ms)?,

@@ -271,6 +271,16 @@ fn a_report_says_which_pod_or_job_held_each_gpu() {
         html.contains("<td>dev/notebook-bob (jupyter)</td>"),
         "GPU 2's process runs in the notebook pod"
     );
+    // The usage ledger of the window: the notebook's pod held its GPU idle most of the run,
+    // and is the first holder (by idle GPU-hours).
+    let usage = &html[html.find("<h2>GPU usage</h2>").expect("a usage section")..];
+    let first = usage.find("<tr><td>").expect("a holder row");
+    assert!(
+        usage[first..].starts_with("<tr><td>dev/notebook-bob</td><td>1</td>"),
+        "{}",
+        &usage[..usage.len().min(1200)]
+    );
+    assert!(usage.contains("<td>slurm job 4242 (carol)</td>"));
 }
 
 /// The report of a window holding every alert of the demo (a minute either side): the
