@@ -368,6 +368,7 @@ fn prometheus_and_alertmanager_configs_pass_their_checkers() {
         "prometheus.yml",
         "gpuwatch-rules.yml",
         "gpuwatch-fleet-rules.yml",
+        "gpuwatch-usage-rules.yml",
     ] {
         std::fs::copy(
             repo(&format!("examples/prometheus/{f}")),
@@ -381,7 +382,7 @@ fn prometheus_and_alertmanager_configs_pass_their_checkers() {
         .args(["check", "config"])
         .arg(dir.path().join("prometheus.yml")));
     assert!(
-        ok && out.contains("SUCCESS: 2 rule files found"),
+        ok && out.contains("SUCCESS: 3 rule files found"),
         "promtool: {out}"
     );
     let (ok, out) = run(Command::new("promtool")
@@ -416,6 +417,25 @@ fn prometheus_and_alertmanager_configs_pass_their_checkers() {
             .args(labels));
         assert!(ok, "amtool routes {labels:?}: {out}");
     }
+}
+
+/// The usage recording rules: their promtool unit tests (two nodes summed, a restart's
+/// counter reset), and vmalert loads them unchanged.
+#[test]
+fn the_usage_rules_pass_their_unit_tests_and_load_in_vmalert() {
+    let rules = repo("examples/prometheus/gpuwatch-usage-rules.yml");
+    let (ok, out) = run(Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(repo("examples/prometheus/gpuwatch-usage-rules.test.yml")));
+    assert!(ok && out.contains("SUCCESS"), "promtool test rules: {out}");
+    let (ok, out) = run(Command::new("vmalert")
+        .arg("-dryRun")
+        .arg(format!("-rule={}", rules.display())));
+    let bad: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("\terror\t") || l.contains("\tfatal\t") || l.contains("\twarn\t"))
+        .collect();
+    assert!(ok && bad.is_empty(), "vmalert -dryRun: {out}");
 }
 
 /// The fleet's rules: their promtool unit tests (every alert and every quiet case, the
@@ -467,6 +487,7 @@ fn the_dockerfile_lints_clean_and_the_dashboard_is_grafana_json() {
         "DCGM_FI_DEV_GPU_UTIL",
         "gpuwatch_alert",
         "gpuwatch_outbox_pending_notifications",
+        "gpuwatch_gpu_idle_held_seconds_total",
     ] {
         assert!(
             exprs.iter().any(|e| e.contains(wanted)),
