@@ -293,6 +293,27 @@ fn import_and_replay(dir: &std::path::Path, url: &str, t0: i64) {
     );
     drop(conn);
 
+    // The usage ledger of the imported day: the notebook's pod held its GPU idle 8 h.
+    let (code, usage, err) = gpuwatch(&["usage", "--db", db, "--by", "pod", "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let usage: serde_json::Value = serde_json::from_str(&usage).expect("json");
+    let nb = usage["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|r| {
+            r["key"]
+                .as_str()
+                .is_some_and(|k| k.ends_with("/notebook-0"))
+        })
+        .unwrap_or_else(|| panic!("{usage:#}"));
+    let idle = nb["idle_held_hours"].as_f64().expect("hours");
+    assert!((idle - 8.0).abs() <= 2.0 * STEP_S as f64 / 3600.0, "{nb}");
+    assert_eq!(
+        usage["rows"][0]["key"], nb["key"],
+        "the most idle holder first"
+    );
+
     // What gpuwatch would have said.
     let (code, replay, err) = gpuwatch(&["replay", "--db", db, "--format", "jsonl"]);
     assert!(code == 0 || code == 1, "{err}");
