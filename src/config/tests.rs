@@ -402,3 +402,39 @@ fn remediation_is_off_by_default_dry_run_first_and_checked() {
         "{e}"
     );
 }
+
+#[test]
+fn usage_prices_and_the_digest_are_checked_where_they_are_written() {
+    let c = parse(
+        "[usage]\ncost_per_gpu_hour = { \"NVIDIA H100 80GB HBM3\" = 2.5, default = 1.0 }\ncurrency = \"EUR\"\n\
+         digest = \"weekly\"\nday = \"fri\"\nhour = 17\nzone = \"Europe/Berlin\"\n",
+    )
+    .expect("valid");
+    assert_eq!(c.usage.rate(Some("NVIDIA H100 80GB HBM3")), Some(2.5));
+    assert_eq!(c.usage.rate(Some("NVIDIA A100-SXM4-40GB")), Some(1.0));
+    assert_eq!(c.usage.currency, "EUR");
+    let d = c.usage.digest.expect("digest");
+    assert_eq!(d.day, chrono::Weekday::Fri);
+    assert_eq!((d.hour, d.zone), (17, chrono_tz::Europe::Berlin));
+    // Off by default, no price: no cost (never 0).
+    let c = parse("").expect("valid");
+    assert!(c.usage.digest.is_none());
+    assert_eq!(c.usage.rate(Some("NVIDIA H100 80GB HBM3")), None);
+    let e = err("[usage]\ncost_per_gpu_hour = { default = -1.0 }\n");
+    assert!(
+        e.starts_with("g.toml:2:33: `usage.cost_per_gpu_hour` of \"default\" = -1 is not a price"),
+        "{e}"
+    );
+    let e = err("[usage]\ndigest = \"monthly\"\n");
+    assert!(
+        e.starts_with("g.toml:2:10: `usage.digest` = \"monthly\" is not a period"),
+        "{e}"
+    );
+    let e = err("[usage]\ndigest = \"weekly\"\ndigest_zone = \"Mars/Olympus\"\n");
+    assert!(
+        e.starts_with("g.toml:3:15: `usage.digest_zone` = \"Mars/Olympus\" is not a time zone"),
+        "{e}"
+    );
+    let e = err("[usage]\ndigest_hour = 24\n");
+    assert!(e.contains("is not an hour"), "{e}");
+}
