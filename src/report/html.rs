@@ -345,9 +345,9 @@ fn usage(o: &mut String, d: &ReportData) {
         .currency
         .as_ref()
         .map_or(String::new(), |c| format!("<th>Cost {}</th>", esc(c)));
-    let _ = write!(
+    let _ = writeln!(
         o,
-        "<table><tr><th>Holder</th><th>GPUs</th><th>Held h</th><th>Busy h</th><th>Idle-held h</th><th>Idle</th><th>Longest idle</th><th>Unknown h</th>{cost_head}</tr>\n"
+        "<table><tr><th>Holder</th><th>GPUs</th><th>Held h</th><th>Busy h</th><th>Idle-held h</th><th>Idle</th><th>Longest idle</th><th>Unknown h</th>{cost_head}</tr>"
     );
     let line = |o: &mut String, name: &str, s: &crate::usage::summary::Sums| {
         let share = s
