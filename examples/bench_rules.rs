@@ -14,7 +14,8 @@
 //! (`alerts::evaluator::Live::catch_up`: the slice read from SQLite in one read transaction,
 //! the engine, and the alert state + outbox save, with one webhook receiver routed), as
 //! medians and p99 per tick. This is what runs in `gpuwatch run`; a regression in any of
-//! its parts shows here.
+//! its parts shows here. The usage ledger's part of the rules path is also timed apart
+//! (`ledger step`); `GPUWATCH_BENCH_LEDGER=off` runs the live path without the ledger.
 
 use std::time::{Duration, Instant};
 
@@ -115,11 +116,14 @@ fn live_path(path: &std::path::Path, tg: &mut TickGen, from: i64) -> anyhow::Res
         router: gpuwatch::notify::route::Router::new(&cfg.notify),
         sink: Box::new(|_| {}),
         wake: None,
-        // The daemon keeps the usage ledger of its own host on this path.
-        usage: Some(gpuwatch::alerts::evaluator::UsageOutput {
-            host: "bench".into(),
-            health: None,
-            config: Default::default(),
+        // The daemon keeps the usage ledger of its own host on this path
+        // (`GPUWATCH_BENCH_LEDGER=off`: without it, to measure what it costs).
+        usage: (std::env::var("GPUWATCH_BENCH_LEDGER").as_deref() != Ok("off")).then(|| {
+            gpuwatch::alerts::evaluator::UsageOutput {
+                host: "bench".into(),
+                health: None,
+                config: Default::default(),
+            }
         }),
     };
     let rules = gpuwatch::rules::load_configured(true, &[])?;
@@ -129,7 +133,11 @@ fn live_path(path: &std::path::Path, tg: &mut TickGen, from: i64) -> anyhow::Res
         "live start-up             {:.2?} (windows filled from the stored history)",
         started.elapsed()
     );
-    let (mut writes, mut rules_path) = (Vec::new(), Vec::new());
+    let (mut writes, mut rules_path, mut ledger_step) = (Vec::new(), Vec::new(), Vec::new());
+    // The usage ledger's own work at each tick, timed apart (what `Live` does for it besides
+    // a write when something changed): observe every GPU, step the ledger, take its counters.
+    let mut ledger = gpuwatch::usage::Ledger::default();
+    let mut ops = Vec::new();
     for k in 1..=1800 {
         let t = from + k * 1000;
         let batch = tg.tick(t);
@@ -139,14 +147,34 @@ fn live_path(path: &std::path::Path, tg: &mut TickGen, from: i64) -> anyhow::Res
         let r = Instant::now();
         live.catch_up(&conn, t, &stop);
         rules_path.push(r.elapsed());
+        let u = Instant::now();
+        for o in live.engine().observe_usage(t, None) {
+            let stale = live.engine().stale_after(o.gpu_id);
+            ledger.observe(o, stale, &mut ops);
+        }
+        std::hint::black_box(ledger.counters(t));
+        ledger_step.push(u.elapsed());
     }
     anyhow::ensure!(
         live.engine().world().fed_to == from + 1_800_000,
         "the live path fell behind"
     );
+    let (rows, changes): (i64, i64) = conn.query_row(
+        "SELECT count(*), count(DISTINCT gpu_id || '/' || ts_ms) FROM usage_intervals",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    println!(
+        "usage ledger              {rows} rows, {changes} intervals for 8 GPUs (history and 30 live minutes)"
+    );
+    println!(
+        "usage ledger (timed apart) {} changes in 1800 ticks",
+        ops.len()
+    );
     for (name, v) in [
         ("store write", &mut writes),
         ("rules path", &mut rules_path),
+        ("ledger step", &mut ledger_step),
     ] {
         v.sort();
         let at = |p: f64| v[((v.len() - 1) as f64 * p) as usize];

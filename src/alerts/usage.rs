@@ -252,13 +252,13 @@ fn fallback() -> Expr {
     )
 }
 
-/// Accounts imported history: the ledger of `host`'s GPUs over `[from, to]` built again from
+/// Accounts imported history: the ledger of `hosts`' GPUs over `[from, to]` built again from
 /// the stored samples by the evaluator's own path (the engine stepped through every sample
-/// time, as `replay`), its rows replacing the range's, every interval closed at the GPU's
-/// last sample there. Returns the rows' changes written.
+/// time once for all of them, as `replay`), its rows replacing the range's, every interval
+/// closed at the GPU's last sample there. Returns the rows' changes written.
 pub fn account(
     db: &std::path::Path,
-    host: &str,
+    hosts: &[String],
     (from, to): (TsMs, TsMs),
 ) -> Result<usize, crate::store::StoreError> {
     use crate::alerts::engine::{Engine, EngineOptions};
@@ -273,18 +273,26 @@ pub fn account(
         from - 1,
     );
     engine.world_mut().set_fetch_ahead(10 * 60_000);
+    let gpu_hosts: std::collections::HashMap<i64, String> =
+        crate::store::history::gpus(&conn, None)?
+            .into_iter()
+            .map(|g| (g.gpu_id, g.host))
+            .collect();
     let mut ledger = crate::usage::Ledger::default();
     let mut ops = Vec::new();
     while let Some(t) = engine.world_mut().next_sample_time(&conn, to)? {
         engine.advance(&conn, t)?;
-        for o in engine.observe_usage(t, Some(host)) {
+        for o in engine.observe_usage(t, None) {
+            if !gpu_hosts.get(&o.gpu_id).is_some_and(|h| hosts.contains(h)) {
+                continue;
+            }
             let stale = engine.stale_after(o.gpu_id);
             ledger.observe(o, stale, &mut ops);
         }
     }
     ledger.close_all(&mut ops);
     let mut db = crate::store::alerts::AlertDb::open(db)?;
-    db.replace_usage(host, (from, to), &ops)?;
+    db.replace_usage(hosts, (from, to), &ops)?;
     Ok(ops.len())
 }
 

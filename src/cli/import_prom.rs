@@ -151,13 +151,11 @@ pub fn run(a: ImportPromArgs) -> Result<(), Failure> {
     // The usage ledger of the imported range, with the pods as holders (docs/USAGE.md).
     drop(st);
     if s.samples > 0 {
-        for h in &s.hosts {
-            match crate::alerts::usage::account(&cfg.database, h, (a.from, to)) {
-                Ok(n) => tracing::info!(host = h, changes = n, "usage ledger accounted"),
-                Err(e) => eprintln!(
-                    "warning: the usage ledger of {h} was not accounted ({e}); `gpuwatch usage` will not show this range"
-                ),
-            }
+        match crate::alerts::usage::account(&cfg.database, &s.hosts, (a.from, to)) {
+            Ok(n) => tracing::info!(changes = n, "usage ledger accounted"),
+            Err(e) => eprintln!(
+                "warning: the usage ledger was not accounted ({e}); `gpuwatch usage` will not show this range"
+            ),
         }
     }
     if s.samples == 0 && s.resumed_chunks == 0 {

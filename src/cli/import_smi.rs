@@ -157,14 +157,12 @@ pub(super) fn import_files(
         let mut hosts: Vec<String> = files.iter().map(|f| nvidia_smi::host_of(opts, f)).collect();
         hosts.sort();
         hosts.dedup();
-        for h in hosts {
-            // The samples are in; the ledger is a derived view: a failure is said, not fatal.
-            match crate::alerts::usage::account(&cfg.database, &h, span) {
-                Ok(n) => tracing::info!(host = h, changes = n, "usage ledger accounted"),
-                Err(e) => eprintln!(
-                    "warning: the usage ledger of {h} was not accounted ({e}); `gpuwatch usage` will not show this log"
-                ),
-            }
+        // The samples are in; the ledger is a derived view: a failure is said, not fatal.
+        match crate::alerts::usage::account(&cfg.database, &hosts, span) {
+            Ok(n) => tracing::info!(changes = n, "usage ledger accounted"),
+            Err(e) => eprintln!(
+                "warning: the usage ledger was not accounted ({e}); `gpuwatch usage` will not show this log"
+            ),
         }
     }
     if let Some((first, last)) = summary.span {

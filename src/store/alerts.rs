@@ -86,18 +86,20 @@ impl AlertDb {
         Ok(())
     }
 
-    /// Replaces the ledger of `host`'s GPUs over `[from, to]` by `ops`, in one transaction
+    /// Replaces the ledger of `hosts`' GPUs over `[from, to]` by `ops`, in one transaction
     /// (an import accounting its history again).
     pub fn replace_usage(
         &mut self,
-        host: &str,
+        hosts: &[String],
         (from, to): (TsMs, TsMs),
         ops: &[crate::usage::Op],
     ) -> Result<(), StoreError> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        super::usage::forget(&tx, host, from, to)?;
+        for host in hosts {
+            super::usage::forget(&tx, host, from, to)?;
+        }
         super::usage::apply(&tx, ops)?;
         tx.commit()?;
         Ok(())

@@ -35,8 +35,15 @@ pub fn allocations(resp: &proto::ListPodResourcesResponse) -> Allocations {
                 .filter(|d| is_gpu_resource(&d.resource_name))
             {
                 for id in &d.device_ids {
+                    // Time-slicing's replicas (`GPU-…::3`) are the GPU itself. Pods sharing
+                    // a GPU this way are told apart by their processes; the allocation names
+                    // the first pod listed (the answer's order is the kubelet's).
+                    let uuid = device_uuid(id);
+                    if out.contains_key(uuid) {
+                        continue;
+                    }
                     out.insert(
-                        id.clone(),
+                        uuid.to_string(),
                         Allocation {
                             pod: pod.name.clone(),
                             namespace: pod.namespace.clone(),
@@ -50,6 +57,15 @@ pub fn allocations(resp: &proto::ListPodResourcesResponse) -> Allocations {
         }
     }
     out
+}
+
+/// The GPU (or MIG) UUID of a device id: the NVIDIA device plugin's time-slicing replicas
+/// are `<uuid>::<n>`.
+fn device_uuid(id: &str) -> &str {
+    match id.rsplit_once("::") {
+        Some((uuid, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => uuid,
+        _ => id,
+    }
 }
 
 /// `nvidia.com/gpu`, `nvidia.com/mig-…`, and the shared/renamed forms of the device plugin

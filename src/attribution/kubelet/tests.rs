@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::client::{self, KubeletError};
 use super::proto::*;
 use super::server::{self, PodList};
-use super::{Allocation, allocations};
+use super::{Allocation, allocations, device_uuid};
 
 fn pod(name: &str, ns: &str, container: &str, resource: &str, ids: &[&str]) -> PodResources {
     PodResources {
@@ -319,4 +319,24 @@ fn the_watcher_names_each_pods_job_from_the_kubelets_pods() {
     for s in stops {
         let _ = s.send(());
     }
+}
+
+#[test]
+fn time_sliced_replicas_are_their_gpu_and_the_first_pod_names_it() {
+    let a = allocations(&list(vec![
+        pod("nb-a", "team-a", "main", "nvidia.com/gpu", &["GPU-1111::0"]),
+        pod("nb-b", "team-b", "main", "nvidia.com/gpu", &["GPU-1111::1"]),
+        pod(
+            "mig",
+            "team-c",
+            "main",
+            "nvidia.com/mig-1g.10gb",
+            &["MIG-2222"],
+        ),
+    ]));
+    assert_eq!(a.len(), 2, "{a:?}");
+    assert_eq!(a["GPU-1111"].pod, "nb-a");
+    assert_eq!(a["MIG-2222"].pod, "mig");
+    // Not a replica suffix: kept as it is.
+    assert_eq!(device_uuid("GPU-1111::x"), "GPU-1111::x");
 }
