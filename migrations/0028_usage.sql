@@ -29,6 +29,7 @@ CREATE VIEW gpu_usage AS
 SELECT h.name AS host,
        g.uuid AS gpu_uuid,
        g.gpu_index,
+       g.gpu_instance_id,
        g.name AS model,
        u.ts_ms AS from_ms,
        strftime('%Y-%m-%dT%H:%M:%fZ', u.ts_ms / 1000.0, 'unixepoch') AS from_utc,
@@ -50,7 +51,7 @@ JOIN hosts h ON h.id = g.host_id;
 -- The ledger by UTC day, GPU, holder and state (rows never cross midnight).
 CREATE VIEW usage_daily AS
 SELECT date(from_ms / 1000, 'unixepoch') AS day,
-       host, gpu_uuid, gpu_index, model, state,
+       host, gpu_uuid, gpu_index, gpu_instance_id, model, state,
        namespace, pod, container, slurm_job, user, training_job,
        sum(gpu_seconds) / 3600.0 AS gpu_hours
 FROM gpu_usage

@@ -198,6 +198,7 @@ impl IdleTest {
                 index: Some(g.inv.index),
                 uuid: g.inv.uuid.clone(),
                 model: g.inv.name.clone(),
+                mig: g.inv.mig.clone(),
             },
             rows,
             idle_since,

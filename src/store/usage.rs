@@ -193,7 +193,8 @@ pub fn intervals(
     let mut stmt = conn.prepare_cached(
         "SELECT h.name, g.uuid, g.gpu_index, g.name, u.ts_ms,
            coalesce(u.end_ms, max(u.ts_ms, coalesce(g.last_sample_ms, u.ts_ms))),
-           u.state, u.share, u.namespace, u.pod, u.container, u.slurm_job, u.user, u.training_job
+           u.state, u.share, u.namespace, u.pod, u.container, u.slurm_job, u.user, u.training_job,
+           g.gpu_instance_id
          FROM usage_intervals u JOIN gpus g ON g.id = u.gpu_id JOIN hosts h ON h.id = g.host_id
          WHERE u.ts_ms >= ?1 - 86400000 AND u.ts_ms < ?2 AND (?3 IS NULL OR h.name = ?3)
          ORDER BY u.ts_ms, g.id, u.holder_no",
@@ -203,6 +204,7 @@ pub fn intervals(
             host: r.get(0)?,
             gpu_uuid: r.get(1)?,
             gpu_index: r.get(2)?,
+            gpu_instance_id: r.get(14)?,
             model: r.get(3)?,
             from_ms: r.get::<_, TsMs>(4)?.max(from),
             to_ms: r.get::<_, TsMs>(5)?.min(to),

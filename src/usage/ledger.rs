@@ -76,6 +76,8 @@ pub struct GpuLabel {
     pub index: Option<u32>,
     pub uuid: String,
     pub model: Option<String>,
+    /// A MIG instance: its GPU instance id, profile and parent GPU's UUID.
+    pub mig: Option<crate::model::MigInstance>,
 }
 
 #[derive(Debug, Default)]

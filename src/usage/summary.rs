@@ -20,6 +20,8 @@ pub struct Interval {
     pub host: String,
     pub gpu_uuid: String,
     pub gpu_index: Option<u32>,
+    /// A MIG instance's GPU instance id (the GPU is `index/id`).
+    pub gpu_instance_id: Option<u32>,
     pub model: Option<String>,
     pub from_ms: TsMs,
     pub to_ms: TsMs,
@@ -83,12 +85,11 @@ impl By {
             By::TrainingJob => h.training_job.clone(),
             By::User => h.user.clone(),
             By::Host => Some(i.host.clone()),
-            By::Gpu => Some(format!(
-                "{}:{}",
-                i.host,
-                i.gpu_index
-                    .map_or_else(|| i.gpu_uuid.clone(), |x| x.to_string())
-            )),
+            By::Gpu => Some(match (i.gpu_index, i.gpu_instance_id) {
+                (Some(x), Some(gi)) => format!("{}:{x}/{gi}", i.host),
+                (Some(x), None) => format!("{}:{x}", i.host),
+                (None, _) => format!("{}:{}", i.host, i.gpu_uuid),
+            }),
             By::Model => i.model.clone(),
             By::Holder => h.label(),
         }

@@ -98,6 +98,27 @@ fn seven_instances_are_seven_gpus_and_only_the_idle_slice_alerts() {
         a.iter().all(|x| x["rule"] == "gpu_idle"),
         "no other alert on the healthy slices or the parent: {alerts}"
     );
+    // The usage ledger: each instance is a GPU of its own; the idle slice held idle.
+    let (ok, u) = gpuwatch(&["usage", "--db", db, "--by", "gpu", "--format", "json"]);
+    assert!(ok, "{u}");
+    let u: Value = serde_json::from_str(&u).expect("json");
+    let rows = u["rows"].as_array().expect("rows");
+    assert_eq!(
+        rows.len(),
+        7,
+        "7 instances (the parent is accounted through them): {u:#}"
+    );
+    assert!(
+        rows[0]["key"]
+            .as_str()
+            .is_some_and(|k| k.ends_with(":0/11")),
+        "{u:#}"
+    );
+    assert!(rows[0]["idle_held_hours"].as_f64().unwrap() > 0.4, "{u:#}");
+    assert!(
+        rows[1..].iter().all(|r| r["idle_held_hours"] == 0.0),
+        "the working slices: {u:#}"
+    );
     // `--gpu 0/11` is the slice; `--gpu 0` the whole GPU.
     let (ok, h) = gpuwatch(&[
         "history", "--db", db, "--gpu", "0/11", "--metric", "mem", "--format", "json",

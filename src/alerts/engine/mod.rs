@@ -144,10 +144,19 @@ impl Engine {
             staleness_ms: self.opts.staleness_ms,
             peers: &peers,
         };
+        // A GPU split into MIG instances is accounted through them (each a GPU of its own):
+        // the parent's hours would count them twice.
+        let parents: HashSet<&str> = self
+            .world
+            .gpus
+            .values()
+            .filter_map(|g| g.inv.mig.as_ref().map(|m| m.parent_uuid.as_str()))
+            .collect();
         self.world
             .gpus
             .values()
             .filter(|g| host.is_none_or(|h| g.host == h))
+            .filter(|g| !parents.contains(g.inv.uuid.as_str()))
             .filter_map(|g| self.idle.observe(&ctx, g))
             .collect()
     }

@@ -30,20 +30,39 @@ pub fn families(health: &Health, host: &str, names: MetricNames) -> Vec<Family> 
     let (uuid, host_label) = id_label_names(names);
     let counters = health.usage.lock().map(|c| c.clone()).unwrap_or_default();
     for (gpu, holder, c) in counters {
+        // A MIG instance as the GPU families label it: dcgm-exporter's parent UUID with
+        // GPU_I_ID and GPU_I_PROFILE, or its own UUID with gpu_instance_id and _profile.
+        let (id, model) = match (names, &gpu.mig) {
+            (MetricNames::Dcgm, Some(m)) => (
+                m.parent_uuid.clone(),
+                gpu.model
+                    .as_deref()
+                    .map(|n| n.rsplit_once(" MIG ").map_or(n, |(p, _)| p).to_string()),
+            ),
+            _ => (gpu.uuid.clone(), gpu.model.clone()),
+        };
         let mut l: Vec<Label> = vec![
             (host_label.into(), host.to_string()),
             (
                 "gpu".into(),
                 gpu.index.map_or_else(String::new, |i| i.to_string()),
             ),
-            (uuid.into(), gpu.uuid.clone()),
+            (uuid.into(), id),
         ];
-        if let Some(m) = &gpu.model {
+        if let Some(m) = model {
             let name = match names {
                 MetricNames::Dcgm => "modelName",
                 MetricNames::Gpuwatch => "model",
             };
-            l.push((name.into(), m.clone()));
+            l.push((name.into(), m));
+        }
+        if let Some(m) = &gpu.mig {
+            let (gi, profile) = match names {
+                MetricNames::Dcgm => ("GPU_I_ID", "GPU_I_PROFILE"),
+                MetricNames::Gpuwatch => ("gpu_instance_id", "gpu_instance_profile"),
+            };
+            l.push((gi.into(), m.gpu_instance_id.to_string()));
+            l.push((profile.into(), m.profile.clone()));
         }
         for (k, v) in holder.fields() {
             if let Some(v) = v.filter(|v| !v.is_empty()) {
