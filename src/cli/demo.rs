@@ -271,6 +271,17 @@ pub fn run(args: DemoArgs) -> Result<(), Failure> {
         db.display()
     );
     print!("{}", format::table(&rows, 10 * tick_ms as i64));
+    // Who held the GPUs and how much of it was idle: the usage ledger of the run.
+    let usage = crate::views::usage::UsageQuery {
+        by: crate::views::usage::ByArg::Holder,
+        range: Default::default(),
+        host: None,
+        format: crate::views::usage::Format::Table,
+    };
+    if let Ok(table) = crate::views::usage::output(&usage, &conn, &config.usage, last) {
+        println!("\n`gpuwatch usage --by holder --db {}`:", db.display());
+        print!("{table}");
+    }
     if !config.notify.receivers.is_empty() {
         println!("\nAlert delivery:");
         for b in store::outbox::backlog(&conn)? {
