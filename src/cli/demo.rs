@@ -273,7 +273,7 @@ pub fn run(args: DemoArgs) -> Result<(), Failure> {
     print!("{}", format::table(&rows, 10 * tick_ms as i64));
     // Who held the GPUs and how much of it was idle: the usage ledger of the run.
     let usage = crate::views::usage::UsageQuery {
-        by: crate::views::usage::ByArg::Holder,
+        by: crate::usage::summary::By::Holder,
         range: Default::default(),
         host: None,
         format: crate::views::usage::Format::Table,

@@ -17,6 +17,19 @@ use crate::usage::{Holder, Op, OpenRow, State};
 const KNOWN: &str =
     "coalesce(namespace, pod, container, slurm_job, user, training_job) IS NOT NULL";
 
+/// The holder in columns `at..at + 6` (namespace, pod, container, slurm_job, user,
+/// training_job).
+fn holder_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Holder> {
+    Ok(Holder {
+        namespace: r.get(at)?,
+        pod: r.get(at + 1)?,
+        container: r.get(at + 2)?,
+        slurm_job: r.get(at + 3)?,
+        user: r.get(at + 4)?,
+        training_job: r.get(at + 5)?,
+    })
+}
+
 /// Applies the ledger's changes (inside the caller's transaction).
 pub fn apply(conn: &Connection, ops: &[Op]) -> Result<(), StoreError> {
     for op in ops {
@@ -90,20 +103,7 @@ fn idle_since(conn: &Connection, gpu_id: i64, onset: TsMs) -> Result<(), StoreEr
     let spanning: Vec<(TsMs, i64, Option<TsMs>, f64, Holder)> = conn
         .prepare_cached(&sql)?
         .query_map(params![gpu_id, onset, day], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                Holder {
-                    namespace: r.get(4)?,
-                    pod: r.get(5)?,
-                    container: r.get(6)?,
-                    slurm_job: r.get(7)?,
-                    user: r.get(8)?,
-                    training_job: r.get(9)?,
-                },
-            ))
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, holder_at(r, 4)?))
         })?
         .collect::<Result<_, _>>()?;
     for (start, no, end, share, h) in spanning {
@@ -139,14 +139,7 @@ pub fn open_rows(
             r.get::<_, i64>(0)?,
             r.get::<_, TsMs>(1)?,
             r.get::<_, String>(2)?,
-            Holder {
-                namespace: r.get(3)?,
-                pod: r.get(4)?,
-                container: r.get(5)?,
-                slurm_job: r.get(6)?,
-                user: r.get(7)?,
-                training_job: r.get(8)?,
-            },
+            holder_at(r, 3)?,
             r.get::<_, Option<TsMs>>(9)?,
         ))
     })?;
@@ -210,14 +203,7 @@ pub fn intervals(
             to_ms: r.get::<_, TsMs>(5)?.min(to),
             state: State::parse(&r.get::<_, String>(6)?).unwrap_or(State::Unknown),
             share: r.get(7)?,
-            holder: Holder {
-                namespace: r.get(8)?,
-                pod: r.get(9)?,
-                container: r.get(10)?,
-                slurm_job: r.get(11)?,
-                user: r.get(12)?,
-                training_job: r.get(13)?,
-            },
+            holder: holder_at(r, 8)?,
         })
     })?;
     let mut out = Vec::new();

@@ -37,18 +37,19 @@ impl Interval {
     }
 }
 
-/// What the rows are summed by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What the rows are summed by (`gpuwatch usage --by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum By {
     #[default]
     Namespace,
     Pod,
+    #[value(name = "training_job", alias = "training-job")]
     TrainingJob,
     User,
     Host,
     Gpu,
     Model,
-    /// Each holder (the digest's rows).
+    /// Each holder: `namespace/pod`, `slurm job N (user)`, `user U` (the digest's rows).
     Holder,
 }
 

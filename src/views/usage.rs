@@ -29,43 +29,12 @@ pub enum Format {
     Csv,
 }
 
-/// What the rows are summed by (`--by`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
-pub enum ByArg {
-    #[default]
-    Namespace,
-    Pod,
-    #[value(name = "training_job", alias = "training-job")]
-    TrainingJob,
-    User,
-    Host,
-    Gpu,
-    Model,
-    /// Each holder: `namespace/pod`, `slurm job N (user)`, `user U`.
-    Holder,
-}
-
-impl ByArg {
-    fn by(self) -> By {
-        match self {
-            ByArg::Namespace => By::Namespace,
-            ByArg::Pod => By::Pod,
-            ByArg::TrainingJob => By::TrainingJob,
-            ByArg::User => By::User,
-            ByArg::Host => By::Host,
-            ByArg::Gpu => By::Gpu,
-            ByArg::Model => By::Model,
-            ByArg::Holder => By::Holder,
-        }
-    }
-}
-
 /// What `gpuwatch usage` and `GET /api/v1/usage` select.
 #[derive(Debug, clap::Args)]
 pub struct UsageQuery {
     /// Sum by this [default: namespace].
     #[arg(long, value_enum, default_value_t)]
-    pub by: ByArg,
+    pub by: By,
     /// The range [default: everything the ledger holds].
     #[command(flatten)]
     pub range: RangeArgs,
@@ -212,7 +181,7 @@ pub fn output(
             crate::format::utc_label(range.1)
         )));
     }
-    let doc = summarize(&intervals, args.by.by(), range, cfg);
+    let doc = summarize(&intervals, args.by, range, cfg);
     Ok(match args.format {
         Format::Json => serde_json::to_string_pretty(&doc.json()).context("rendering JSON")? + "\n",
         Format::Csv => doc.csv()?,

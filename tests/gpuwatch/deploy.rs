@@ -419,6 +419,18 @@ fn prometheus_and_alertmanager_configs_pass_their_checkers() {
     }
 }
 
+/// Debian's vmalert loads `rules` unchanged (`-dryRun`: no error, fatal or warning).
+fn vmalert_loads(rules: &std::path::Path) {
+    let (ok, out) = run(Command::new("vmalert")
+        .arg("-dryRun")
+        .arg(format!("-rule={}", rules.display())));
+    let bad: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("\terror\t") || l.contains("\tfatal\t") || l.contains("\twarn\t"))
+        .collect();
+    assert!(ok && bad.is_empty(), "vmalert -dryRun: {out}");
+}
+
 /// The usage recording rules: their promtool unit tests (two nodes summed, a restart's
 /// counter reset), and vmalert loads them unchanged.
 #[test]
@@ -428,14 +440,7 @@ fn the_usage_rules_pass_their_unit_tests_and_load_in_vmalert() {
         .args(["test", "rules"])
         .arg(repo("examples/prometheus/gpuwatch-usage-rules.test.yml")));
     assert!(ok && out.contains("SUCCESS"), "promtool test rules: {out}");
-    let (ok, out) = run(Command::new("vmalert")
-        .arg("-dryRun")
-        .arg(format!("-rule={}", rules.display())));
-    let bad: Vec<&str> = out
-        .lines()
-        .filter(|l| l.contains("\terror\t") || l.contains("\tfatal\t") || l.contains("\twarn\t"))
-        .collect();
-    assert!(ok && bad.is_empty(), "vmalert -dryRun: {out}");
+    vmalert_loads(&rules);
 }
 
 /// The fleet's rules: their promtool unit tests (every alert and every quiet case, the
@@ -454,14 +459,7 @@ fn the_fleet_rules_pass_their_unit_tests_and_load_in_vmalert() {
         .args(["test", "rules"])
         .arg(repo("examples/prometheus/gpuwatch-fleet-rules.test.yml")));
     assert!(ok && out.contains("SUCCESS"), "promtool test rules: {out}");
-    let (ok, out) = run(Command::new("vmalert")
-        .arg("-dryRun")
-        .arg(format!("-rule={}", rules.display())));
-    let bad: Vec<&str> = out
-        .lines()
-        .filter(|l| l.contains("\terror\t") || l.contains("\tfatal\t") || l.contains("\twarn\t"))
-        .collect();
-    assert!(ok && bad.is_empty(), "vmalert -dryRun: {out}");
+    vmalert_loads(&rules);
 }
 
 #[test]

@@ -176,9 +176,14 @@ impl EmailReceiver {
         let body = MultiPart::alternative()
             .singlepart(SinglePart::plain(d.text()))
             .multipart(related);
+        self.envelope(format!("[gpuwatch] {}", d.title()), body)
+    }
+
+    /// The message around `body`: sender, recipients, subject, date, `Auto-Submitted`.
+    fn envelope(&self, subject: String, body: MultiPart) -> Result<Message, SendError> {
         let mut b = Message::builder()
             .from(self.from.clone())
-            .subject(format!("[gpuwatch] {}", d.title()))
+            .subject(subject)
             .date(SystemTime::now())
             .message_id(None);
         for t in &self.to {
@@ -234,25 +239,7 @@ impl EmailReceiver {
         let body = MultiPart::alternative()
             .singlepart(SinglePart::plain(text::plain(n)))
             .multipart(related);
-        let mut b = Message::builder()
-            .from(self.from.clone())
-            .subject(text::title(n))
-            .date(SystemTime::now())
-            .message_id(None);
-        for t in &self.to {
-            b = b.to(t.clone());
-        }
-        let mut m = b.multipart(body).map_err(|e| {
-            SendError::Permanent(format!(
-                "email receiver {}: building the message: {e}",
-                self.name
-            ))
-        })?;
-        m.headers_mut().insert_raw(HeaderValue::new(
-            HeaderName::new_from_ascii_str("Auto-Submitted"),
-            "auto-generated".to_string(),
-        ));
-        Ok(m)
+        self.envelope(text::title(n), body)
     }
 
     /// The charts of `n` as (alert index, outcome); empty when charts are off.
