@@ -252,9 +252,7 @@ impl Live {
             }
         }
     }
-}
 
-impl Live {
     /// The usage ledger's changes at `t`, saved like alert state (retried until saved).
     fn account(&mut self, t: TsMs, stop: &AtomicBool) {
         let Some(u) = self.usage.as_mut() else { return };
@@ -271,19 +269,9 @@ impl Live {
         let Some(db) = self.alert_db.as_mut() else {
             return;
         };
-        let mut tries = 0u64;
-        while !ops.is_empty()
-            && let Err(e) = db.save_usage(&ops)
-        {
-            tries += 1;
-            if tries == 1 || tries.is_power_of_two() {
-                tracing::error!(error = %e, tries, "cannot save the usage ledger; retrying");
-            }
-            if stop.load(Ordering::Relaxed) && tries >= 20 {
-                tracing::error!("giving up saving the usage ledger at shutdown");
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        if !ops.is_empty() && !retry_save(stop, "the usage ledger", || db.save_usage(&ops)) {
+            tracing::error!("giving up saving the usage ledger at shutdown");
+            return;
         }
         self.digest(t);
     }
@@ -436,21 +424,37 @@ fn persist(
     outbox: &[NewNotification],
     stop: &AtomicBool,
 ) -> bool {
+    let saved = retry_save(stop, "alert state and notifications", || {
+        db.save(t, saves, outbox)
+    });
+    if !saved {
+        tracing::error!(
+            alerts = saves.len(),
+            notifications = outbox.len(),
+            "giving up saving alert state at shutdown: these changes are lost"
+        );
+    }
+    saved
+}
+
+/// Runs `save` until it works (the evaluation has moved on: what it saves would be lost),
+/// every 100 ms, logging the 1st, 2nd, 4th … failure; gives up only when stopping, after 20
+/// tries. Returns whether it saved.
+fn retry_save(
+    stop: &AtomicBool,
+    what: &str,
+    mut save: impl FnMut() -> Result<(), store::StoreError>,
+) -> bool {
     let mut tries = 0u64;
     loop {
-        match db.save(t, saves, outbox) {
+        match save() {
             Ok(()) => return true,
             Err(e) => {
                 tries += 1;
                 if tries == 1 || tries.is_power_of_two() {
-                    tracing::error!(error = %e, tries, "cannot save alert state and notifications; retrying");
+                    tracing::error!(error = %e, tries, "cannot save {what}; retrying");
                 }
                 if stop.load(Ordering::Relaxed) && tries >= 20 {
-                    tracing::error!(
-                        alerts = saves.len(),
-                        notifications = outbox.len(),
-                        "giving up saving alert state at shutdown: these changes are lost"
-                    );
                     return false;
                 }
                 std::thread::sleep(Duration::from_millis(100));

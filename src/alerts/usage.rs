@@ -22,7 +22,8 @@ const SM_ACTIVE: Metric = Metric::Sample(SampleId::named("sm_active"));
 /// (who holds it is the ledger's own business), and its window.
 #[derive(Debug, Clone)]
 pub struct IdleTest {
-    pub activity: Expr,
+    /// `None`: no `gpu_idle` to take it from (activity is then unknown, never busy).
+    pub activity: Option<Expr>,
     pub window_ms: i64,
     /// Held by memory where processes are not observed (the rule's own evidence).
     by_memory: Expr,
@@ -32,27 +33,22 @@ impl IdleTest {
     /// The test of the rule named `gpu_idle` in `rules` (enabled or not), else the shipped
     /// rule's.
     pub fn from_rules(rules: &[Rule]) -> IdleTest {
-        let rule = rules
-            .iter()
-            .find(|r| r.name == "gpu_idle")
-            .cloned()
-            .or_else(|| {
-                crate::rules::load_sources(&crate::rules::defaults())
-                    .ok()?
-                    .into_iter()
-                    .find(|r| r.name == "gpu_idle")
-            });
-        let activity = match rule.map(|r| r.condition) {
+        let condition = match rules.iter().find(|r| r.name == "gpu_idle") {
+            Some(r) => Some(r.condition.clone()),
+            None => shipped().clone(),
+        };
+        let activity = condition.map(|c| match c {
             // `activity and held`: the part that does not read the process count.
-            Some(Expr::Binary {
+            Expr::Binary {
                 op: BinOp::And,
                 lhs,
                 rhs,
-            }) if reads(&rhs, PROCESS_COUNT) && !reads(&lhs, PROCESS_COUNT) => *lhs,
-            Some(c) => c,
-            None => fallback(),
-        };
-        let window_ms = activity.longest_window().as_millis() as i64;
+            } if reads(&rhs, PROCESS_COUNT) && !reads(&lhs, PROCESS_COUNT) => *lhs,
+            c => c,
+        });
+        let window_ms = activity
+            .as_ref()
+            .map_or(0, |a| a.longest_window().as_millis() as i64);
         IdleTest {
             activity,
             window_ms,
@@ -62,7 +58,7 @@ impl IdleTest {
 
     /// Every expression the ledger evaluates (the evaluator keeps their windows).
     pub fn exprs(&self) -> Vec<&Expr> {
-        vec![&self.activity, &self.by_memory]
+        self.activity.iter().chain([&self.by_memory]).collect()
     }
 
     /// The metrics the ledger reads besides the expressions' own.
@@ -170,13 +166,13 @@ impl IdleTest {
             } else {
                 // As the rule's verdict (`on_no_data = "ok"`): a test that cannot decide
                 // (an A100 has no SM activity for its second half) is not idle.
-                match ctx.eval(&self.activity, target) {
-                    Ok(Some(v)) if v != 0.0 => {
+                match self.activity.as_ref().map(|a| ctx.eval(a, target)) {
+                    Some(Ok(Some(v))) if v != 0.0 => {
                         idle_since = Some(self.window_start(g, t));
                         State::IdleHeld
                     }
-                    Ok(_) => State::Busy,
-                    Err(_) => State::Unknown,
+                    Some(Ok(_)) => State::Busy,
+                    Some(Err(_)) | None => State::Unknown,
                 }
             };
             holders
@@ -244,13 +240,17 @@ fn parse(src: &str) -> Expr {
     crate::rules::parse_condition(src, Scope::Gpu).unwrap_or(Expr::Number(0.0))
 }
 
-/// The shipped rule's activity test, should the embedded rules not load.
-fn fallback() -> Expr {
-    parse(
-        "(span(util_gpu[10m]) >= 8m and avg(util_gpu[10m]) < 5 and max(util_gpu[10m]) < 40)
-         or (span(sm_active[10m]) >= 8m and avg(sm_active[10m]) < 2 and max(sm_active[10m]) < 10
-             and avg(dram_active[10m]) < 2)",
-    )
+/// The shipped `gpu_idle`'s condition, parsed once (the embedded rules; `None` only if they
+/// did not load, which `rules check`'s tests rule out).
+fn shipped() -> &'static Option<Expr> {
+    static SHIPPED: std::sync::OnceLock<Option<Expr>> = std::sync::OnceLock::new();
+    SHIPPED.get_or_init(|| {
+        crate::rules::load_sources(&crate::rules::defaults())
+            .ok()?
+            .into_iter()
+            .find(|r| r.name == "gpu_idle")
+            .map(|r| r.condition)
+    })
 }
 
 /// Accounts imported history: the ledger of `hosts`' GPUs over `[from, to]` built again from
@@ -305,14 +305,22 @@ mod tests {
     fn the_shipped_gpu_idle_gives_its_activity_part_and_window() {
         let t = IdleTest::from_rules(&[]);
         assert_eq!(t.window_ms, 600_000);
-        assert!(!reads(&t.activity, PROCESS_COUNT));
-        assert!(reads(&t.activity, UTIL_GPU));
-        assert!(reads(&t.activity, SM_ACTIVE));
-        assert_eq!(
-            t.activity.to_string(),
-            fallback().to_string(),
-            "the fallback is the shipped rule's test"
-        );
+        let a = t.activity.as_ref().expect("the shipped gpu_idle");
+        assert!(!reads(a, PROCESS_COUNT));
+        assert!(reads(a, UTIL_GPU));
+        assert!(reads(a, SM_ACTIVE));
         assert!(!matches!(t.by_memory, Expr::Number(_)));
+        // A loaded rule named gpu_idle wins over the shipped one, its held part left out.
+        let rules = crate::rules::load_str(
+            "[[rule]]\nname = \"gpu_idle\"\nseverity = \"warning\"\ncondition = \"avg(util_gpu[30m]) < 1 and min(process_count[30m]) > 0\"\nsummary = \"s\"\n",
+            "r.toml",
+        )
+        .expect("rule");
+        let t = IdleTest::from_rules(&rules);
+        assert_eq!(t.window_ms, 1_800_000);
+        assert_eq!(
+            t.activity.expect("test").to_string(),
+            "avg(util_gpu[30m]) < 1"
+        );
     }
 }

@@ -6,7 +6,7 @@
 //! newest sample; reads clip every interval to the asked range and count a holder's part of a
 //! shared GPU (`share`).
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 
 use super::StoreError;
 use crate::model::TsMs;
@@ -225,13 +225,7 @@ pub fn span(conn: &Connection, host: Option<&str>) -> Result<Option<(TsMs, TsMs)
              WHERE ?1 IS NULL OR h.name = ?1",
         )?
         .query_row(params![host], |r| {
-            Ok(
-                match (r.get::<_, Option<TsMs>>(0)?, r.get::<_, Option<TsMs>>(1)?) {
-                    (Some(a), Some(b)) => Some((a, b)),
-                    _ => None,
-                },
-            )
-        })
-        .optional()?
-        .flatten())
+            Ok(r.get::<_, Option<TsMs>>(0)?
+                .zip(r.get::<_, Option<TsMs>>(1)?))
+        })?)
 }

@@ -113,7 +113,7 @@ impl Ledger {
     pub fn observe(&mut self, o: Observation, stale_ms: i64, ops: &mut Vec<Op>) {
         let gpu_id = o.gpu_id;
         let t = o.t;
-        self.gpus.insert(gpu_id, o.label.clone());
+        self.gpus.entry(gpu_id).or_insert_with(|| o.label.clone());
         let book = self.books.entry(gpu_id).or_default();
         if book.last_t.is_some_and(|l| t <= l) {
             return;
